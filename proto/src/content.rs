@@ -1,0 +1,218 @@
+//! What a node should run: the artifacts, how to activate them and how to tell that they
+//! work. A NodeRelease carries it; each NodeUpdatePlan carries a copy, so the agent needs
+//! read access to nothing but its own plan.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::duration::Duration;
+
+/// The pattern of a sha256 digest as the API accepts it: 64 lowercase hex digits.
+pub const SHA256_PATTERN: &str = "^[0-9a-f]{64}$";
+/// The pattern of an artifact name (also the sysext name, so it must be a plain file name).
+pub const ARTIFACT_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$";
+
+/// The artifacts, activation and health checks of one revision. Shared by NodeRelease and
+/// NodeUpdatePlan; the revision hash is computed over exactly this.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateContent {
+    /// The Kubernetes version this content brings (for example `v1.31.2`). Lets Cluster API
+    /// machines map to a release, and is what the `nodeKubeletVersion` health check expects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub kubernetes_version: Option<String>,
+
+    /// The files to download, verify and install. Names are unique.
+    #[schemars(length(min = 1, max = 32))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub artifacts: Vec<Artifact>,
+
+    /// What to do after the files are in place.
+    #[serde(default)]
+    pub activation: Activation,
+
+    /// How to tell that the new revision works. A failing check rolls the node back.
+    #[serde(default)]
+    pub health_checks: HealthChecks,
+}
+
+/// One downloadable file.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.type != 'Binary' || has(self.path)", "message": "a Binary artifact needs path", "fieldPath": ".path", "reason": "FieldValueRequired"},
+    {"rule": "self.type == 'Binary' || !has(self.path)", "message": "path is only for Binary artifacts", "fieldPath": ".path", "reason": "FieldValueForbidden"},
+    {"rule": "self.type != 'Archive' || (has(self.members) && size(self.members) > 0)", "message": "an Archive artifact needs members", "fieldPath": ".members", "reason": "FieldValueRequired"},
+    {"rule": "self.type == 'Archive' || !has(self.members) || size(self.members) == 0", "message": "members are only for Archive artifacts", "fieldPath": ".members", "reason": "FieldValueForbidden"},
+]))]
+pub struct Artifact {
+    /// Unique within the release. For a Sysext it is the extension name: the image is
+    /// linked as `/etc/extensions/<name>.raw` and must carry
+    /// `extension-release.<name>`.
+    #[schemars(regex(pattern = ARTIFACT_NAME_PATTERN))]
+    pub name: String,
+
+    /// What kind of file this is, which decides how it is installed.
+    #[serde(rename = "type")]
+    pub kind: ArtifactType,
+
+    /// Where to download it from (https, unless the node's policy allows http).
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: String,
+
+    /// The sha256 of the file: 64 lowercase hex digits. Nothing is installed unless the
+    /// downloaded bytes match.
+    #[schemars(regex(pattern = SHA256_PATTERN))]
+    pub sha256: String,
+
+    /// The size in bytes. Optional, but enforced while streaming when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>", range(min = 1))]
+    pub size: Option<u64>,
+
+    /// Binary only: the absolute path where the file is linked (for example
+    /// `/opt/bin/kubectl`). Must lie in a directory the node's policy allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub path: Option<String>,
+
+    /// Archive only: the members to install, and where. Nothing else in the archive is
+    /// written anywhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub members: Vec<ArchiveMember>,
+}
+
+/// How an artifact is installed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ArtifactType {
+    /// A systemd-sysext image (`.raw`, squashfs or erofs), stored as
+    /// `/opt/extensions/<name>/<file>` and activated by linking `/etc/extensions/<name>.raw`.
+    Sysext,
+    /// A single executable file, stored content-addressed and linked at `path`.
+    Binary,
+    /// A tar or tar.gz archive; only the named `members` are installed.
+    Archive,
+}
+
+impl ArtifactType {
+    /// The name as written in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArtifactType::Sysext => "Sysext",
+            ArtifactType::Binary => "Binary",
+            ArtifactType::Archive => "Archive",
+        }
+    }
+}
+
+/// One file taken out of an archive.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveMember {
+    /// The member's path inside the archive (relative, no `..`).
+    #[schemars(length(min = 1, max = 4096))]
+    pub from: String,
+    /// The absolute path where the member is linked on the node.
+    #[schemars(length(min = 1, max = 4096))]
+    pub to: String,
+}
+
+/// What happens after the files are in place.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Activation {
+    /// Units restarted, in this order, after the swap. Each must be a `.service` the
+    /// node's policy allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 255)))]
+    pub restart_units: Vec<UnitName>,
+
+    /// Reload systemd's unit files (daemon-reload) before restarting units. Defaults to
+    /// true when the release has a Sysext artifact, because an image may bring unit files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_reload: Option<bool>,
+}
+
+/// A systemd unit name such as `kubelet.service`.
+pub type UnitName = String;
+
+/// How to tell that a revision works.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "duration(self.window) <= duration(self.timeout)", "message": "window must not be longer than timeout", "fieldPath": ".window"},
+    {"rule": "duration(self.timeout) > duration('0s')", "message": "timeout must be positive", "fieldPath": ".timeout"},
+]))]
+pub struct HealthChecks {
+    /// Units that must be active, and not restart, for the whole window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 255)))]
+    pub units: Vec<UnitName>,
+
+    /// HTTP endpoints on the node that must answer 2xx for the whole window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub http: Vec<HttpCheck>,
+
+    /// Require the Node object to report `status.nodeInfo.kubeletVersion` equal to
+    /// `kubernetesVersion`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_kubelet_version: bool,
+
+    /// How long every check must pass without interruption before the revision is
+    /// committed.
+    #[serde(default = "default_window")]
+    pub window: Duration,
+
+    /// Give up and roll back when the checks have not passed for a whole window by then,
+    /// counted from activation.
+    #[serde(default = "default_timeout")]
+    pub timeout: Duration,
+}
+
+impl Default for HealthChecks {
+    fn default() -> Self {
+        HealthChecks {
+            units: Vec::new(),
+            http: Vec::new(),
+            node_kubelet_version: false,
+            window: default_window(),
+            timeout: default_timeout(),
+        }
+    }
+}
+
+fn default_window() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// An HTTP health check.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpCheck {
+    /// The URL to GET, for example `http://127.0.0.1:10248/healthz`.
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: String,
+}
+
+impl UpdateContent {
+    /// Whether any artifact is a systemd-sysext image.
+    pub fn has_sysext(&self) -> bool {
+        self.artifacts
+            .iter()
+            .any(|a| a.kind == ArtifactType::Sysext)
+    }
+
+    /// Whether to run daemon-reload on activation (explicit, or implied by a Sysext).
+    pub fn daemon_reload(&self) -> bool {
+        self.activation
+            .daemon_reload
+            .unwrap_or_else(|| self.has_sysext())
+    }
+}

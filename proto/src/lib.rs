@@ -1,0 +1,37 @@
+//! The `inplace.dev/v1alpha1` API: what a node should run ([`NodeRelease`]), where and how
+//! fast ([`NodeRollout`]), and one node's plan ([`NodeUpdatePlan`]). Types only, plus the
+//! pure functions every component shares: validation, the revision hash, CRD generation.
+
+pub mod content;
+pub mod crd;
+pub mod duration;
+pub mod plan;
+pub mod reason;
+pub mod release;
+pub mod revision;
+pub mod rollout;
+pub mod rollout_slots;
+pub mod strict;
+pub mod validate;
+
+pub use content::{
+    Activation, ArchiveMember, Artifact, ArtifactType, HealthChecks, HttpCheck, UpdateContent,
+};
+pub use duration::Duration;
+pub use plan::{
+    ArtifactProgress, DesiredState, NodeUpdatePlan, NodeUpdatePlanSpec, NodeUpdatePlanStatus, Phase,
+};
+pub use reason::Reason;
+pub use release::{NodeRelease, NodeReleaseSpec, NodeReleaseStatus};
+pub use revision::revision_of;
+pub use rollout::{
+    Disruption, NodeCounts, NodeFailure, NodeRollout, NodeRolloutSpec, NodeRolloutStatus,
+};
+pub use validate::{FieldError, Problems};
+
+/// The API group.
+pub const GROUP: &str = "inplace.dev";
+/// The API version.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` as written in objects.
+pub const API_VERSION: &str = "inplace.dev/v1alpha1";

@@ -1,0 +1,152 @@
+//! The closed set of condition types and reasons that inplace writes.
+//!
+//! Every reason is stable: it is what people grep for, what alerts match and what the
+//! metrics label failures with. `docs/usage/troubleshooting.md` explains each one.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Condition types on a NodeUpdatePlan.
+pub mod plan_condition {
+    /// True when the node runs the plan's target revision, committed and healthy (or, for
+    /// `desiredState: Staged`, when the target is staged and ready to activate).
+    pub const READY: &str = "Ready";
+    /// True when the node needs a person: a rollback failed or the node drifted.
+    pub const DEGRADED: &str = "Degraded";
+}
+
+/// Condition types on a NodeRelease.
+pub mod release_condition {
+    /// True when the release passed validation; its reason says why not otherwise.
+    pub const VALID: &str = "Valid";
+}
+
+/// Condition types on a NodeRollout.
+pub mod rollout_condition {
+    /// True while the rollout still has work to do and is allowed to do it.
+    pub const PROGRESSING: &str = "Progressing";
+    /// True when every selected node runs the release.
+    pub const COMPLETE: &str = "Complete";
+    /// True when the rollout stopped itself because more nodes failed than `maxFailures`.
+    pub const HALTED: &str = "Halted";
+}
+
+macro_rules! reasons {
+    ($( $(#[doc = $doc:literal])+ $variant:ident, )+) => {
+        /// A condition reason. The set is closed: nothing else is ever written.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum Reason {
+            $( $(#[doc = $doc])+ $variant, )+
+        }
+
+        impl Reason {
+            /// Every reason, in documentation order.
+            pub const ALL: &'static [Reason] = &[$(Reason::$variant,)+];
+
+            /// The reason as written into a condition (`PascalCase`, stable).
+            pub fn as_str(self) -> &'static str {
+                match self { $(Reason::$variant => stringify!($variant),)+ }
+            }
+
+            /// One line that explains the reason, for docs and `kubectl inplace`.
+            pub fn description(self) -> &'static str {
+                match self { $(Reason::$variant => concat!($($doc),+).trim_start(),)+ }
+            }
+
+            /// Parses a reason written by [`Reason::as_str`].
+            pub fn parse(text: &str) -> Option<Reason> {
+                match text { $(stringify!($variant) => Some(Reason::$variant),)+ _ => None }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Nothing is wrong.
+    AsExpected,
+    /// The agent has seen the plan and has not started on it yet.
+    Pending,
+    /// Artifacts are being downloaded and verified.
+    Downloading,
+    /// Every artifact is downloaded, verified and staged; the running revision is untouched.
+    Staged,
+    /// Links are being swapped and units restarted.
+    Activating,
+    /// The new revision is active and its health checks are running.
+    Verifying,
+    /// The new revision passed its health checks and is committed.
+    Succeeded,
+    /// The plan breaks a rule of the API (the message names the field); nothing was done.
+    InvalidPlan,
+    /// The plan asks for something this node's local policy forbids; nothing was done.
+    PolicyDenied,
+    /// An artifact could not be downloaded (the message names it and the HTTP status).
+    DownloadFailed,
+    /// A downloaded artifact's sha256 differs from the one in the plan; it was deleted.
+    HashMismatch,
+    /// An artifact is larger or smaller than declared; the download was aborted.
+    SizeMismatch,
+    /// The disk filled up while downloading or staging; temporary files were removed.
+    DiskFull,
+    /// A verified artifact could not be staged (for example an archive was refused).
+    StagingFailed,
+    /// A signature over an artifact is missing, invalid or from an untrusted key.
+    SignatureInvalid,
+    /// systemd-sysext skipped an extension (incompatible release file); rolled back.
+    ExtensionNotMerged,
+    /// A unit's restart job did not end `done`; rolled back.
+    UnitFailed,
+    /// A health check failed or did not pass within the timeout; rolled back.
+    HealthCheckFailed,
+    /// The new revision failed and the node runs the previous one again, verified healthy.
+    RolledBack,
+    /// The rollback itself failed; the node needs a person and nothing more is done.
+    RollbackFailed,
+    /// This revision failed on this node before and is not retried until the plan changes.
+    RevisionDenied,
+    /// The agent restarted too often in the middle of this update and gave up on it.
+    TooManyAttempts,
+    /// The release passed validation.
+    ValidRelease,
+    /// The release breaks a rule (the message names every field).
+    InvalidRelease,
+    /// The rollout names a release that does not exist.
+    ReleaseNotFound,
+    /// The rollout's release is not valid.
+    ReleaseInvalid,
+    /// The rollout is activating nodes.
+    RollingOut,
+    /// The rollout is paused by its spec; staging continues, activation does not.
+    Paused,
+    /// Every selected node runs the release.
+    AllNodesUpdated,
+    /// The node selector matches no node.
+    NoNodesSelected,
+    /// More nodes failed than `maxFailures` allows; no new activations.
+    TooManyFailures,
+    /// A node could not be drained within `drainTimeout` (a PodDisruptionBudget, usually).
+    DrainTimeout,
+    /// A node is already owned by another rollout and was left out.
+    NodeOwnedByOtherRollout,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_round_trip_and_are_documented() {
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(*reason));
+            assert!(!reason.description().is_empty());
+        }
+        assert_eq!(Reason::parse("NoSuchReason"), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! NodeRollout: *where* and *how fast* a release goes.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::duration::Duration;
+
+/// Rolls a NodeRelease out to the nodes a selector picks, a few activation slots at a
+/// time, and halts itself when too many nodes fail.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "inplace.dev",
+    version = "v1alpha1",
+    kind = "NodeRollout",
+    doc = "Where and how fast a NodeRelease goes: staged on every selected node, activated a few nodes at a time, halted when too many fail.",
+    status = "NodeRolloutStatus",
+    shortname = "nro",
+    category = "inplace",
+    printcolumn = r#"{"name":"Release","type":"string","jsonPath":".spec.release"}"#,
+    printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodes.total"}"#,
+    printcolumn = r#"{"name":"Succeeded","type":"integer","jsonPath":".status.nodes.succeeded"}"#,
+    printcolumn = r#"{"name":"Updating","type":"integer","jsonPath":".status.nodes.updating"}"#,
+    printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.nodes.failed"}"#,
+    printcolumn = r#"{"name":"Complete","type":"string","jsonPath":".status.conditions[?(@.type==\"Complete\")].status"}"#,
+    printcolumn = r#"{"name":"Halted","type":"string","jsonPath":".status.conditions[?(@.type==\"Halted\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Progressing\")].message"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRolloutSpec {
+    /// The NodeRelease to roll out.
+    #[schemars(length(min = 1, max = 253))]
+    pub release: String,
+
+    /// Which nodes. An empty selector selects every node.
+    #[serde(default)]
+    pub node_selector: LabelSelector,
+
+    /// How many nodes may be activating at once: a number, or a percentage of the selected
+    /// nodes rounded down (at least 1), as Kubernetes rounds `maxUnavailable`. Staging is
+    /// not limited.
+    #[serde(default = "default_max_unavailable")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')", "message": "maxUnavailable must be a positive integer or a percentage from 1% to 100%"},
+    ]))]
+    pub max_unavailable: IntOrString,
+
+    /// Halt the rollout when more nodes than this fail or roll back.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100000))]
+    pub max_failures: i32,
+
+    /// What happens to a node's workloads before it is activated.
+    #[serde(default)]
+    pub disruption: Disruption,
+
+    /// How long a drain may take before the node is reported as `DrainTimeout`.
+    #[serde(default = "default_drain_timeout")]
+    pub drain_timeout: Duration,
+
+    /// Stop activating more nodes. Staging goes on; nodes already activating finish.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+fn default_max_unavailable() -> IntOrString {
+    IntOrString::Int(1)
+}
+
+fn default_drain_timeout() -> Duration {
+    Duration::from_secs(600)
+}
+
+/// What happens to a node's workloads before activation.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Disruption {
+    /// Nothing: the swap restarts units but pods keep running.
+    #[default]
+    None,
+    /// Cordon the node during activation, uncordon after success.
+    Cordon,
+    /// Cordon and evict pods through the Eviction API (PodDisruptionBudgets respected).
+    Drain,
+}
+
+/// How the rollout is going.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRolloutStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The release's revision being rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+
+    /// Node counts by state.
+    #[serde(default)]
+    pub nodes: NodeCounts,
+
+    /// Nodes activating now (holding a slot).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub active_nodes: Vec<String>,
+
+    /// Nodes that failed or rolled back, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
+    pub failed_nodes: Vec<NodeFailure>,
+
+    /// `Progressing`, `Complete` and `Halted`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Node counts by state. Every selected node is in exactly one of the last five.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCounts {
+    /// Nodes the rollout selects.
+    pub total: i32,
+    /// Waiting for the release to be staged.
+    pub pending: i32,
+    /// Staged, waiting for an activation slot.
+    pub staged: i32,
+    /// Holding a slot: draining, activating or verifying.
+    pub updating: i32,
+    /// Running the release.
+    pub succeeded: i32,
+    /// Failed or rolled back.
+    pub failed: i32,
+}
+
+/// A node that failed, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFailure {
+    /// The node's name.
+    pub node: String,
+    /// The condition reason from the node's plan (or `DrainTimeout`).
+    pub reason: String,
+    /// The human message.
+    pub message: String,
+}

@@ -1,0 +1,584 @@
+//! Everything the CRD schema cannot express, checked the same way by the controller (for a
+//! release) and by the agent (for a plan, before any I/O).
+//!
+//! Every check reports *all* problems, each with the field path it concerns. Checks about
+//! where on a node something may land or come from (absolute paths, URL schemes, unit
+//! names) report `PolicyDenied`: no node policy could allow them. The node's own policy
+//! adds its rules on top, in the agent.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use url::Url;
+
+use crate::content::{Artifact, ArtifactType, UpdateContent};
+use crate::reason::Reason;
+
+/// One problem with one field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The field, as a path from the object root (`spec.artifacts[1].sha256`).
+    pub path: String,
+    /// `InvalidPlan` or `PolicyDenied` (for plans; releases map both to `InvalidRelease`).
+    pub reason: Reason,
+    /// What is wrong, in words.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// All problems found in one object. Never empty.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct Problems(pub Vec<FieldError>);
+
+impl Problems {
+    /// The reason for a condition that reports these problems: `InvalidPlan` wins over
+    /// `PolicyDenied`, because a malformed plan should be fixed before anything else.
+    pub fn reason(&self) -> Reason {
+        if self.0.iter().any(|p| p.reason == Reason::InvalidPlan) {
+            Reason::InvalidPlan
+        } else {
+            self.0.first().map_or(Reason::InvalidPlan, |p| p.reason)
+        }
+    }
+
+    /// Whether some problem concerns this exact field path.
+    pub fn has(&self, path: &str) -> bool {
+        self.0.iter().any(|p| p.path == path)
+    }
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{problem}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Collects problems while walking an object.
+#[derive(Default)]
+pub(crate) struct Collector(Vec<FieldError>);
+
+impl Collector {
+    pub(crate) fn invalid(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.push(path, Reason::InvalidPlan, message);
+    }
+
+    pub(crate) fn denied(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.push(path, Reason::PolicyDenied, message);
+    }
+
+    fn push(&mut self, path: impl Into<String>, reason: Reason, message: impl Into<String>) {
+        self.0.push(FieldError {
+            path: path.into(),
+            reason,
+            message: message.into(),
+        });
+    }
+
+    pub(crate) fn finish(self) -> Result<(), Problems> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(Problems(self.0))
+        }
+    }
+}
+
+/// Longest URL accepted anywhere.
+const MAX_URL_LEN: usize = 2048;
+/// Longest path accepted anywhere (Linux `PATH_MAX`).
+const MAX_PATH_LEN: usize = 4096;
+/// Longest unit name systemd accepts.
+const MAX_UNIT_LEN: usize = 255;
+
+/// Checks an artifact list, activation and health checks. `at` is the path of the object
+/// that holds them (`spec`).
+pub(crate) fn check_content(content: &UpdateContent, at: &str, out: &mut Collector) {
+    if let Some(version) = &content.kubernetes_version
+        && !is_kubernetes_version(version)
+    {
+        out.invalid(
+            format!("{at}.kubernetesVersion"),
+            format!("{version:?} is not a Kubernetes version like v1.31.2"),
+        );
+    }
+
+    if content.artifacts.is_empty() {
+        out.invalid(
+            format!("{at}.artifacts"),
+            "at least one artifact is required",
+        );
+    }
+    if content.artifacts.len() > 32 {
+        out.invalid(
+            format!("{at}.artifacts"),
+            "at most 32 artifacts are allowed",
+        );
+    }
+    let mut names = HashSet::new();
+    let mut targets = HashSet::new();
+    for (i, artifact) in content.artifacts.iter().enumerate() {
+        let path = format!("{at}.artifacts[{i}]");
+        if !names.insert(artifact.name.as_str()) {
+            out.invalid(
+                format!("{path}.name"),
+                format!("duplicate artifact name {:?}", artifact.name),
+            );
+        }
+        check_artifact(artifact, &path, &mut targets, out);
+    }
+
+    for (i, unit) in content.activation.restart_units.iter().enumerate() {
+        check_unit(unit, &format!("{at}.activation.restartUnits[{i}]"), out);
+    }
+
+    let checks = &content.health_checks;
+    for (i, unit) in checks.units.iter().enumerate() {
+        check_unit(unit, &format!("{at}.healthChecks.units[{i}]"), out);
+    }
+    for (i, check) in checks.http.iter().enumerate() {
+        let path = format!("{at}.healthChecks.http[{i}].url");
+        match parse_url(&check.url) {
+            Ok(url) if url.host_str().is_none() => out.invalid(path, "the URL has no host"),
+            Ok(url) => check_url_scheme_and_credentials(&url, &path, out),
+            Err(message) => out.invalid(path, message),
+        }
+    }
+    if checks.timeout.get().is_zero() {
+        out.invalid(format!("{at}.healthChecks.timeout"), "must be positive");
+    }
+    if checks.window.get() > checks.timeout.get() {
+        out.invalid(
+            format!("{at}.healthChecks.window"),
+            format!(
+                "window {} is longer than timeout {}: the checks could never pass in time",
+                checks.window, checks.timeout
+            ),
+        );
+    }
+    if checks.node_kubelet_version && content.kubernetes_version.is_none() {
+        out.invalid(
+            format!("{at}.healthChecks.nodeKubeletVersion"),
+            "needs kubernetesVersion to know which version to expect",
+        );
+    }
+}
+
+fn check_artifact(
+    artifact: &Artifact,
+    path: &str,
+    targets: &mut HashSet<String>,
+    out: &mut Collector,
+) {
+    if let Err(message) = check_artifact_name(&artifact.name) {
+        out.invalid(format!("{path}.name"), message);
+    }
+    if let Err(message) = check_sha256(&artifact.sha256) {
+        out.invalid(format!("{path}.sha256"), message);
+    }
+    if artifact.size == Some(0) {
+        out.invalid(format!("{path}.size"), "must be positive when given");
+    }
+    match parse_url(&artifact.url) {
+        Ok(url) => {
+            check_url_scheme_and_credentials(&url, &format!("{path}.url"), out);
+            if artifact.kind == ArtifactType::Sysext && url_file_name(&url).is_none() {
+                out.invalid(
+                    format!("{path}.url"),
+                    "the URL must end in a file name: the image is stored under it",
+                );
+            }
+        }
+        Err(message) => out.invalid(format!("{path}.url"), message),
+    }
+
+    let mut target = |field: String, value: &str, out: &mut Collector| {
+        if let Err(message) = check_node_path(value) {
+            out.denied(field, message);
+        } else if !targets.insert(value.to_owned()) {
+            out.invalid(
+                field,
+                format!("{value} is the target of another artifact too"),
+            );
+        }
+    };
+    match artifact.kind {
+        ArtifactType::Binary => match &artifact.path {
+            Some(p) => target(format!("{path}.path"), p, out),
+            None => out.invalid(format!("{path}.path"), "a Binary artifact needs path"),
+        },
+        ArtifactType::Archive => {
+            if artifact.members.is_empty() {
+                out.invalid(
+                    format!("{path}.members"),
+                    "an Archive artifact needs members",
+                );
+            }
+            let mut froms = HashSet::new();
+            for (j, member) in artifact.members.iter().enumerate() {
+                let member_path = format!("{path}.members[{j}]");
+                if let Err(message) = check_member_name(&member.from) {
+                    out.invalid(format!("{member_path}.from"), message);
+                } else if !froms.insert(member.from.as_str()) {
+                    out.invalid(
+                        format!("{member_path}.from"),
+                        format!("member {} is named twice", member.from),
+                    );
+                }
+                target(format!("{member_path}.to"), &member.to, out);
+            }
+        }
+        ArtifactType::Sysext => {}
+    }
+    if artifact.kind != ArtifactType::Binary && artifact.path.is_some() {
+        out.invalid(format!("{path}.path"), "path is only for Binary artifacts");
+    }
+    if artifact.kind != ArtifactType::Archive && !artifact.members.is_empty() {
+        out.invalid(
+            format!("{path}.members"),
+            "members are only for Archive artifacts",
+        );
+    }
+}
+
+/// An artifact name must be usable as a plain file name and as a sysext name.
+pub fn check_artifact_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > 63 {
+        return Err(format!("{} characters is longer than 63", name.len()));
+    }
+    if name == "." || name == ".." || name.contains('/') {
+        return Err(format!("{name:?} is not a plain file name"));
+    }
+    let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if !name.chars().all(valid_char) || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(format!(
+            "{name:?} may hold only letters, digits, '.', '_' and '-', starting with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// A sha256 must be 64 lowercase hex digits.
+pub fn check_sha256(digest: &str) -> Result<(), String> {
+    if digest.is_empty() {
+        return Err("is required".into());
+    }
+    if digest.len() != 64 {
+        return Err(format!(
+            "has {} characters; a sha256 has 64 hex digits",
+            digest.len()
+        ));
+    }
+    if digest.chars().any(|c| c.is_ascii_uppercase()) {
+        return Err("must be lowercase hex".into());
+    }
+    if !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err("must be hex digits only".into());
+    }
+    Ok(())
+}
+
+fn parse_url(text: &str) -> Result<Url, String> {
+    if text.len() > MAX_URL_LEN {
+        return Err(format!(
+            "{} characters is longer than {MAX_URL_LEN}",
+            text.len()
+        ));
+    }
+    Url::parse(text).map_err(|e| format!("{text:?} is not a URL: {e}"))
+}
+
+fn check_url_scheme_and_credentials(url: &Url, path: &str, out: &mut Collector) {
+    if !matches!(url.scheme(), "https" | "http") {
+        out.denied(
+            path,
+            format!("scheme {}:// is not allowed; use https", url.scheme()),
+        );
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        out.denied(path, "credentials in URLs are not allowed");
+    }
+}
+
+/// The last path segment of a URL, when it is a usable file name.
+pub fn url_file_name(url: &Url) -> Option<&str> {
+    let name = url.path_segments()?.next_back()?;
+    (check_artifact_name(name).is_ok()).then_some(name)
+}
+
+/// A target path on the node: absolute, normalized, no `..`, not the root.
+pub fn check_node_path(path: &str) -> Result<(), String> {
+    if path.len() > MAX_PATH_LEN {
+        return Err(format!(
+            "{} characters is longer than {MAX_PATH_LEN}",
+            path.len()
+        ));
+    }
+    if !path.starts_with('/') {
+        return Err(format!("{path:?} is not an absolute path"));
+    }
+    if path.ends_with('/') {
+        return Err(format!("{path:?} names a directory, not a file"));
+    }
+    if path.contains('\0') {
+        return Err("contains a NUL byte".into());
+    }
+    if path
+        .split('/')
+        .skip(1)
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        return Err(format!(
+            "{path:?} is not a normalized path (empty, . or .. components)"
+        ));
+    }
+    Ok(())
+}
+
+/// An archive member name: relative, normalized, no `..`.
+fn check_member_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_PATH_LEN {
+        return Err(format!(
+            "{} characters is longer than {MAX_PATH_LEN}",
+            name.len()
+        ));
+    }
+    if name.starts_with('/') {
+        return Err(format!("{name:?} must be relative to the archive root"));
+    }
+    let name = name.strip_prefix("./").unwrap_or(name);
+    if name
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        return Err(format!("{name:?} is not a normalized member path"));
+    }
+    Ok(())
+}
+
+/// A unit the agent may restart or watch: a plain `.service` name.
+fn check_unit(unit: &str, path: &str, out: &mut Collector) {
+    if let Err(message) = check_unit_name(unit) {
+        out.denied(path, message);
+    }
+}
+
+/// A unit name the agent may act on: `<name>.service`, systemd's unit-name characters, no `/`.
+pub fn check_unit_name(unit: &str) -> Result<(), String> {
+    if unit.len() > MAX_UNIT_LEN {
+        return Err(format!(
+            "{} characters is longer than {MAX_UNIT_LEN}",
+            unit.len()
+        ));
+    }
+    if unit.contains('/') {
+        return Err(format!("{unit:?} is a path, not a unit name"));
+    }
+    let Some(stem) = unit.strip_suffix(".service") else {
+        return Err(format!("{unit:?} is not a .service unit"));
+    };
+    let valid_char =
+        |c: char| c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '.' | '-' | '@' | '\\');
+    if stem.is_empty() || !stem.chars().all(valid_char) {
+        return Err(format!("{unit:?} is not a valid unit name"));
+    }
+    Ok(())
+}
+
+/// `v<major>.<minor>.<patch>` with an optional pre-release or build suffix.
+fn is_kubernetes_version(version: &str) -> bool {
+    let Some(rest) = version.strip_prefix('v') else {
+        return false;
+    };
+    let core = rest.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    version.len() <= 64
+        && parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// A Kubernetes object name (DNS subdomain: RFC 1123, at most 253 characters).
+pub fn check_object_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 253 {
+        return Err(format!("{name:?} must have 1 to 253 characters"));
+    }
+    let valid = name.split('.').all(|label| {
+        !label.is_empty()
+            && label
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    });
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid object name (RFC 1123 subdomain)"
+        ))
+    }
+}
+
+impl crate::NodeRelease {
+    /// Every problem with this release that the CRD schema cannot catch.
+    pub fn validate(&self) -> Result<(), Problems> {
+        let mut out = Collector::default();
+        if self.spec.version.trim().is_empty() {
+            out.invalid("spec.version", "must not be empty");
+        }
+        check_content(&self.spec.content, "spec", &mut out);
+        out.finish()
+    }
+}
+
+impl crate::NodeUpdatePlan {
+    /// Every problem with this plan that the CRD schema cannot catch. The agent runs this
+    /// before any I/O, then its node-local policy.
+    pub fn validate(&self) -> Result<(), Problems> {
+        let mut out = Collector::default();
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        if self.spec.node_name != name {
+            out.invalid(
+                "spec.nodeName",
+                format!(
+                    "{:?} differs from metadata.name {name:?}",
+                    self.spec.node_name
+                ),
+            );
+        }
+        check_content(&self.spec.content, "spec", &mut out);
+        if let Some(stated) = &self.spec.revision {
+            let computed = crate::revision_of(&self.spec.content);
+            if *stated != computed {
+                out.invalid(
+                    "spec.revision",
+                    format!(
+                        "{stated:?} does not match the content, whose revision is {computed:?}"
+                    ),
+                );
+            }
+        }
+        out.finish()
+    }
+}
+
+impl crate::NodeRollout {
+    /// Every problem with this rollout that the CRD schema cannot catch.
+    pub fn validate(&self) -> Result<(), Problems> {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let mut out = Collector::default();
+        if let Err(message) = check_object_name(&self.spec.release) {
+            out.invalid("spec.release", message);
+        }
+        match &self.spec.max_unavailable {
+            IntOrString::Int(n) if *n < 1 => {
+                out.invalid("spec.maxUnavailable", format!("{n} must be at least 1"))
+            }
+            IntOrString::String(s) if crate::rollout_slots::parse_percent(s).is_none() => out
+                .invalid(
+                    "spec.maxUnavailable",
+                    format!("{s:?} is not a number or a percentage from 1% to 100%"),
+                ),
+            _ => {}
+        }
+        if self.spec.max_failures < 0 {
+            out.invalid("spec.maxFailures", "must not be negative");
+        }
+        if self.spec.drain_timeout.get().is_zero() {
+            out.invalid("spec.drainTimeout", "must be positive");
+        }
+        check_label_selector(&self.spec.node_selector, "spec.nodeSelector", &mut out);
+        out.finish()
+    }
+}
+
+fn check_label_selector(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    at: &str,
+    out: &mut Collector,
+) {
+    for (key, value) in selector.match_labels.iter().flatten() {
+        if let Err(message) = check_label_key(key) {
+            out.invalid(format!("{at}.matchLabels[{key}]"), message);
+        }
+        if let Err(message) = check_label_value(value) {
+            out.invalid(format!("{at}.matchLabels[{key}]"), message);
+        }
+    }
+    for (i, requirement) in selector.match_expressions.iter().flatten().enumerate() {
+        let path = format!("{at}.matchExpressions[{i}]");
+        if let Err(message) = check_label_key(&requirement.key) {
+            out.invalid(format!("{path}.key"), message);
+        }
+        let values = requirement.values.as_deref().unwrap_or_default();
+        match requirement.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => out.invalid(
+                format!("{path}.values"),
+                "In and NotIn need at least one value",
+            ),
+            "Exists" | "DoesNotExist" if !values.is_empty() => out.invalid(
+                format!("{path}.values"),
+                "Exists and DoesNotExist take no values",
+            ),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => out.invalid(
+                format!("{path}.operator"),
+                format!("{other:?} is not one of In, NotIn, Exists, DoesNotExist"),
+            ),
+        }
+        for (j, value) in values.iter().enumerate() {
+            if let Err(message) = check_label_value(value) {
+                out.invalid(format!("{path}.values[{j}]"), message);
+            }
+        }
+    }
+}
+
+fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        check_object_name(prefix).map_err(|_| format!("{key:?} has an invalid prefix"))?;
+    }
+    if name.is_empty() || name.len() > 63 || !is_label_token(name) {
+        return Err(format!("{key:?} is not a valid label key"));
+    }
+    Ok(())
+}
+
+fn check_label_value(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Ok(());
+    }
+    if value.len() > 63 || !is_label_token(value) {
+        return Err(format!("{value:?} is not a valid label value"));
+    }
+    Ok(())
+}
+
+fn is_label_token(text: &str) -> bool {
+    text.chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text.ends_with(|c: char| c.is_ascii_alphanumeric())
+}

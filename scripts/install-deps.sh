@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh machine of this project's kind (Debian bookworm,
+# root, Rust toolchain with cargo-nextest). Idempotent and quick when everything is there.
+set -euo pipefail
+
+need_apt=()
+command -v kubectl >/dev/null || need_apt+=(kubernetes-client)
+if ((${#need_apt[@]})); then
+    echo "installing: ${need_apt[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
