@@ -5,6 +5,9 @@ set -euo pipefail
 
 need_apt=()
 command -v kubectl >/dev/null || need_apt+=(kubernetes-client)
+command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+command -v mksquashfs >/dev/null || need_apt+=(squashfs-tools)
 if ((${#need_apt[@]})); then
     echo "installing: ${need_apt[*]}"
     apt-get update -qq
