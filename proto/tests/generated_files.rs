@@ -1,0 +1,62 @@
+//! The committed CRDs and examples must match the code: generated files come from a
+//! command (`make crds`), and CI fails on drift.
+
+use std::path::{Path, PathBuf};
+
+use inplace_proto::strict::object_from_yaml;
+use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
+
+fn packaging() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes")
+}
+
+#[test]
+fn committed_crds_match_the_types() {
+    let dir = packaging().join("crds");
+    let mut expected_files: Vec<String> = Vec::new();
+    for (file_name, crd) in inplace_proto::crd::all() {
+        expected_files.push(file_name.to_owned());
+        let committed = std::fs::read_to_string(dir.join(file_name))
+            .unwrap_or_else(|e| panic!("{file_name} is missing ({e}); run `make crds`"));
+        assert!(
+            committed == inplace_proto::crd::to_yaml(&crd),
+            "packaging/kubernetes/crds/{file_name} differs from the types; run `make crds` and commit"
+        );
+    }
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    present.sort();
+    expected_files.sort();
+    assert_eq!(
+        present, expected_files,
+        "stale files in packaging/kubernetes/crds"
+    );
+}
+
+#[test]
+fn examples_parse_strictly_and_validate() {
+    let dir = packaging().join("examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kind = text
+            .lines()
+            .find_map(|l| l.strip_prefix("kind: "))
+            .unwrap_or_else(|| panic!("{} has no kind", path.display()));
+        let result = match kind.trim() {
+            "NodeRelease" => object_from_yaml::<NodeRelease>(&text).map(|o| o.validate()),
+            "NodeRollout" => object_from_yaml::<NodeRollout>(&text).map(|o| o.validate()),
+            "NodeUpdatePlan" => object_from_yaml::<NodeUpdatePlan>(&text).map(|o| o.validate()),
+            other => panic!("{}: unexpected kind {other}", path.display()),
+        };
+        match result {
+            Ok(Ok(())) => seen += 1,
+            Ok(Err(problems)) => panic!("{} is invalid: {problems}", path.display()),
+            Err(e) => panic!("{} does not parse: {e}", path.display()),
+        }
+    }
+    assert!(seen >= 3, "expected an example of each kind, found {seen}");
+}

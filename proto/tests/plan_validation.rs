@@ -1,0 +1,321 @@
+//! Every bad plan of `faults.md` § Plans gets the exact reason and field path, and a plan
+//! with several problems reports all of them.
+
+use inplace_proto::strict::{StrictError, object_from_yaml};
+use inplace_proto::{
+    ArchiveMember, Artifact, ArtifactType, Duration, HttpCheck, NodeUpdatePlan, Reason, revision_of,
+};
+
+const PLAN: &str = r#"
+apiVersion: inplace.dev/v1alpha1
+kind: NodeUpdatePlan
+metadata: {name: worker-1}
+spec:
+  nodeName: worker-1
+  desiredState: Active
+  kubernetesVersion: v1.31.2
+  artifacts:
+  - name: kubernetes
+    type: Sysext
+    url: https://extensions.example/kubernetes-v1.31.2-x86-64.raw
+    sha256: a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1
+    size: 1024
+  - name: kubectl
+    type: Binary
+    url: https://dl.example/kubectl
+    sha256: b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2
+    path: /opt/bin/kubectl
+  - name: node
+    type: Archive
+    url: https://dl.example/node.tar.gz
+    sha256: c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3
+    members: [{from: kubernetes/node/bin/kubeadm, to: /opt/bin/kubeadm}]
+  activation: {restartUnits: [kubelet.service]}
+  healthChecks:
+    units: [kubelet.service]
+    http: [{url: "http://127.0.0.1:10248/healthz"}]
+    nodeKubeletVersion: true
+    window: 10s
+    timeout: 1m
+"#;
+
+fn plan() -> NodeUpdatePlan {
+    object_from_yaml(PLAN).expect("the base plan parses")
+}
+
+/// Applies `change` to a valid plan and returns the single (reason, path) reported.
+fn only_problem(change: impl FnOnce(&mut NodeUpdatePlan)) -> (Reason, String) {
+    let mut plan = plan();
+    change(&mut plan);
+    let problems = plan
+        .validate()
+        .expect_err("the changed plan must be refused");
+    assert_eq!(problems.0.len(), 1, "expected one problem, got: {problems}");
+    let problem = &problems.0[0];
+    (problem.reason, problem.path.clone())
+}
+
+fn sysext(plan: &mut NodeUpdatePlan) -> &mut Artifact {
+    &mut plan.spec.content.artifacts[0]
+}
+
+#[test]
+fn the_base_plan_is_valid() {
+    plan().validate().unwrap();
+}
+
+#[test]
+fn sha256_must_be_64_lowercase_hex() {
+    let path = "spec.artifacts[0].sha256";
+    for bad in ["", "abc", &"A".repeat(64), &"g".repeat(64), &"1".repeat(65)] {
+        let bad = bad.to_owned();
+        assert_eq!(
+            only_problem(|p| sysext(p).sha256 = bad),
+            (Reason::InvalidPlan, path.into())
+        );
+    }
+}
+
+#[test]
+fn size_zero_is_invalid() {
+    assert_eq!(
+        only_problem(|p| sysext(p).size = Some(0)),
+        (Reason::InvalidPlan, "spec.artifacts[0].size".into())
+    );
+}
+
+#[test]
+fn negative_size_and_wrong_types_are_refused_while_parsing() {
+    for (from, to) in [
+        ("size: 1024", "size: -5"),
+        ("size: 1024", "size: \"1024\""),
+        ("desiredState: Active", "desiredState: Running"),
+        ("type: Sysext", "type: Tarball"),
+    ] {
+        let text = PLAN.replacen(from, to, 1);
+        let error = object_from_yaml::<NodeUpdatePlan>(&text).expect_err(to);
+        assert!(matches!(error, StrictError::Malformed(_)), "{to}: {error}");
+    }
+}
+
+#[test]
+fn unknown_fields_are_named() {
+    let text = PLAN.replacen("    size: 1024", "    size: 1024\n    checksum: md5", 1);
+    match object_from_yaml::<NodeUpdatePlan>(&text) {
+        Err(StrictError::UnknownFields(fields)) => {
+            assert_eq!(fields, ["spec.artifacts[0].checksum"]);
+        }
+        other => panic!("expected UnknownFields, got {other:?}"),
+    }
+}
+
+#[test]
+fn oversized_documents_and_strings_are_refused() {
+    let huge = format!("{PLAN}# {}\n", "x".repeat(4 * 1024 * 1024));
+    assert!(matches!(
+        object_from_yaml::<NodeUpdatePlan>(&huge),
+        Err(StrictError::TooLarge(_))
+    ));
+    assert_eq!(
+        only_problem(|p| sysext(p).url = format!("https://x.example/{}", "a".repeat(5000))),
+        (Reason::InvalidPlan, "spec.artifacts[0].url".into())
+    );
+    assert_eq!(
+        only_problem(
+            |p| p.spec.content.artifacts[1].path = Some(format!("/opt/{}", "b".repeat(5000)))
+        ),
+        (Reason::PolicyDenied, "spec.artifacts[1].path".into())
+    );
+}
+
+#[test]
+fn artifact_list_must_be_non_empty_with_unique_names() {
+    assert_eq!(
+        only_problem(|p| p.spec.content.artifacts.clear()),
+        (Reason::InvalidPlan, "spec.artifacts".into())
+    );
+    assert_eq!(
+        only_problem(|p| p.spec.content.artifacts[2].name = "kubectl".into()),
+        (Reason::InvalidPlan, "spec.artifacts[2].name".into())
+    );
+}
+
+#[test]
+fn sysext_names_must_be_plain_file_names() {
+    for bad in ["", "a/b", "..", ".", "../etc", "-x", "a b", &"n".repeat(64)] {
+        let bad = bad.to_owned();
+        assert_eq!(
+            only_problem(|p| sysext(p).name = bad),
+            (Reason::InvalidPlan, "spec.artifacts[0].name".into())
+        );
+    }
+}
+
+#[test]
+fn target_paths_must_be_absolute_and_normalized() {
+    for bad in [
+        "opt/bin/kubectl",
+        "/opt/bin/../../etc/shadow",
+        "/opt//bin/kubectl",
+        "/opt/bin/",
+        "/opt/./x",
+    ] {
+        let bad = bad.to_owned();
+        assert_eq!(
+            only_problem(|p| p.spec.content.artifacts[1].path = Some(bad)),
+            (Reason::PolicyDenied, "spec.artifacts[1].path".into())
+        );
+    }
+    assert_eq!(
+        only_problem(|p| p.spec.content.artifacts[2].members[0].to = "../kubeadm".into()),
+        (
+            Reason::PolicyDenied,
+            "spec.artifacts[2].members[0].to".into()
+        )
+    );
+}
+
+#[test]
+fn type_specific_fields_are_checked() {
+    assert_eq!(
+        only_problem(|p| p.spec.content.artifacts[1].path = None),
+        (Reason::InvalidPlan, "spec.artifacts[1].path".into())
+    );
+    assert_eq!(
+        only_problem(|p| sysext(p).path = Some("/opt/bin/x".into())),
+        (Reason::InvalidPlan, "spec.artifacts[0].path".into())
+    );
+    assert_eq!(
+        only_problem(|p| p.spec.content.artifacts[2].members.clear()),
+        (Reason::InvalidPlan, "spec.artifacts[2].members".into())
+    );
+    assert_eq!(
+        only_problem(|p| p.spec.content.artifacts[2].members[0].from = "../../x".into()),
+        (
+            Reason::InvalidPlan,
+            "spec.artifacts[2].members[0].from".into()
+        )
+    );
+    assert_eq!(
+        only_problem(|p| {
+            p.spec.content.artifacts[1].kind = ArtifactType::Archive;
+            p.spec.content.artifacts[1].path = None;
+            p.spec.content.artifacts[1].members = vec![ArchiveMember {
+                from: "a".into(),
+                to: "/opt/bin/kubeadm".into(),
+            }];
+        }),
+        (
+            Reason::InvalidPlan,
+            "spec.artifacts[2].members[0].to".into()
+        )
+    );
+}
+
+#[test]
+fn urls_must_be_http_without_credentials() {
+    let path = "spec.artifacts[0].url";
+    for bad in [
+        "file:///etc/shadow",
+        "ftp://x.example/k.raw",
+        "https://user:pw@x.example/k.raw",
+    ] {
+        let bad = bad.to_owned();
+        assert_eq!(
+            only_problem(|p| sysext(p).url = bad),
+            (Reason::PolicyDenied, path.into())
+        );
+    }
+    assert_eq!(
+        only_problem(|p| sysext(p).url = "not a url".into()),
+        (Reason::InvalidPlan, path.into())
+    );
+    assert_eq!(
+        only_problem(|p| sysext(p).url = "https://x.example/".into()),
+        (Reason::InvalidPlan, path.into())
+    );
+}
+
+#[test]
+fn units_must_be_plain_service_names() {
+    for bad in [
+        "kubelet",
+        "kubelet.socket",
+        "../kubelet.service",
+        "/etc/systemd/system/kubelet.service",
+        ".service",
+    ] {
+        let bad = bad.to_owned();
+        assert_eq!(
+            only_problem(|p| p.spec.content.activation.restart_units[0] = bad),
+            (
+                Reason::PolicyDenied,
+                "spec.activation.restartUnits[0]".into()
+            )
+        );
+    }
+    assert_eq!(
+        only_problem(|p| p.spec.content.health_checks.units[0] = "sshd".into()),
+        (Reason::PolicyDenied, "spec.healthChecks.units[0]".into())
+    );
+}
+
+#[test]
+fn health_window_and_timeout_are_consistent() {
+    assert_eq!(
+        only_problem(|p| p.spec.content.health_checks.window = Duration::parse("2m").unwrap()),
+        (Reason::InvalidPlan, "spec.healthChecks.window".into())
+    );
+    let problems = {
+        let mut p = plan();
+        p.spec.content.health_checks.timeout = Duration::parse("0s").unwrap();
+        p.validate().unwrap_err()
+    };
+    assert!(problems.has("spec.healthChecks.timeout"), "{problems}");
+    assert_eq!(
+        only_problem(|p| p.spec.content.kubernetes_version = None),
+        (
+            Reason::InvalidPlan,
+            "spec.healthChecks.nodeKubeletVersion".into()
+        )
+    );
+    assert_eq!(
+        only_problem(|p| p.spec.content.health_checks.http = vec![HttpCheck {
+            url: "gopher://h/".into()
+        }]),
+        (Reason::PolicyDenied, "spec.healthChecks.http[0].url".into())
+    );
+}
+
+#[test]
+fn node_name_must_match_the_object_name() {
+    assert_eq!(
+        only_problem(|p| p.spec.node_name = "worker-2".into()),
+        (Reason::InvalidPlan, "spec.nodeName".into())
+    );
+}
+
+#[test]
+fn a_stated_revision_must_match_the_content() {
+    let mut good = plan();
+    good.spec.revision = Some(revision_of(&good.spec.content));
+    good.validate().unwrap();
+    assert_eq!(
+        only_problem(|p| p.spec.revision = Some("0123456789ab".into())),
+        (Reason::InvalidPlan, "spec.revision".into())
+    );
+}
+
+#[test]
+fn every_problem_is_reported_and_invalid_wins_over_denied() {
+    let mut p = plan();
+    p.spec.content.artifacts[0].sha256 = "nope".into();
+    p.spec.content.artifacts[0].url = "file:///x".into();
+    p.spec.content.activation.restart_units[0] = "kubelet".into();
+    let problems = p.validate().unwrap_err();
+    assert_eq!(problems.0.len(), 3, "{problems}");
+    assert_eq!(problems.reason(), Reason::InvalidPlan);
+    let text = problems.to_string();
+    assert!(text.contains("spec.artifacts[0].sha256"), "{text}");
+    assert!(text.contains("spec.activation.restartUnits[0]"), "{text}");
+}

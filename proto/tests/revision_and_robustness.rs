@@ -1,0 +1,114 @@
+//! The revision hash is a function of the content, not of how it was written; and no input
+//! makes parsing or validation panic.
+
+use inplace_proto::strict::object_from_yaml;
+use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, revision_of};
+use proptest::prelude::*;
+
+const RELEASE_A: &str = r#"
+apiVersion: inplace.dev/v1alpha1
+kind: NodeRelease
+metadata: {name: r}
+spec:
+  version: v1
+  artifacts:
+  - {name: kubernetes, type: Sysext, url: "https://x.example/k.raw", sha256: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}
+  healthChecks: {window: 10s, timeout: 1m, units: [kubelet.service]}
+"#;
+
+// The same content with every map written in another order, and another version label.
+const RELEASE_B: &str = r#"
+kind: NodeRelease
+apiVersion: inplace.dev/v1alpha1
+metadata: {name: other-name}
+spec:
+  healthChecks: {units: [kubelet.service], timeout: 1m, window: 10s}
+  artifacts:
+  - {sha256: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", url: "https://x.example/k.raw", type: Sysext, name: kubernetes}
+  version: v1-relabelled
+"#;
+
+#[test]
+fn revision_ignores_field_order_names_and_labels() {
+    let a: NodeRelease = object_from_yaml(RELEASE_A).unwrap();
+    let b: NodeRelease = object_from_yaml(RELEASE_B).unwrap();
+    assert_eq!(revision_of(&a.spec.content), revision_of(&b.spec.content));
+    assert_eq!(revision_of(&a.spec.content).len(), 12);
+}
+
+#[test]
+fn revision_changes_with_the_content() {
+    let a: NodeRelease = object_from_yaml(RELEASE_A).unwrap();
+    let mut changed = a.clone();
+    changed.spec.content.artifacts[0].sha256 = "b".repeat(64);
+    assert_ne!(
+        revision_of(&a.spec.content),
+        revision_of(&changed.spec.content)
+    );
+    let mut changed = a.clone();
+    changed.spec.content.health_checks.window = "11s".parse().unwrap();
+    assert_ne!(
+        revision_of(&a.spec.content),
+        revision_of(&changed.spec.content)
+    );
+}
+
+#[test]
+fn releases_and_rollouts_validate() {
+    let release: NodeRelease = object_from_yaml(RELEASE_A).unwrap();
+    release.validate().unwrap();
+
+    let rollout = |extra: &str| {
+        object_from_yaml::<NodeRollout>(&format!(
+            "apiVersion: inplace.dev/v1alpha1\nkind: NodeRollout\nmetadata: {{name: r}}\nspec:\n  release: kubernetes-v1\n{extra}"
+        ))
+        .unwrap()
+    };
+    rollout("").validate().unwrap();
+    rollout("  maxUnavailable: 25%\n").validate().unwrap();
+    let problems = rollout("  maxUnavailable: 0\n").validate().unwrap_err();
+    assert!(problems.has("spec.maxUnavailable"), "{problems}");
+    let problems = rollout("  maxUnavailable: 150%\n").validate().unwrap_err();
+    assert!(problems.has("spec.maxUnavailable"), "{problems}");
+    let problems = rollout("  maxFailures: -1\n").validate().unwrap_err();
+    assert!(problems.has("spec.maxFailures"), "{problems}");
+    let problems =
+        rollout("  nodeSelector: {matchExpressions: [{key: role, operator: Near, values: [a]}]}\n")
+            .validate()
+            .unwrap_err();
+    assert!(
+        problems.has("spec.nodeSelector.matchExpressions[0].operator"),
+        "{problems}"
+    );
+    let mut bad_release = rollout("");
+    bad_release.spec.release = "Not_A_Name".into();
+    assert!(bad_release.validate().unwrap_err().has("spec.release"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,400}") {
+        let _ = object_from_yaml::<NodeUpdatePlan>(&text);
+        let _ = object_from_yaml::<NodeRelease>(&text);
+    }
+
+    #[test]
+    fn arbitrary_field_values_never_panic(
+        name in "\\PC{0,80}",
+        url in "\\PC{0,120}",
+        sha in "[0-9a-fA-Fg]{0,70}",
+        path in "\\PC{0,80}",
+        unit in "\\PC{0,40}",
+        window in "[0-9]{1,3}(ms|s|m|h)",
+    ) {
+        let text = format!(
+            "apiVersion: inplace.dev/v1alpha1\nkind: NodeUpdatePlan\nmetadata: {{name: n}}\nspec:\n  nodeName: n\n  artifacts:\n  - {{name: {name:?}, type: Binary, url: {url:?}, sha256: {sha:?}, path: {path:?}}}\n  activation: {{restartUnits: [{unit:?}]}}\n  healthChecks: {{window: {window}, timeout: 5m}}\n"
+        );
+        if let Ok(plan) = object_from_yaml::<NodeUpdatePlan>(&text) {
+            let _ = plan.validate();
+            let _ = revision_of(&plan.spec.content);
+        }
+    }
+}
