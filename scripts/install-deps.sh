@@ -14,3 +14,4 @@ if ((${#need_apt[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
+command -v cargo-deny >/dev/null || cargo install cargo-deny --locked

@@ -150,3 +150,13 @@ mod tests {
         assert_eq!(Reason::parse("NoSuchReason"), None);
     }
 }
+
+/// The reasons as a Markdown table, kept in `docs/usage/troubleshooting.md` between the
+/// markers `<!-- reasons:begin -->` and `<!-- reasons:end -->` (a test checks it).
+pub fn markdown_table() -> String {
+    let mut table = String::from("| reason | meaning |\n|---|---|\n");
+    for reason in Reason::ALL {
+        table.push_str(&format!("| `{}` | {} |\n", reason.as_str(), reason.description()));
+    }
+    table
+}
