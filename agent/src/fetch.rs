@@ -1,0 +1,559 @@
+//! Downloads: one streaming pass through sha256 into a temporary file in the target
+//! directory (so the final rename stays on one file system), size enforced while
+//! streaming, Range resume only when the server proves it is the same object, bounded
+//! retries with backoff and jitter, `Retry-After` honoured, redirects checked against the
+//! node policy.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use inplace_proto::{Artifact, Reason};
+use reqwest::StatusCode;
+use reqwest::header::{self, HeaderMap};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use crate::settings::{DownloadSettings, Policy};
+
+/// Why a download failed. Each kind maps to a condition reason.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The server answered with a status that will not change on retry (404, 401, 403,
+    /// other 4xx), or retryable statuses until the attempts ran out.
+    #[error("artifact {artifact}: {url} answered HTTP {status}")]
+    Http {
+        /// The artifact.
+        artifact: String,
+        /// The URL.
+        url: String,
+        /// The last status code.
+        status: u16,
+    },
+    /// Connection, TLS or timeout problems until the attempts ran out.
+    #[error("artifact {artifact}: {detail}")]
+    Transport {
+        /// The artifact.
+        artifact: String,
+        /// What happened on the last attempt.
+        detail: String,
+    },
+    /// A redirect went somewhere the node policy forbids.
+    #[error("artifact {artifact}: redirect refused: {detail}")]
+    RedirectRefused {
+        /// The artifact.
+        artifact: String,
+        /// Where to and why.
+        detail: String,
+    },
+    /// The bytes do not hash to the plan's sha256 (on every attempt).
+    #[error("artifact {artifact}: sha256 is {actual}, the plan says {expected}")]
+    HashMismatch {
+        /// The artifact.
+        artifact: String,
+        /// From the plan.
+        expected: String,
+        /// What arrived.
+        actual: String,
+    },
+    /// More or fewer bytes than declared or allowed.
+    #[error("artifact {artifact}: {detail}")]
+    SizeMismatch {
+        /// The artifact.
+        artifact: String,
+        /// What the server sent versus the limit.
+        detail: String,
+    },
+    /// No space left on the target file system; the temporary file was removed.
+    #[error("artifact {artifact}: no space left in {dir}")]
+    DiskFull {
+        /// The artifact.
+        artifact: String,
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// Another local I/O error.
+    #[error("artifact {artifact}: {detail}")]
+    Io {
+        /// The artifact.
+        artifact: String,
+        /// The cause.
+        detail: String,
+    },
+}
+
+impl FetchError {
+    /// The condition reason for this error.
+    pub fn reason(&self) -> Reason {
+        match self {
+            FetchError::Http { .. } | FetchError::Transport { .. } | FetchError::Io { .. } => {
+                Reason::DownloadFailed
+            }
+            FetchError::RedirectRefused { .. } => Reason::PolicyDenied,
+            FetchError::HashMismatch { .. } => Reason::HashMismatch,
+            FetchError::SizeMismatch { .. } => Reason::SizeMismatch,
+            FetchError::DiskFull { .. } => Reason::DiskFull,
+        }
+    }
+}
+
+/// Reports bytes done so far (called from the download loop; keep it cheap).
+pub type Progress<'a> = &'a (dyn Fn(u64) + Send + Sync);
+
+/// Downloads one artifact into a verified temporary file.
+#[async_trait]
+pub trait Fetcher: Send + Sync {
+    /// Downloads `artifact` into a new temporary file in `dir` and returns its path: the
+    /// file is complete, flushed and matches the plan's sha256 (and size, when given). On
+    /// error no temporary file is left behind.
+    async fn fetch(
+        &self,
+        artifact: &Artifact,
+        dir: &Path,
+        progress: Progress<'_>,
+    ) -> Result<PathBuf, FetchError>;
+}
+
+/// The real fetcher, over reqwest.
+pub struct HttpFetcher {
+    client: reqwest::Client,
+    settings: DownloadSettings,
+    max_size: u64,
+}
+
+impl HttpFetcher {
+    /// A fetcher that follows redirects only within `policy`.
+    pub fn new(settings: &DownloadSettings, policy: &Policy) -> Result<Self, reqwest::Error> {
+        let redirect_policy = policy.clone();
+        let redirect = reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= 5 {
+                return attempt.error("more than 5 redirects");
+            }
+            match crate::policy::url_problem(attempt.url().as_str(), &redirect_policy) {
+                Some(problem) => attempt.error(problem),
+                None => attempt.follow(),
+            }
+        });
+        let client = reqwest::Client::builder()
+            .redirect(redirect)
+            .connect_timeout(settings.connect_timeout)
+            .read_timeout(settings.stall_timeout)
+            .user_agent(concat!("inplace-agent/", env!("CARGO_PKG_VERSION")))
+            .no_proxy()
+            .build()?;
+        Ok(HttpFetcher {
+            client,
+            settings: settings.clone(),
+            max_size: policy.max_artifact_size,
+        })
+    }
+}
+
+/// What one attempt ended with.
+enum Attempt {
+    Done,
+    /// Try again after at least this long (from `Retry-After`), keeping resumable bytes.
+    Retry {
+        error: FetchError,
+        after: Option<Duration>,
+    },
+    Fail(FetchError),
+}
+
+/// The partial download carried between attempts.
+struct Partial {
+    path: PathBuf,
+    file: tokio::fs::File,
+    hasher: Sha256,
+    done: u64,
+    /// ETag or Last-Modified of the object the bytes came from.
+    validator: Option<String>,
+}
+
+impl Partial {
+    async fn reset(&mut self) -> std::io::Result<()> {
+        self.file.set_len(0).await?;
+        use tokio::io::AsyncSeekExt;
+        self.file.seek(std::io::SeekFrom::Start(0)).await?;
+        self.hasher = Sha256::new();
+        self.done = 0;
+        self.validator = None;
+        Ok(())
+    }
+}
+
+fn is_disk_full(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(nix::libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull
+}
+
+/// The delay before attempt `n + 1`: exponential, capped, with jitter (50–100 %).
+pub fn backoff(settings: &DownloadSettings, n: u32) -> Duration {
+    let base = settings
+        .initial_backoff
+        .saturating_mul(1u32 << n.min(16))
+        .min(settings.max_backoff);
+    let factor = 0.5 + rand::random::<f64>() * 0.5;
+    base.mul_f64(factor)
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let text = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = chrono::DateTime::parse_from_rfc2822(text).ok()?;
+    let delta = when.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    delta.to_std().ok()
+}
+
+fn validator(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::ETAG)
+        .or_else(|| headers.get(header::LAST_MODIFIED))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Parses `bytes <start>-<end>/<total>`; returns start and total (when known).
+fn content_range(headers: &HeaderMap) -> Option<(u64, Option<u64>)> {
+    let text = headers.get(header::CONTENT_RANGE)?.to_str().ok()?;
+    let rest = text.strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (start, _end) = range.split_once('-')?;
+    Some((start.parse().ok()?, total.parse().ok()))
+}
+
+impl HttpFetcher {
+    async fn attempt(
+        &self,
+        artifact: &Artifact,
+        partial: &mut Partial,
+        limit: u64,
+        progress: Progress<'_>,
+    ) -> Attempt {
+        let name = &artifact.name;
+        let transport = |detail: String| FetchError::Transport {
+            artifact: name.clone(),
+            detail,
+        };
+        let io = |e: std::io::Error| {
+            if is_disk_full(&e) {
+                FetchError::DiskFull {
+                    artifact: name.clone(),
+                    // The caller fills in the directory.
+                    dir: PathBuf::new(),
+                }
+            } else {
+                FetchError::Io {
+                    artifact: name.clone(),
+                    detail: e.to_string(),
+                }
+            }
+        };
+        let mut request = self.client.get(&artifact.url);
+        let resuming = partial.done > 0 && partial.validator.is_some();
+        if resuming && let Some(v) = &partial.validator {
+            request = request
+                .header(header::RANGE, format!("bytes={}-", partial.done))
+                .header(header::IF_RANGE, v.as_str());
+        }
+        let response = match tokio::time::timeout(self.settings.stall_timeout, request.send()).await
+        {
+            Err(_) => {
+                return Attempt::Retry {
+                    error: transport(format!(
+                        "no response from {} within {:?}",
+                        artifact.url, self.settings.stall_timeout
+                    )),
+                    after: None,
+                };
+            }
+            Ok(Err(e)) if e.is_redirect() => {
+                return Attempt::Fail(FetchError::RedirectRefused {
+                    artifact: name.clone(),
+                    detail: error_chain(&e),
+                });
+            }
+            Ok(Err(e)) => {
+                return Attempt::Retry {
+                    error: transport(error_chain(&e)),
+                    after: None,
+                };
+            }
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        let headers = response.headers().clone();
+        let http_error = || FetchError::Http {
+            artifact: name.clone(),
+            url: artifact.url.clone(),
+            status: status.as_u16(),
+        };
+        match status {
+            StatusCode::PARTIAL_CONTENT if resuming => {
+                let same_object =
+                    validator(&headers).is_none_or(|v| Some(&v) == partial.validator.as_ref());
+                let starts_right = content_range(&headers).is_some_and(|(start, total)| {
+                    start == partial.done
+                        && total.is_none_or(|t| artifact.size.is_none_or(|s| s == t))
+                });
+                if !(same_object && starts_right) {
+                    // Never stitch two objects: start again from zero.
+                    if let Err(e) = partial.reset().await {
+                        return Attempt::Fail(io(e));
+                    }
+                    return Attempt::Retry {
+                        error: transport(
+                            "the server's partial answer did not match; restarting".into(),
+                        ),
+                        after: Some(Duration::ZERO),
+                    };
+                }
+            }
+            StatusCode::OK => {
+                if partial.done > 0 {
+                    // Range ignored, or the object changed (If-Range): restart from zero.
+                    if let Err(e) = partial.reset().await {
+                        return Attempt::Fail(io(e));
+                    }
+                }
+                partial.validator = validator(&headers);
+                if let Some(length) = response.content_length() {
+                    if let Some(size) = artifact.size
+                        && length != size
+                    {
+                        return Attempt::Fail(FetchError::SizeMismatch {
+                            artifact: name.clone(),
+                            detail: format!(
+                                "the server announces {length} bytes, the plan says {size}"
+                            ),
+                        });
+                    }
+                    if length > limit {
+                        return Attempt::Fail(FetchError::SizeMismatch {
+                            artifact: name.clone(),
+                            detail: format!(
+                                "the server announces {length} bytes, more than the limit of {limit}"
+                            ),
+                        });
+                    }
+                }
+            }
+            StatusCode::RANGE_NOT_SATISFIABLE => {
+                if let Err(e) = partial.reset().await {
+                    return Attempt::Fail(io(e));
+                }
+                return Attempt::Retry {
+                    error: http_error(),
+                    after: Some(Duration::ZERO),
+                };
+            }
+            s if s == StatusCode::REQUEST_TIMEOUT
+                || s == StatusCode::TOO_MANY_REQUESTS
+                || s.is_server_error() =>
+            {
+                return Attempt::Retry {
+                    error: http_error(),
+                    after: retry_after(&headers),
+                };
+            }
+            _ => return Attempt::Fail(http_error()),
+        }
+
+        let mut body = response.bytes_stream();
+        loop {
+            let chunk = match tokio::time::timeout(self.settings.stall_timeout, body.next()).await {
+                Err(_) => {
+                    return Attempt::Retry {
+                        error: transport(format!(
+                            "stalled: no bytes for {:?} after {} bytes",
+                            self.settings.stall_timeout, partial.done
+                        )),
+                        after: None,
+                    };
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Attempt::Retry {
+                        error: transport(format!(
+                            "transfer broke after {} bytes: {}",
+                            partial.done,
+                            error_chain(&e)
+                        )),
+                        after: None,
+                    };
+                }
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            let len = chunk.len() as u64;
+            if partial.done + len > limit {
+                return Attempt::Fail(FetchError::SizeMismatch {
+                    artifact: name.clone(),
+                    detail: format!(
+                        "the server sent more than {limit} bytes{}",
+                        if artifact.size.is_some() {
+                            " (the declared size)"
+                        } else {
+                            " (the node's limit)"
+                        }
+                    ),
+                });
+            }
+            if let Err(e) = partial.file.write_all(&chunk).await {
+                return Attempt::Fail(io(e));
+            }
+            partial.hasher.update(&chunk);
+            partial.done += len;
+            progress(partial.done);
+        }
+        if let Err(e) = partial.file.flush().await {
+            return Attempt::Fail(io(e));
+        }
+        if let Some(size) = artifact.size
+            && partial.done != size
+        {
+            return Attempt::Retry {
+                error: FetchError::SizeMismatch {
+                    artifact: name.clone(),
+                    detail: format!("the body ended after {} of {size} bytes", partial.done),
+                },
+                after: None,
+            };
+        }
+        Attempt::Done
+    }
+}
+
+/// The error and its causes on one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[async_trait]
+impl Fetcher for HttpFetcher {
+    async fn fetch(
+        &self,
+        artifact: &Artifact,
+        dir: &Path,
+        progress: Progress<'_>,
+    ) -> Result<PathBuf, FetchError> {
+        let name = artifact.name.clone();
+        let limit = artifact.size.unwrap_or(self.max_size).min(self.max_size);
+        let io = |e: std::io::Error| {
+            if is_disk_full(&e) {
+                FetchError::DiskFull {
+                    artifact: name.clone(),
+                    dir: dir.to_path_buf(),
+                }
+            } else {
+                FetchError::Io {
+                    artifact: name.clone(),
+                    detail: format!("{}: {e}", dir.display()),
+                }
+            }
+        };
+        tokio::fs::create_dir_all(dir).await.map_err(io)?;
+        let path = dir.join(format!(
+            ".{}.{:016x}.partial",
+            artifact.name,
+            rand::random::<u64>()
+        ));
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+            .map_err(io)?;
+        let mut partial = Partial {
+            path,
+            file,
+            hasher: Sha256::new(),
+            done: 0,
+            validator: None,
+        };
+        let result = self
+            .fetch_into(artifact, &mut partial, limit, progress)
+            .await;
+        match result {
+            Ok(()) => Ok(partial.path),
+            Err(mut e) => {
+                drop(partial.file);
+                if let Err(remove) = tokio::fs::remove_file(&partial.path).await
+                    && remove.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(path = %partial.path.display(), error = %remove, "cannot remove temporary file");
+                }
+                if let FetchError::DiskFull { dir: d, .. } = &mut e {
+                    *d = dir.to_path_buf();
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl HttpFetcher {
+    async fn fetch_into(
+        &self,
+        artifact: &Artifact,
+        partial: &mut Partial,
+        limit: u64,
+        progress: Progress<'_>,
+    ) -> Result<(), FetchError> {
+        let mut last_error = None;
+        for n in 0..self.settings.attempts {
+            match self.attempt(artifact, partial, limit, progress).await {
+                Attempt::Done => {
+                    let actual = hex::encode(partial.hasher.clone().finalize());
+                    if actual == artifact.sha256 {
+                        partial.file.sync_all().await.map_err(|e| FetchError::Io {
+                            artifact: artifact.name.clone(),
+                            detail: e.to_string(),
+                        })?;
+                        return Ok(());
+                    }
+                    tracing::warn!(artifact = %artifact.name, %actual, "sha256 mismatch; downloading again");
+                    last_error = Some(FetchError::HashMismatch {
+                        artifact: artifact.name.clone(),
+                        expected: artifact.sha256.clone(),
+                        actual,
+                    });
+                    partial.reset().await.map_err(|e| FetchError::Io {
+                        artifact: artifact.name.clone(),
+                        detail: e.to_string(),
+                    })?;
+                    if n + 1 < self.settings.attempts {
+                        tokio::time::sleep(backoff(&self.settings, n)).await;
+                    }
+                }
+                Attempt::Fail(e) => return Err(e),
+                Attempt::Retry { error, after } => {
+                    tracing::info!(artifact = %artifact.name, attempt = n + 1, error = %error, "download attempt failed");
+                    last_error = Some(error);
+                    if n + 1 < self.settings.attempts {
+                        let delay = after
+                            .unwrap_or_else(|| backoff(&self.settings, n))
+                            .min(self.settings.max_backoff);
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| FetchError::Transport {
+            artifact: artifact.name.clone(),
+            detail: "no attempt was made".into(),
+        }))
+    }
+}

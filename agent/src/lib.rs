@@ -1,0 +1,16 @@
+//! The inplace node agent as a library: everything but argument parsing.
+//!
+//! One module per external system and per concern: [`settings`] (configuration),
+//! [`policy`] (node-local policy, pure), [`machine`] (the state machine, pure), [`journal`]
+//! (crash-safe local state), [`links`] (atomic swaps), [`store`] (where files live),
+//! [`fetch`] (downloads), [`archive`] (hardened tar extraction), [`systemd`] (D-Bus),
+//! [`health`] (checks), [`status`] (the plan's status), [`watch`] (the plan), [`notify`]
+//! (sd_notify), and [`update`], which coordinates them.
+
+pub mod archive;
+pub mod fetch;
+pub mod journal;
+pub mod links;
+pub mod machine;
+pub mod policy;
+pub mod settings;

@@ -1,0 +1,214 @@
+//! Atomic file-system updates: a new name is created beside the old one, flushed, renamed
+//! over it, and the directory flushed, so after a power loss the path holds the old or the
+//! new version, both complete. Blocking; call through `spawn_blocking`.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Flushes a directory, making renames and new names in it durable.
+pub fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn parent(path: &Path) -> io::Result<&Path> {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no directory"))
+}
+
+/// A sibling name for building the new version; dot-prefixed so globs skip it.
+fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    Ok(parent(path)?.join(format!(".{}.inplace-new", name.to_string_lossy())))
+}
+
+/// Points `link` at `target` atomically: symlink under a temporary name, rename over
+/// `link`, flush the directory. Creates the directory when missing.
+pub fn swap_symlink(link: &Path, target: &Path) -> io::Result<()> {
+    let dir = parent(link)?;
+    fs::create_dir_all(dir)?;
+    let temp = temp_sibling(link)?;
+    match fs::remove_file(&temp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    symlink(target, &temp)?;
+    fs::rename(&temp, link)?;
+    fsync_dir(dir)
+}
+
+/// Writes `bytes` to `path` atomically (temp + fsync + rename + fsync dir).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = parent(path)?;
+    fs::create_dir_all(dir)?;
+    let temp = temp_sibling(path)?;
+    let mut file = File::create(&temp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&temp, path)?;
+    fsync_dir(dir)
+}
+
+/// Removes `path` (a link or file) durably; absent is fine.
+pub fn remove_durably(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => fsync_dir(parent(path)?),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What a managed path held before the agent changed it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Prior {
+    /// Nothing was there.
+    Absent,
+    /// A symlink to this target.
+    Symlink {
+        /// The link's target, as read.
+        target: PathBuf,
+    },
+    /// A regular file, saved at `backup` (in the agent's state directory) before the swap.
+    File {
+        /// Where the agent kept a copy.
+        backup: PathBuf,
+    },
+}
+
+/// Reads what `path` is now. A regular file is copied to `backup_dir` (hard link when on
+/// the same file system) so it can be restored.
+pub fn capture_prior(path: &Path, backup_dir: &Path) -> io::Result<Prior> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Prior::Absent),
+        Err(e) => Err(e),
+        Ok(meta) if meta.file_type().is_symlink() => Ok(Prior::Symlink {
+            target: fs::read_link(path)?,
+        }),
+        Ok(meta) if meta.is_file() => {
+            fs::create_dir_all(backup_dir)?;
+            let flat = path
+                .to_string_lossy()
+                .trim_start_matches('/')
+                .replace('/', "_");
+            let backup = backup_dir.join(flat);
+            let _ = fs::remove_file(&backup);
+            if fs::hard_link(path, &backup).is_err() {
+                fs::copy(path, &backup)?;
+                File::open(&backup)?.sync_all()?;
+            }
+            fsync_dir(backup_dir)?;
+            Ok(Prior::File { backup })
+        }
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is neither a file nor a symlink", path.display()),
+        )),
+    }
+}
+
+/// Puts `path` back to what it was, atomically.
+pub fn restore_prior(path: &Path, prior: &Prior) -> io::Result<()> {
+    match prior {
+        Prior::Absent => remove_durably(path),
+        Prior::Symlink { target } => swap_symlink(path, target),
+        Prior::File { backup } => {
+            let temp = temp_sibling(path)?;
+            let _ = fs::remove_file(&temp);
+            if fs::hard_link(backup, &temp).is_err() {
+                fs::copy(backup, &temp)?;
+                File::open(&temp)?.sync_all()?;
+            }
+            fs::rename(&temp, path)?;
+            fsync_dir(parent(path)?)
+        }
+    }
+}
+
+/// Whether `link` is a symlink pointing exactly at `target`.
+pub fn points_at(link: &Path, target: &Path) -> bool {
+    fs::read_link(link).is_ok_and(|t| t == target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swap_replaces_link_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("ext/kubernetes.raw");
+        swap_symlink(&link, Path::new("/opt/a")).unwrap();
+        assert!(points_at(&link, Path::new("/opt/a")));
+        swap_symlink(&link, Path::new("/opt/b")).unwrap();
+        assert!(points_at(&link, Path::new("/opt/b")));
+        let names: Vec<_> = fs::read_dir(dir.path().join("ext"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec!["kubernetes.raw"]);
+    }
+
+    #[test]
+    fn stale_temp_from_a_crash_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("k.raw");
+        symlink("/garbage", dir.path().join(".k.raw.inplace-new")).unwrap();
+        swap_symlink(&link, Path::new("/opt/new")).unwrap();
+        assert!(points_at(&link, Path::new("/opt/new")));
+    }
+
+    #[test]
+    fn write_atomically_replaces_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.json");
+        write_atomically(&p, b"one").unwrap();
+        write_atomically(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn capture_and_restore_each_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let backups = dir.path().join("backup");
+        let bin = dir.path().join("bin");
+        fs::create_dir(&bin).unwrap();
+
+        let absent = bin.join("absent");
+        let prior = capture_prior(&absent, &backups).unwrap();
+        assert_eq!(prior, Prior::Absent);
+        swap_symlink(&absent, Path::new("/x")).unwrap();
+        restore_prior(&absent, &prior).unwrap();
+        assert!(fs::symlink_metadata(&absent).is_err());
+
+        let link = bin.join("link");
+        symlink("/old", &link).unwrap();
+        let prior = capture_prior(&link, &backups).unwrap();
+        swap_symlink(&link, Path::new("/new")).unwrap();
+        restore_prior(&link, &prior).unwrap();
+        assert!(points_at(&link, Path::new("/old")));
+
+        let file = bin.join("file");
+        fs::write(&file, b"original").unwrap();
+        let prior = capture_prior(&file, &backups).unwrap();
+        assert!(matches!(prior, Prior::File { .. }));
+        swap_symlink(&file, Path::new("/new")).unwrap();
+        restore_prior(&file, &prior).unwrap();
+        assert!(
+            !fs::symlink_metadata(&file)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(fs::read(&file).unwrap(), b"original");
+    }
+}

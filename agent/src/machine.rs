@@ -1,0 +1,338 @@
+//! The agent's state machine. [`decide`] is a pure function from the plan, the journal
+//! and the settings to the next [`Action`]; `update.rs` carries actions out. The phases and
+//! transitions are drawn in `docs/development/agent.md`.
+
+use inplace_proto::validate::Problems;
+use inplace_proto::{DesiredState, NodeUpdatePlan, Reason, UpdateContent};
+
+use crate::journal::{FailedRevision, Failure, Journal, Step};
+use crate::settings::Policy;
+
+/// What the agent needs to know about its plan, computed once per plan version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanView {
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The revision of the content (computed, never taken from the spec on trust).
+    pub revision: String,
+    /// How far to take it.
+    pub desired: DesiredState,
+    /// What to install.
+    pub content: UpdateContent,
+    /// API validation and node policy problems; `None` when the plan may be acted on.
+    pub problems: Option<Problems>,
+}
+
+impl PlanView {
+    /// Validates `plan` (API rules, then this node's policy) without any I/O.
+    pub fn new(plan: &NodeUpdatePlan, policy: &Policy) -> PlanView {
+        let mut problems = plan.validate().err().map(|p| p.0).unwrap_or_default();
+        if let Err(more) = crate::policy::check(&plan.spec.content, policy) {
+            problems.extend(more.0);
+        }
+        PlanView {
+            generation: plan.metadata.generation,
+            revision: inplace_proto::revision_of(&plan.spec.content),
+            desired: plan.spec.desired_state,
+            content: plan.spec.content.clone(),
+            problems: (!problems.is_empty()).then_some(Problems(problems)),
+        }
+    }
+}
+
+/// Why a rollback happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollbackCause {
+    /// The revision failed; it is denied afterwards.
+    Failed(Failure),
+    /// The plan moved on (changed or deleted) while a revision was half-activated; going
+    /// back to the committed revision is the safe end of the interrupted step.
+    Superseded,
+}
+
+/// The next thing to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// No plan and nothing in flight.
+    Idle,
+    /// A rollback failed earlier; report it and do nothing else.
+    StayDegraded(Failure),
+    /// The node already runs the plan's revision.
+    UpToDate,
+    /// The plan is invalid or outside policy; report, touch nothing.
+    Refuse(Problems),
+    /// The revision failed here before and is not retried.
+    Deny(FailedRevision),
+    /// Download, verify and store the plan's revision; then activate it when asked.
+    Stage {
+        /// Go on to activation after staging.
+        activate: bool,
+    },
+    /// A restart interrupted activation or verification of the plan's revision: redo
+    /// them (swaps are idempotent; the attempt counter bounds the loop).
+    ResumeActivation,
+    /// Restore what ran before the in-flight revision.
+    RollBack(RollbackCause),
+}
+
+/// The next action. Pure: the same inputs always give the same action.
+pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> Action {
+    if let Some(failure) = &journal.degraded {
+        return Action::StayDegraded(failure.clone());
+    }
+    if let Some(flight) = &journal.in_flight {
+        match flight.step {
+            Step::RollingBack => {
+                return Action::RollBack(match &flight.failure {
+                    Some(failure) => RollbackCause::Failed(failure.clone()),
+                    None => RollbackCause::Superseded,
+                });
+            }
+            Step::Activating | Step::Verifying => {
+                let still_wanted = plan.is_some_and(|p| {
+                    p.revision == flight.revision
+                        && p.problems.is_none()
+                        && p.desired == DesiredState::Active
+                });
+                if !still_wanted {
+                    return Action::RollBack(RollbackCause::Superseded);
+                }
+                let attempts = journal.attempts.get(&flight.revision).copied().unwrap_or(0);
+                if attempts >= max_attempts {
+                    return Action::RollBack(RollbackCause::Failed(Failure {
+                        reason: Reason::TooManyAttempts,
+                        message: format!(
+                            "activation of revision {} was interrupted {attempts} times; giving up",
+                            flight.revision
+                        ),
+                    }));
+                }
+                return Action::ResumeActivation;
+            }
+            Step::Staging | Step::Staged => {}
+        }
+    }
+    let Some(plan) = plan else {
+        return Action::Idle;
+    };
+    if let Some(problems) = &plan.problems {
+        return Action::Refuse(problems.clone());
+    }
+    if journal.current_revision() == Some(plan.revision.as_str()) {
+        return Action::UpToDate;
+    }
+    if let Some(failed) = journal.failure_of(&plan.revision) {
+        return Action::Deny(failed.clone());
+    }
+    Action::Stage {
+        activate: plan.desired == DesiredState::Active,
+    }
+}
+
+/// Whether a staging in flight is for something other than the plan's current revision
+/// (or the plan is gone): its temporary and unreferenced files should be removed.
+pub fn staging_is_stale(plan: Option<&PlanView>, journal: &Journal) -> bool {
+    match &journal.in_flight {
+        Some(flight) if matches!(flight.step, Step::Staging | Step::Staged) => {
+            !plan.is_some_and(|p| p.problems.is_none() && p.revision == flight.revision)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{InFlight, Installed};
+    use chrono::Utc;
+    use inplace_proto::validate::FieldError;
+
+    fn content(tag: &str) -> UpdateContent {
+        serde_json::from_value(serde_json::json!({
+            "artifacts": [{"name": "k", "type": "Sysext", "url": format!("https://x/{tag}.raw"),
+                           "sha256": "0".repeat(64)}]
+        }))
+        .unwrap()
+    }
+
+    fn plan(tag: &str, desired: DesiredState) -> PlanView {
+        let content = content(tag);
+        PlanView {
+            generation: Some(1),
+            revision: inplace_proto::revision_of(&content),
+            desired,
+            content,
+            problems: None,
+        }
+    }
+
+    fn flight(p: &PlanView, step: Step) -> InFlight {
+        InFlight {
+            revision: p.revision.clone(),
+            generation: p.generation,
+            content: p.content.clone(),
+            step,
+            links: vec![],
+            before: vec![],
+            failure: None,
+            started_at: Utc::now(),
+        }
+    }
+
+    fn committed(p: &PlanView) -> Journal {
+        Journal {
+            committed: Some(Installed {
+                revision: p.revision.clone(),
+                content: p.content.clone(),
+                links: vec![],
+                committed_at: Utc::now(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn failure(reason: Reason) -> Failure {
+        Failure {
+            reason,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn no_plan_is_idle() {
+        assert_eq!(decide(None, &Journal::default(), 3), Action::Idle);
+    }
+
+    #[test]
+    fn new_revision_is_staged_then_activated_when_asked() {
+        let j = Journal::default();
+        let staged = plan("a", DesiredState::Staged);
+        assert_eq!(
+            decide(Some(&staged), &j, 3),
+            Action::Stage { activate: false }
+        );
+        let active = plan("a", DesiredState::Active);
+        assert_eq!(
+            decide(Some(&active), &j, 3),
+            Action::Stage { activate: true }
+        );
+    }
+
+    #[test]
+    fn committed_revision_is_up_to_date() {
+        let p = plan("a", DesiredState::Active);
+        assert_eq!(decide(Some(&p), &committed(&p), 3), Action::UpToDate);
+    }
+
+    #[test]
+    fn invalid_plan_is_refused_before_anything_else() {
+        let mut p = plan("a", DesiredState::Active);
+        let problems = Problems(vec![FieldError {
+            path: "spec.artifacts[0].sha256".into(),
+            reason: Reason::InvalidPlan,
+            message: "bad".into(),
+        }]);
+        p.problems = Some(problems.clone());
+        assert_eq!(
+            decide(Some(&p), &Journal::default(), 3),
+            Action::Refuse(problems)
+        );
+    }
+
+    #[test]
+    fn failed_revision_is_denied_until_the_plan_changes() {
+        let p = plan("a", DesiredState::Active);
+        let mut j = Journal::default();
+        j.deny(&p.revision, failure(Reason::UnitFailed), Utc::now());
+        assert!(matches!(decide(Some(&p), &j, 3), Action::Deny(_)));
+        let other = plan("b", DesiredState::Active);
+        assert_eq!(
+            decide(Some(&other), &j, 3),
+            Action::Stage { activate: true }
+        );
+    }
+
+    #[test]
+    fn degraded_node_does_nothing() {
+        let p = plan("a", DesiredState::Active);
+        let j = Journal {
+            degraded: Some(failure(Reason::RollbackFailed)),
+            ..Default::default()
+        };
+        assert!(matches!(decide(Some(&p), &j, 3), Action::StayDegraded(_)));
+        assert!(matches!(decide(None, &j, 3), Action::StayDegraded(_)));
+    }
+
+    #[test]
+    fn crash_during_staging_restages() {
+        let p = plan("a", DesiredState::Active);
+        for step in [Step::Staging, Step::Staged] {
+            let j = Journal {
+                in_flight: Some(flight(&p, step)),
+                ..Default::default()
+            };
+            assert_eq!(decide(Some(&p), &j, 3), Action::Stage { activate: true });
+            assert!(!staging_is_stale(Some(&p), &j));
+            assert!(staging_is_stale(None, &j));
+            assert!(staging_is_stale(Some(&plan("b", DesiredState::Active)), &j));
+        }
+    }
+
+    #[test]
+    fn crash_during_activation_resumes_then_gives_up() {
+        let p = plan("a", DesiredState::Active);
+        for step in [Step::Activating, Step::Verifying] {
+            let mut j = Journal {
+                in_flight: Some(flight(&p, step)),
+                ..Default::default()
+            };
+            j.attempts.insert(p.revision.clone(), 1);
+            assert_eq!(decide(Some(&p), &j, 3), Action::ResumeActivation);
+            j.attempts.insert(p.revision.clone(), 3);
+            match decide(Some(&p), &j, 3) {
+                Action::RollBack(RollbackCause::Failed(f)) => {
+                    assert_eq!(f.reason, Reason::TooManyAttempts)
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plan_changed_or_deleted_mid_activation_rolls_back_first() {
+        let p = plan("a", DesiredState::Active);
+        let j = Journal {
+            in_flight: Some(flight(&p, Step::Activating)),
+            ..Default::default()
+        };
+        let superseded = Action::RollBack(RollbackCause::Superseded);
+        assert_eq!(decide(None, &j, 3), superseded);
+        assert_eq!(
+            decide(Some(&plan("b", DesiredState::Active)), &j, 3),
+            superseded
+        );
+        assert_eq!(
+            decide(Some(&plan("a", DesiredState::Staged)), &j, 3),
+            superseded
+        );
+        assert!(!staging_is_stale(None, &j));
+    }
+
+    #[test]
+    fn crash_during_rollback_finishes_it() {
+        let p = plan("a", DesiredState::Active);
+        let mut f = flight(&p, Step::RollingBack);
+        f.failure = Some(failure(Reason::HealthCheckFailed));
+        let j = Journal {
+            in_flight: Some(f),
+            ..Default::default()
+        };
+        // Whatever the plan says now.
+        for view in [None, Some(&p)] {
+            assert_eq!(
+                decide(view, &j, 3),
+                Action::RollBack(RollbackCause::Failed(failure(Reason::HealthCheckFailed)))
+            );
+        }
+    }
+}

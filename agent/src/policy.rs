@@ -1,0 +1,339 @@
+//! The node-local policy applied to a plan: pure, before any I/O. Every problem is reported
+//! with reason `PolicyDenied` and the field path, like the API's own validation.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use inplace_proto::validate::{FieldError, Problems};
+use inplace_proto::{ArtifactType, Reason, UpdateContent};
+
+use crate::settings::Policy;
+
+/// Checks `content` (at `spec`) against `policy`; all problems at once.
+pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
+    let mut problems = Vec::new();
+    let mut deny = |path: String, message: String| {
+        problems.push(FieldError {
+            path,
+            reason: Reason::PolicyDenied,
+            message,
+        });
+    };
+
+    for (i, artifact) in content.artifacts.iter().enumerate() {
+        let at = format!("spec.artifacts[{i}]");
+        if let Some(message) = url_problem(&artifact.url, policy) {
+            deny(format!("{at}.url"), message);
+        }
+        if let Some(size) = artifact.size
+            && size > policy.max_artifact_size
+        {
+            deny(
+                format!("{at}.size"),
+                format!(
+                    "{size} bytes is more than this node's limit of {} bytes",
+                    policy.max_artifact_size
+                ),
+            );
+        }
+        match artifact.kind {
+            ArtifactType::Binary => {
+                if let Some(path) = &artifact.path
+                    && let Some(message) = target_problem(path, policy)
+                {
+                    deny(format!("{at}.path"), message);
+                }
+            }
+            ArtifactType::Archive => {
+                for (j, member) in artifact.members.iter().enumerate() {
+                    if let Some(message) = target_problem(&member.to, policy) {
+                        deny(format!("{at}.members[{j}].to"), message);
+                    }
+                }
+            }
+            ArtifactType::Sysext => {}
+        }
+    }
+
+    let units = content
+        .activation
+        .restart_units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| (format!("spec.activation.restartUnits[{i}]"), u))
+        .chain(
+            content
+                .health_checks
+                .units
+                .iter()
+                .enumerate()
+                .map(|(i, u)| (format!("spec.healthChecks.units[{i}]"), u)),
+        );
+    for (path, unit) in units {
+        if !policy.allowed_units.iter().any(|allowed| allowed == unit) {
+            deny(
+                path,
+                format!(
+                    "unit {unit} is not in this node's allowed units ({})",
+                    policy.allowed_units.join(", ")
+                ),
+            );
+        }
+    }
+
+    if !policy.allow_remote_health_checks {
+        for (i, check) in content.health_checks.http.iter().enumerate() {
+            let loopback = url::Url::parse(&check.url)
+                .ok()
+                .and_then(|u| u.host().map(|h| is_loopback(&h)))
+                .unwrap_or(false);
+            if !loopback {
+                deny(
+                    format!("spec.healthChecks.http[{i}].url"),
+                    format!(
+                        "{} is not on loopback and this node does not allow remote health checks",
+                        check.url
+                    ),
+                );
+            }
+        }
+    }
+
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Problems(problems))
+    }
+}
+
+fn is_loopback(host: &url::Host<&str>) -> bool {
+    match host {
+        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        url::Host::Ipv4(ip) => IpAddr::V4(*ip).is_loopback(),
+        url::Host::Ipv6(ip) => IpAddr::V6(*ip).is_loopback(),
+    }
+}
+
+/// Why an artifact URL (or a redirect target) is not allowed here, if it is not.
+pub fn url_problem(text: &str, policy: &Policy) -> Option<String> {
+    let url = match url::Url::parse(text) {
+        Ok(url) => url,
+        Err(e) => return Some(format!("{text:?} is not a URL: {e}")),
+    };
+    match url.scheme() {
+        "https" => {}
+        "http" if policy.allow_http => {}
+        "http" => return Some(format!("{text} is plain http and this node requires https")),
+        other => return Some(format!("scheme {other}:// is not allowed")),
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Some("credentials in URLs are not allowed".into());
+    }
+    // Compare the normalized form, so `https://HOST/../x` cannot slip past a prefix.
+    let normalized = url.as_str();
+    if !policy
+        .allowed_url_prefixes
+        .iter()
+        .any(|prefix| normalized.starts_with(prefix.as_str()))
+    {
+        return Some(format!(
+            "{normalized} is not under an allowed URL prefix of this node"
+        ));
+    }
+    None
+}
+
+fn target_problem(path: &str, policy: &Policy) -> Option<String> {
+    // Shape (absolute, normalized) is the API validation's job; refuse here too so the
+    // policy never relies on it having run.
+    if inplace_proto::validate::check_node_path(path).is_err() {
+        return Some(format!("{path:?} is not an absolute, normalized path"));
+    }
+    let path = Path::new(path);
+    if policy
+        .allowed_target_dirs
+        .iter()
+        .any(|dir| path.starts_with(dir) && path != dir)
+    {
+        None
+    } else {
+        Some(format!(
+            "{} is outside this node's allowed target directories ({})",
+            path.display(),
+            policy
+                .allowed_target_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inplace_proto::{ArchiveMember, Artifact, HttpCheck};
+
+    fn policy() -> Policy {
+        Policy {
+            allowed_url_prefixes: vec!["https://dl.example/".into()],
+            allow_http: false,
+            allowed_target_dirs: vec!["/opt/bin".into()],
+            allowed_units: vec!["kubelet.service".into()],
+            max_artifact_size: 1000,
+            allow_remote_health_checks: false,
+        }
+    }
+
+    fn artifact(kind: ArtifactType) -> Artifact {
+        Artifact {
+            name: "a".into(),
+            kind,
+            url: "https://dl.example/a.raw".into(),
+            sha256: "0".repeat(64),
+            size: Some(10),
+            path: (kind == ArtifactType::Binary).then(|| "/opt/bin/a".into()),
+            members: if kind == ArtifactType::Archive {
+                vec![ArchiveMember {
+                    from: "bin/a".into(),
+                    to: "/opt/bin/b".into(),
+                }]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    fn content(artifacts: Vec<Artifact>) -> UpdateContent {
+        UpdateContent {
+            kubernetes_version: None,
+            artifacts,
+            activation: Default::default(),
+            health_checks: Default::default(),
+        }
+    }
+
+    fn denied_at(c: &UpdateContent, p: &Policy, path: &str) {
+        let problems = check(c, p).expect_err(path);
+        assert!(problems.has(path), "{path} not in {problems}");
+        assert_eq!(problems.reason(), Reason::PolicyDenied);
+    }
+
+    #[test]
+    fn allowed_plan_passes() {
+        let c = content(vec![
+            artifact(ArtifactType::Sysext),
+            artifact(ArtifactType::Binary),
+            artifact(ArtifactType::Archive),
+        ]);
+        check(&c, &policy()).unwrap();
+    }
+
+    #[test]
+    fn urls() {
+        for url in [
+            "http://dl.example/a.raw",
+            "https://other.example/a.raw",
+            "file:///etc/passwd",
+            "https://user:pw@dl.example/a.raw",
+            "https://dl.example.evil/a.raw",
+            "ftp://dl.example/a",
+        ] {
+            let mut a = artifact(ArtifactType::Sysext);
+            a.url = url.into();
+            denied_at(&content(vec![a]), &policy(), "spec.artifacts[0].url");
+        }
+        // `..` is normalized before the prefix comparison.
+        let mut a = artifact(ArtifactType::Sysext);
+        a.url = "https://dl.example/../secret/a.raw".into();
+        check(&content(vec![a]), &policy()).unwrap();
+        let mut p = policy();
+        p.allowed_url_prefixes = vec!["https://dl.example/pub/".into()];
+        let mut a = artifact(ArtifactType::Sysext);
+        a.url = "https://dl.example/pub/../secret/a.raw".into();
+        denied_at(&content(vec![a]), &p, "spec.artifacts[0].url");
+    }
+
+    #[test]
+    fn http_only_when_allowed() {
+        let mut p = policy();
+        p.allow_http = true;
+        p.allowed_url_prefixes.push("http://dl.example/".into());
+        let mut a = artifact(ArtifactType::Sysext);
+        a.url = "http://dl.example/a.raw".into();
+        check(&content(vec![a]), &p).unwrap();
+    }
+
+    #[test]
+    fn size_over_limit() {
+        let mut a = artifact(ArtifactType::Sysext);
+        a.size = Some(1001);
+        denied_at(&content(vec![a]), &policy(), "spec.artifacts[0].size");
+    }
+
+    #[test]
+    fn targets() {
+        for path in [
+            "/usr/bin/a",
+            "/opt/binx/a",
+            "/opt/bin",
+            "opt/bin/a",
+            "/opt/bin/../sbin/a",
+        ] {
+            let mut a = artifact(ArtifactType::Binary);
+            a.path = Some(path.into());
+            denied_at(&content(vec![a]), &policy(), "spec.artifacts[0].path");
+        }
+        let mut a = artifact(ArtifactType::Archive);
+        a.members[0].to = "/etc/shadow".into();
+        denied_at(
+            &content(vec![a]),
+            &policy(),
+            "spec.artifacts[0].members[0].to",
+        );
+        let mut a = artifact(ArtifactType::Binary);
+        a.path = Some("/opt/bin/sub/a".into());
+        check(&content(vec![a]), &policy()).unwrap();
+    }
+
+    #[test]
+    fn units() {
+        let mut c = content(vec![artifact(ArtifactType::Sysext)]);
+        c.activation.restart_units = vec!["kubelet.service".into(), "sshd.service".into()];
+        denied_at(&c, &policy(), "spec.activation.restartUnits[1]");
+        let mut c = content(vec![artifact(ArtifactType::Sysext)]);
+        c.health_checks.units = vec!["dbus.service".into()];
+        denied_at(&c, &policy(), "spec.healthChecks.units[0]");
+    }
+
+    #[test]
+    fn http_checks_loopback_only_unless_allowed() {
+        let mut c = content(vec![artifact(ArtifactType::Sysext)]);
+        for url in [
+            "http://127.0.0.1:10248/healthz",
+            "http://localhost/x",
+            "http://[::1]:1/",
+        ] {
+            c.health_checks.http = vec![HttpCheck { url: url.into() }];
+            check(&c, &policy()).unwrap();
+        }
+        c.health_checks.http = vec![HttpCheck {
+            url: "http://10.0.0.1/healthz".into(),
+        }];
+        denied_at(&c, &policy(), "spec.healthChecks.http[0].url");
+        let mut p = policy();
+        p.allow_remote_health_checks = true;
+        check(&c, &p).unwrap();
+    }
+
+    #[test]
+    fn reports_all_problems() {
+        let mut a = artifact(ArtifactType::Binary);
+        a.url = "http://x/a".into();
+        a.path = Some("/etc/a".into());
+        a.size = Some(5000);
+        let problems = check(&content(vec![a]), &policy()).unwrap_err();
+        assert_eq!(problems.0.len(), 3, "{problems}");
+    }
+}
