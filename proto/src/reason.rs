@@ -156,7 +156,11 @@ mod tests {
 pub fn markdown_table() -> String {
     let mut table = String::from("| reason | meaning |\n|---|---|\n");
     for reason in Reason::ALL {
-        table.push_str(&format!("| `{}` | {} |\n", reason.as_str(), reason.description()));
+        table.push_str(&format!(
+            "| `{}` | {} |\n",
+            reason.as_str(),
+            reason.description()
+        ));
     }
     table
 }

@@ -65,7 +65,8 @@ fn examples_parse_strictly_and_validate() {
 fn troubleshooting_guide_lists_every_reason() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage/troubleshooting.md");
     let text = std::fs::read_to_string(&path).unwrap();
-    let begin = text.find("<!-- reasons:begin -->\n").expect("begin marker") + "<!-- reasons:begin -->\n".len();
+    let begin = text.find("<!-- reasons:begin -->\n").expect("begin marker")
+        + "<!-- reasons:begin -->\n".len();
     let end = text.find("<!-- reasons:end -->").expect("end marker");
     assert!(
         text[begin..end] == inplace_proto::reason::markdown_table(),
