@@ -1,0 +1,1015 @@
+use super::*;
+use inplace_proto::Duration;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use proptest::prelude::*;
+
+const REV: &str = "aaaaaaaaaaaa";
+const OLD: &str = "bbbbbbbbbbbb";
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).unwrap()
+}
+
+fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
+    NodeRolloutSpec {
+        release: "rel".into(),
+        node_selector: Default::default(),
+        max_unavailable,
+        max_failures,
+        disruption: Disruption::None,
+        drain_timeout: Duration::from_secs(60),
+        paused: false,
+    }
+}
+
+fn node(name: &str) -> NodeView {
+    NodeView {
+        name: name.into(),
+        control_plane: false,
+        unschedulable: false,
+        ownership: Ownership::Ours,
+        plan: None,
+        drain: None,
+    }
+}
+
+fn cp(name: &str) -> NodeView {
+    NodeView {
+        control_plane: true,
+        ..node(name)
+    }
+}
+
+fn report(phase: Phase, target: &str, current: Option<&str>) -> PlanReport {
+    PlanReport {
+        phase: Some(phase),
+        target_revision: Some(target.into()),
+        current_revision: current.map(Into::into),
+        ..PlanReport::default()
+    }
+}
+
+fn plan(desired: DesiredState, report: PlanReport) -> PlanView {
+    PlanView {
+        revision: Some(REV.into()),
+        desired_state: desired,
+        granted_at: None,
+        cordoned: false,
+        drain_timeout: None,
+        report,
+    }
+}
+
+/// Plan staged, waiting for a slot.
+fn staged(mut n: NodeView) -> NodeView {
+    n.plan = Some(plan(
+        DesiredState::Staged,
+        report(Phase::Staged, REV, Some(OLD)),
+    ));
+    n
+}
+
+/// Holding a slot, agent activating.
+fn activating(mut n: NodeView) -> NodeView {
+    let mut p = plan(
+        DesiredState::Active,
+        report(Phase::Activating, REV, Some(OLD)),
+    );
+    p.granted_at = Some(t(0));
+    n.plan = Some(p);
+    n
+}
+
+fn succeeded(mut n: NodeView) -> NodeView {
+    let mut p = plan(
+        DesiredState::Active,
+        report(Phase::Succeeded, REV, Some(REV)),
+    );
+    p.granted_at = Some(t(0));
+    n.plan = Some(p);
+    n
+}
+
+fn failed(mut n: NodeView, phase: Phase, reason: &str) -> NodeView {
+    let mut r = report(phase, REV, Some(OLD));
+    r.reason = Some(reason.into());
+    r.message = Some(format!("{reason} on {}", n.name));
+    let mut p = plan(DesiredState::Active, r);
+    p.granted_at = Some(t(0));
+    n.plan = Some(p);
+    n
+}
+
+fn input<'a>(spec: &'a NodeRolloutSpec, nodes: Vec<NodeView>) -> RolloutInput<'a> {
+    RolloutInput {
+        name: "ro",
+        generation: Some(3),
+        spec,
+        previous: None,
+        release: ReleaseState::Valid {
+            revision: REV.into(),
+        },
+        nodes,
+        now: t(100),
+    }
+}
+
+fn condition<'a>(d: &'a Decision, type_: &str) -> &'a Condition {
+    d.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+fn granted(d: &Decision) -> Vec<String> {
+    d.actions
+        .iter()
+        .filter_map(|a| match a {
+            NodeAction::ApplyPlan { node, intent } if intent.granted_at == Some(t(100)) => {
+                Some(node.clone())
+            }
+            _ => None,
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn applies(d: &Decision) -> Vec<(&str, &PlanIntent)> {
+    d.actions
+        .iter()
+        .filter_map(|a| match a {
+            NodeAction::ApplyPlan { node, intent } => Some((node.as_str(), intent)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn has_event(d: &Decision, reason: &str) -> bool {
+    d.events.iter().any(|e| e.reason == reason)
+}
+
+#[test]
+fn missing_release_touches_nothing() {
+    let s = spec(IntOrString::Int(1), 0);
+    let mut i = input(&s, vec![node("a"), staged(node("b"))]);
+    i.release = ReleaseState::Missing;
+    let d = decide(&i);
+    assert!(d.actions.is_empty());
+    let p = condition(&d, "Progressing");
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("False", "ReleaseNotFound")
+    );
+    assert!(p.message.contains("\"rel\""), "{}", p.message);
+    assert_eq!(condition(&d, "Complete").status, "False");
+    assert_eq!(condition(&d, "Halted").status, "False");
+    assert_eq!(d.status.nodes.total, 2);
+    assert_eq!(d.status.observed_generation, Some(3));
+    assert!(has_event(&d, "ReleaseNotFound"));
+}
+
+#[test]
+fn invalid_release_touches_nothing() {
+    let s = spec(IntOrString::Int(1), 0);
+    let mut i = input(&s, vec![node("a")]);
+    i.release = ReleaseState::Invalid {
+        message: "spec.artifacts[0].sha256: not hex".into(),
+    };
+    let d = decide(&i);
+    assert!(d.actions.is_empty());
+    let p = condition(&d, "Progressing");
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("False", "ReleaseInvalid")
+    );
+    assert!(p.message.contains("sha256"));
+}
+
+#[test]
+fn empty_selection_is_complete_and_says_so() {
+    let s = spec(IntOrString::Int(1), 0);
+    let d = decide(&input(&s, vec![]));
+    let c = condition(&d, "Complete");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "NoNodesSelected")
+    );
+    assert!(c.message.contains("matches no node"));
+    assert_eq!(d.status.nodes, NodeCounts::default());
+    assert!(d.actions.is_empty());
+}
+
+#[test]
+fn new_nodes_get_a_staged_plan_and_no_slot() {
+    let s = spec(IntOrString::Int(3), 0);
+    let d = decide(&input(&s, vec![node("b"), node("a")]));
+    let a = applies(&d);
+    assert_eq!(a.len(), 2);
+    assert_eq!(a[0].0, "a", "activation order: by name");
+    for (_, intent) in a {
+        assert_eq!(intent.desired_state, DesiredState::Staged);
+        assert_eq!(intent.revision, REV);
+        assert_eq!(intent.granted_at, None);
+    }
+    assert_eq!(d.status.nodes.pending, 2);
+    let p = condition(&d, "Progressing");
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("True", "RollingOut")
+    );
+}
+
+#[test]
+fn staged_nodes_get_slots_in_name_order_up_to_max_unavailable() {
+    let s = spec(IntOrString::Int(2), 0);
+    let nodes = ["d", "b", "a", "c"].map(|n| staged(node(n))).to_vec();
+    let d = decide(&input(&s, nodes));
+    assert_eq!(granted(&d), ["a", "b"]);
+    for (_, intent) in applies(&d) {
+        assert_eq!(intent.desired_state, DesiredState::Active);
+    }
+    assert_eq!(d.status.nodes.updating, 2);
+    assert_eq!(d.status.nodes.staged, 2);
+    assert_eq!(d.status.active_nodes, ["a", "b"]);
+    assert!(has_event(&d, "ActivationStarted"));
+}
+
+#[test]
+fn holders_use_up_slots() {
+    let s = spec(IntOrString::Int(2), 0);
+    let nodes = vec![activating(node("z")), staged(node("a")), staged(node("b"))];
+    let d = decide(&input(&s, nodes));
+    assert_eq!(granted(&d), ["a"]);
+    // The holder's plan already says what it should: no write.
+    assert!(applies(&d).iter().all(|(n, _)| *n != "z"));
+}
+
+#[test]
+fn percent_slots_round_down_with_a_floor_of_one() {
+    let nodes: Vec<NodeView> = (0..10).map(|i| staged(node(&format!("n{i:02}")))).collect();
+    let s = spec(IntOrString::String("25%".into()), 0);
+    assert_eq!(granted(&decide(&input(&s, nodes.clone()))).len(), 2);
+    let s = spec(IntOrString::String("5%".into()), 0);
+    assert_eq!(granted(&decide(&input(&s, nodes))).len(), 1);
+}
+
+#[test]
+fn control_plane_first_one_at_a_time() {
+    let s = spec(IntOrString::Int(5), 0);
+    let nodes = vec![
+        staged(node("a-worker")),
+        staged(cp("cp-b")),
+        staged(cp("cp-a")),
+    ];
+    let d = decide(&input(&s, nodes));
+    assert_eq!(granted(&d), ["cp-a"]);
+
+    // While it activates, nothing else is granted.
+    let nodes = vec![
+        staged(node("a-worker")),
+        staged(cp("cp-b")),
+        activating(cp("cp-a")),
+    ];
+    assert!(granted(&decide(&input(&s, nodes))).is_empty());
+
+    // Then the next control-plane node, alone.
+    let nodes = vec![
+        staged(node("a-worker")),
+        staged(cp("cp-b")),
+        succeeded(cp("cp-a")),
+    ];
+    assert_eq!(granted(&decide(&input(&s, nodes))), ["cp-b"]);
+
+    // Then the workers, as many as slots allow.
+    let nodes = vec![
+        staged(node("a-worker")),
+        staged(node("b-worker")),
+        failed(cp("cp-b"), Phase::RolledBack, "HealthCheckFailed"),
+        succeeded(cp("cp-a")),
+    ];
+    let s = spec(IntOrString::Int(5), 1);
+    assert_eq!(
+        granted(&decide(&input(&s, nodes))),
+        ["a-worker", "b-worker"]
+    );
+}
+
+#[test]
+fn workers_wait_for_an_unstaged_control_plane_node() {
+    let s = spec(IntOrString::Int(5), 0);
+    let nodes = vec![staged(node("w1")), cp("cp-a")];
+    let d = decide(&input(&s, nodes));
+    assert!(granted(&d).is_empty());
+}
+
+#[test]
+fn control_plane_waits_for_other_holders() {
+    let s = spec(IntOrString::Int(5), 0);
+    let mut busy = staged(node("w1"));
+    busy.plan.as_mut().unwrap().report.phase = Some(Phase::Verifying);
+    busy.plan.as_mut().unwrap().report.target_revision = Some(OLD.into());
+    let d = decide(&input(&s, vec![busy, staged(cp("cp-a"))]));
+    assert!(granted(&d).is_empty());
+    assert_eq!(d.status.nodes.updating, 1);
+}
+
+#[test]
+fn paused_grants_nothing_but_stages_and_lets_holders_finish() {
+    let mut s = spec(IntOrString::Int(3), 0);
+    s.paused = true;
+    let nodes = vec![activating(node("a")), staged(node("b")), node("c")];
+    let d = decide(&input(&s, nodes));
+    assert!(granted(&d).is_empty());
+    let a = applies(&d);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].0, "c");
+    assert_eq!(a[0].1.desired_state, DesiredState::Staged);
+    let p = condition(&d, "Progressing");
+    assert_eq!((p.status.as_str(), p.reason.as_str()), ("False", "Paused"));
+    assert!(has_event(&d, "Paused"));
+
+    // Resume: the staged node is granted; the event says resumed.
+    let previous = d.status.clone();
+    s.paused = false;
+    let nodes = vec![succeeded(node("a")), staged(node("b")), staged(node("c"))];
+    let mut i = input(&s, nodes);
+    i.previous = Some(&previous);
+    let d = decide(&i);
+    assert_eq!(granted(&d), ["b", "c"]);
+    assert!(has_event(&d, "Resumed"));
+    assert!(
+        has_event(&d, "NodeUpdated"),
+        "a was active and now runs the revision"
+    );
+}
+
+#[test]
+fn halts_past_max_failures_and_names_the_nodes() {
+    let s = spec(IntOrString::Int(3), 1);
+    let nodes = vec![
+        failed(node("a"), Phase::RolledBack, "HealthCheckFailed"),
+        staged(node("b")),
+    ];
+    // One failure is allowed.
+    let d = decide(&input(&s, nodes));
+    assert_eq!(granted(&d), ["b"]);
+    assert_eq!(condition(&d, "Halted").status, "False");
+    assert_eq!(d.status.failed_nodes.len(), 1);
+    assert!(has_event(&d, "HealthCheckFailed"));
+
+    let nodes = vec![
+        failed(node("a"), Phase::RolledBack, "HealthCheckFailed"),
+        failed(node("b"), Phase::Failed, "DownloadFailed"),
+        activating(node("c")),
+        staged(node("d")),
+    ];
+    let d = decide(&input(&s, nodes));
+    assert!(granted(&d).is_empty());
+    let h = condition(&d, "Halted");
+    assert_eq!(
+        (h.status.as_str(), h.reason.as_str()),
+        ("True", "TooManyFailures")
+    );
+    assert!(h.message.contains("a (HealthCheckFailed"), "{}", h.message);
+    assert!(h.message.contains("b (DownloadFailed"), "{}", h.message);
+    assert_eq!(condition(&d, "Progressing").status, "False");
+    assert_eq!(d.status.nodes.failed, 2);
+    assert_eq!(d.status.nodes.updating, 1, "c keeps its slot and finishes");
+    assert!(has_event(&d, "Halted"));
+}
+
+#[test]
+fn max_failures_zero_halts_on_the_first_failure() {
+    let s = spec(IntOrString::Int(3), 0);
+    let nodes = vec![
+        failed(node("a"), Phase::RolledBack, "UnitFailed"),
+        staged(node("b")),
+    ];
+    let d = decide(&input(&s, nodes));
+    assert!(granted(&d).is_empty());
+    assert_eq!(condition(&d, "Halted").status, "True");
+}
+
+#[test]
+fn complete_when_every_node_runs_the_revision() {
+    let s = spec(IntOrString::Int(1), 0);
+    let nodes = vec![succeeded(node("a")), succeeded(cp("b"))];
+    let d = decide(&input(&s, nodes));
+    assert!(d.actions.is_empty());
+    let c = condition(&d, "Complete");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "AllNodesUpdated")
+    );
+    assert_eq!(condition(&d, "Progressing").status, "False");
+    assert!(has_event(&d, "AllNodesUpdated"));
+    assert_eq!(d.status.nodes.succeeded, 2);
+}
+
+#[test]
+fn a_node_already_running_the_revision_needs_no_slot() {
+    let s = spec(IntOrString::Int(1), 0);
+    let mut n = node("a");
+    n.plan = Some(plan(
+        DesiredState::Staged,
+        report(Phase::Succeeded, REV, Some(REV)),
+    ));
+    let d = decide(&input(&s, vec![n]));
+    assert!(d.actions.is_empty());
+    assert_eq!(condition(&d, "Complete").status, "True");
+}
+
+#[test]
+fn all_final_with_tolerated_failures_is_not_complete_and_not_progressing() {
+    let s = spec(IntOrString::Int(1), 1);
+    let nodes = vec![
+        succeeded(node("a")),
+        failed(node("b"), Phase::RolledBack, "UnitFailed"),
+    ];
+    let d = decide(&input(&s, nodes));
+    assert_eq!(condition(&d, "Complete").status, "False");
+    assert_eq!(condition(&d, "Progressing").status, "False");
+    assert_eq!(condition(&d, "Halted").status, "False");
+    assert!(
+        condition(&d, "Progressing")
+            .message
+            .contains("nothing left")
+    );
+}
+
+#[test]
+fn a_node_that_joins_later_is_staged() {
+    let s = spec(IntOrString::Int(1), 0);
+    let nodes = vec![succeeded(node("a")), node("late")];
+    let d = decide(&input(&s, nodes));
+    let a = applies(&d);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].0, "late");
+    assert_eq!(condition(&d, "Complete").status, "False");
+    assert_eq!(d.status.nodes.total, 2);
+}
+
+#[test]
+fn a_deleted_node_drops_out_of_the_counts_and_frees_its_slot() {
+    let s = spec(IntOrString::Int(1), 0);
+    // "a" held the slot and was deleted: it is not in the input any more.
+    let d = decide(&input(&s, vec![staged(node("b")), succeeded(node("c"))]));
+    assert_eq!(d.status.nodes.total, 2);
+    assert_eq!(granted(&d), ["b"]);
+}
+
+#[test]
+fn a_node_owned_by_another_rollout_is_refused() {
+    let s = spec(IntOrString::Int(3), 0);
+    let mut other = staged(node("x"));
+    other.ownership = Ownership::Other {
+        owner: "rollout \"first\"".into(),
+    };
+    let d = decide(&input(&s, vec![other, staged(node("a"))]));
+    assert_eq!(granted(&d), ["a"]);
+    assert!(applies(&d).iter().all(|(n, _)| *n != "x"));
+    let r = condition(&d, NODES_REFUSED_CONDITION);
+    assert_eq!(
+        (r.status.as_str(), r.reason.as_str()),
+        ("True", "NodeOwnedByOtherRollout")
+    );
+    assert!(
+        r.message.contains("x (owned by rollout \"first\")"),
+        "{}",
+        r.message
+    );
+    assert_eq!(d.status.nodes.total, 1);
+    assert!(has_event(&d, "NodeOwnedByOtherRollout"));
+}
+
+#[test]
+fn ownership_resolution() {
+    let existing: BTreeSet<String> = ["old", "new"].map(String::from).into();
+    // The label wins while its rollout exists.
+    assert_eq!(
+        resolve_ownership("new", true, Some("old"), &existing, &["new", "old"]),
+        Ownership::Other {
+            owner: "rollout \"old\"".into()
+        }
+    );
+    assert_eq!(
+        resolve_ownership("old", true, Some("old"), &existing, &["new", "old"]),
+        Ownership::Ours
+    );
+    // A label naming a deleted rollout: the oldest claimant takes over.
+    assert_eq!(
+        resolve_ownership("new", true, Some("gone"), &existing, &["new"]),
+        Ownership::Ours
+    );
+    // No plan: the oldest claimant, so two rollouts never both write.
+    assert_eq!(
+        resolve_ownership("new", false, None, &existing, &["old", "new"]),
+        Ownership::Other {
+            owner: "rollout \"old\"".into()
+        }
+    );
+    assert_eq!(
+        resolve_ownership("old", false, None, &existing, &["old", "new"]),
+        Ownership::Ours
+    );
+    // A plan a person wrote is left alone.
+    assert!(matches!(
+        resolve_ownership("old", true, None, &existing, &["old"]),
+        Ownership::Other { .. }
+    ));
+}
+
+#[test]
+fn a_new_revision_restages_and_drops_the_old_grant() {
+    let s = spec(IntOrString::Int(1), 0);
+    let mut n = succeeded(node("a"));
+    n.plan.as_mut().unwrap().revision = Some(OLD.into());
+    n.plan.as_mut().unwrap().report = report(Phase::Succeeded, OLD, Some(OLD));
+    let d = decide(&input(&s, vec![n]));
+    let a = applies(&d);
+    assert_eq!(a.len(), 1);
+    assert_eq!(
+        a[0].1,
+        &PlanIntent {
+            revision: REV.into(),
+            desired_state: DesiredState::Staged,
+            granted_at: None,
+            cordoned: false,
+            drain_timeout: None,
+        }
+    );
+}
+
+#[test]
+fn a_node_busy_with_an_old_revision_holds_a_slot() {
+    let s = spec(IntOrString::Int(1), 0);
+    let mut busy = node("a");
+    let mut p = plan(
+        DesiredState::Staged,
+        report(Phase::RollingBack, OLD, Some(OLD)),
+    );
+    p.revision = Some(REV.into());
+    busy.plan = Some(p);
+    let d = decide(&input(&s, vec![busy, staged(node("b"))]));
+    assert!(granted(&d).is_empty());
+    assert_eq!(d.status.nodes.updating, 1);
+}
+
+#[test]
+fn cordon_is_recorded_then_made_then_the_plan_activated() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Cordon;
+    let d = decide(&input(&s, vec![staged(node("a"))]));
+    assert_eq!(d.actions.len(), 3, "{:?}", d.actions);
+    let NodeAction::ApplyPlan { intent: first, .. } = &d.actions[0] else {
+        panic!("{:?}", d.actions)
+    };
+    assert!(first.cordoned && first.desired_state == DesiredState::Staged);
+    assert_eq!(d.actions[1], NodeAction::Cordon { node: "a".into() });
+    let NodeAction::ApplyPlan { intent: last, .. } = &d.actions[2] else {
+        panic!("{:?}", d.actions)
+    };
+    assert!(last.cordoned && last.desired_state == DesiredState::Active);
+    assert!(has_event(&d, "Cordoned"));
+}
+
+#[test]
+fn uncordon_after_success_only_when_we_cordoned() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Cordon;
+    let mut ours = succeeded(node("a"));
+    ours.unschedulable = true;
+    ours.plan.as_mut().unwrap().cordoned = true;
+    let mut theirs = succeeded(node("b"));
+    theirs.unschedulable = true;
+    let d = decide(&input(&s, vec![ours, theirs]));
+    assert_eq!(d.actions[0], NodeAction::Uncordon { node: "a".into() });
+    let a = applies(&d);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].0, "a");
+    assert!(!a[0].1.cordoned);
+    assert!(
+        !d.actions
+            .contains(&NodeAction::Uncordon { node: "b".into() })
+    );
+}
+
+#[test]
+fn a_person_cordoned_node_is_not_recorded_as_ours() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Cordon;
+    let mut n = staged(node("a"));
+    n.unschedulable = true;
+    let d = decide(&input(&s, vec![n]));
+    assert_eq!(d.actions.len(), 1);
+    let (_, intent) = applies(&d)[0];
+    assert!(!intent.cordoned);
+    assert_eq!(intent.desired_state, DesiredState::Active);
+}
+
+#[test]
+fn rollback_failed_keeps_the_cordon() {
+    let mut s = spec(IntOrString::Int(1), 5);
+    s.disruption = Disruption::Cordon;
+    let mut n = failed(node("a"), Phase::Failed, "RollbackFailed");
+    n.unschedulable = true;
+    n.plan.as_mut().unwrap().cordoned = true;
+    let d = decide(&input(&s, vec![n]));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+
+    let mut n = failed(node("a"), Phase::RolledBack, "HealthCheckFailed");
+    n.unschedulable = true;
+    n.plan.as_mut().unwrap().cordoned = true;
+    let d = decide(&input(&s, vec![n]));
+    assert_eq!(d.actions[0], NodeAction::Uncordon { node: "a".into() });
+}
+
+fn draining(name: &str, granted_at: i64) -> NodeView {
+    let mut n = staged(node(name));
+    n.unschedulable = true;
+    let p = n.plan.as_mut().unwrap();
+    p.granted_at = Some(t(granted_at));
+    p.cordoned = true;
+    n
+}
+
+#[test]
+fn drain_grant_cordons_first_and_keeps_the_plan_staged() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Drain;
+    let d = decide(&input(&s, vec![staged(node("a"))]));
+    assert_eq!(d.actions.len(), 2, "{:?}", d.actions);
+    let NodeAction::ApplyPlan { intent, .. } = &d.actions[0] else {
+        panic!()
+    };
+    assert!(intent.cordoned && intent.granted_at.is_some());
+    assert_eq!(intent.desired_state, DesiredState::Staged);
+    assert_eq!(d.actions[1], NodeAction::Cordon { node: "a".into() });
+    assert_eq!(d.status.nodes.updating, 1);
+}
+
+#[test]
+fn drain_in_progress_waits_and_asks_to_be_looked_at_again() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Drain;
+    let mut n = draining("a", 90);
+    n.drain = Some(DrainProgress {
+        remaining: 2,
+        blocked: vec![
+            "default/web-0: Cannot evict pod as it would violate the pod's disruption budget"
+                .into(),
+        ],
+    });
+    let d = decide(&input(&s, vec![n, staged(node("b"))]));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.requeue_after, Some(DRAIN_RETRY));
+    assert!(has_event(&d, "EvictionBlocked"));
+    assert_eq!(d.status.nodes.updating, 1);
+}
+
+#[test]
+fn drained_node_is_activated() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Drain;
+    let mut n = draining("a", 90);
+    n.drain = Some(DrainProgress::default());
+    let d = decide(&input(&s, vec![n]));
+    let a = applies(&d);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].1.desired_state, DesiredState::Active);
+    assert!(a[0].1.cordoned);
+    assert!(has_event(&d, "Drained"));
+}
+
+#[test]
+fn drain_timeout_fails_the_node_uncordons_it_and_counts_against_max_failures() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Drain;
+    let mut n = draining("a", 30); // 70 s ago, timeout 60 s
+    n.drain = Some(DrainProgress {
+        remaining: 1,
+        blocked: vec!["default/web-0: blocked by PodDisruptionBudget web".into()],
+    });
+    let d = decide(&input(&s, vec![n, staged(node("b"))]));
+    assert_eq!(d.actions[0], NodeAction::Uncordon { node: "a".into() });
+    let a = applies(&d);
+    assert_eq!(a.len(), 1);
+    let message = a[0].1.drain_timeout.as_deref().unwrap();
+    assert!(message.contains("PodDisruptionBudget web"), "{message}");
+    assert!(!a[0].1.cordoned);
+    assert_eq!(d.status.failed_nodes[0].reason, "DrainTimeout");
+    assert_eq!(condition(&d, "Halted").status, "True", "maxFailures 0");
+    assert!(granted(&d).is_empty());
+    assert!(has_event(&d, "DrainTimeout"));
+
+    // With room for one failure, the slot goes to the next node.
+    s.max_failures = 1;
+    let mut n = draining("a", 30);
+    n.drain = Some(DrainProgress {
+        remaining: 1,
+        blocked: vec![],
+    });
+    let d = decide(&input(&s, vec![n, staged(node("b"))]));
+    assert_eq!(granted(&d), ["b"]);
+}
+
+#[test]
+fn a_recorded_drain_timeout_stays_a_failure() {
+    let mut s = spec(IntOrString::Int(1), 1);
+    s.disruption = Disruption::Drain;
+    let mut n = staged(node("a"));
+    let p = n.plan.as_mut().unwrap();
+    p.granted_at = Some(t(0));
+    p.drain_timeout = Some("not drained".into());
+    assert!(!needs_drain_pass(
+        &s,
+        &ReleaseState::Valid {
+            revision: REV.into()
+        },
+        &n
+    ));
+    let d = decide(&input(&s, vec![n]));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.status.nodes.failed, 1);
+}
+
+#[test]
+fn drain_pass_only_for_cordoned_slot_holders_waiting_to_activate() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    let valid = ReleaseState::Valid {
+        revision: REV.into(),
+    };
+    let n = draining("a", 0);
+    assert!(!needs_drain_pass(&s, &valid, &n), "disruption None");
+    s.disruption = Disruption::Drain;
+    assert!(needs_drain_pass(&s, &valid, &n));
+    assert!(!needs_drain_pass(&s, &ReleaseState::Missing, &n));
+    let mut uncordoned = n.clone();
+    uncordoned.unschedulable = false;
+    assert!(!needs_drain_pass(&s, &valid, &uncordoned));
+    let mut active = n.clone();
+    active.plan.as_mut().unwrap().desired_state = DesiredState::Active;
+    assert!(!needs_drain_pass(&s, &valid, &active));
+    assert!(!needs_drain_pass(&s, &valid, &staged(node("b"))), "no slot");
+    let mut theirs = n.clone();
+    theirs.ownership = Ownership::Other { owner: "x".into() };
+    assert!(!needs_drain_pass(&s, &valid, &theirs));
+}
+
+#[test]
+fn condition_times_are_kept_while_the_status_holds() {
+    let s = spec(IntOrString::Int(1), 0);
+    let first = decide(&input(
+        &s,
+        vec![activating(node("a")), staged(node("b")), node("c")],
+    ));
+    let previous = first.status.clone();
+    let mut i = input(
+        &s,
+        vec![succeeded(node("a")), activating(node("b")), node("c")],
+    );
+    i.now = t(500);
+    i.previous = Some(&previous);
+    let second = decide(&i);
+    let before = condition(&first, "Progressing");
+    let after = condition(&second, "Progressing");
+    assert_eq!(before.last_transition_time, after.last_transition_time);
+    assert_ne!(before.message, after.message);
+    assert!(!has_event(&second, "RollingOut"), "no transition, no event");
+}
+
+#[test]
+fn an_agent_failure_without_a_condition_still_has_a_reason() {
+    let s = spec(IntOrString::Int(1), 0);
+    let mut n = node("a");
+    let mut p = plan(
+        DesiredState::Active,
+        report(Phase::RolledBack, REV, Some(OLD)),
+    );
+    p.granted_at = Some(t(0));
+    n.plan = Some(p);
+    let d = decide(&input(&s, vec![n]));
+    assert_eq!(d.status.failed_nodes[0].reason, "RolledBack");
+}
+
+#[test]
+fn activation_order_is_control_plane_then_name() {
+    let mut nodes = [node("b"), cp("z"), node("a"), cp("c")];
+    nodes.sort_by(activation_order);
+    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["c", "z", "a", "b"]);
+}
+
+/// What a write does to the simulated node.
+fn carry_out(v: &mut NodeView, action: &NodeAction) {
+    match action {
+        NodeAction::ApplyPlan { intent, .. } => {
+            let p = v.plan.get_or_insert_with(PlanView::default);
+            p.revision = Some(intent.revision.clone());
+            p.desired_state = intent.desired_state;
+            p.granted_at = intent.granted_at;
+            p.cordoned = intent.cordoned;
+            p.drain_timeout = intent.drain_timeout.clone();
+        }
+        NodeAction::Cordon { .. } => v.unschedulable = true,
+        NodeAction::Uncordon { .. } => v.unschedulable = false,
+    }
+}
+
+// A whole rollout, simulated: agents follow the status protocol, the decision runs after
+// every step, and the invariants are checked at every step.
+
+#[derive(Clone, Debug)]
+struct SimNode {
+    view: NodeView,
+    /// Steps left in the current agent phase.
+    timer: u32,
+    fails: bool,
+}
+
+fn simulate(
+    n_workers: usize,
+    n_cp: usize,
+    max_unavailable: IntOrString,
+    max_failures: i32,
+    failing: &BTreeSet<usize>,
+    disruption: Disruption,
+    step_time: u32,
+) -> NodeCounts {
+    let mut s = spec(max_unavailable.clone(), max_failures);
+    s.disruption = disruption;
+    let mut nodes: Vec<SimNode> = (0..n_workers + n_cp)
+        .map(|i| SimNode {
+            view: if i < n_cp {
+                cp(&format!("cp{i:03}"))
+            } else {
+                node(&format!("w{i:03}"))
+            },
+            timer: 0,
+            fails: failing.contains(&i),
+        })
+        .collect();
+    let total = nodes.len();
+    let slots = activation_slots(&max_unavailable, total);
+    let mut previous: Option<NodeRolloutStatus> = None;
+    let mut cp_done_before_worker_start = true;
+    for round in 0..10_000i64 {
+        // Agents move one step.
+        for n in &mut nodes {
+            let Some(plan) = n.view.plan.as_mut() else {
+                continue;
+            };
+            if n.timer > 0 {
+                n.timer -= 1;
+                continue;
+            }
+            let r = &mut plan.report;
+            let next = match (r.phase, plan.desired_state) {
+                (None, _) => Some(Phase::Downloading),
+                (Some(Phase::Downloading), _) => Some(Phase::Staged),
+                (Some(Phase::Staged), DesiredState::Active) => Some(Phase::Activating),
+                (Some(Phase::Activating), _) => Some(Phase::Verifying),
+                (Some(Phase::Verifying), _) if n.fails => Some(Phase::RolledBack),
+                (Some(Phase::Verifying), _) => Some(Phase::Succeeded),
+                _ => None,
+            };
+            if let Some(phase) = next {
+                r.phase = Some(phase);
+                r.target_revision = plan.revision.clone();
+                if phase == Phase::Succeeded {
+                    r.current_revision = plan.revision.clone();
+                }
+                if phase == Phase::RolledBack {
+                    r.reason = Some("HealthCheckFailed".into());
+                }
+                n.timer = step_time;
+            }
+        }
+        // Drain passes finish at once (no pods).
+        let release = ReleaseState::Valid {
+            revision: REV.into(),
+        };
+        for n in &mut nodes {
+            n.view.drain = needs_drain_pass(&s, &release, &n.view).then(DrainProgress::default);
+        }
+        let mut i = input(&s, nodes.iter().map(|n| n.view.clone()).collect());
+        i.now = t(round);
+        i.previous = previous.as_ref();
+        let d = decide(&i);
+        for action in &d.actions {
+            let name = match action {
+                NodeAction::ApplyPlan { node, .. }
+                | NodeAction::Cordon { node }
+                | NodeAction::Uncordon { node } => node,
+            };
+            let n = nodes.iter_mut().find(|n| &n.view.name == name).unwrap();
+            carry_out(&mut n.view, action);
+        }
+        // Invariants after the round's writes.
+        let activating: Vec<&SimNode> = nodes
+            .iter()
+            .filter(|n| {
+                n.view.plan.as_ref().is_some_and(|p| {
+                    p.desired_state == DesiredState::Active
+                        && !p.report.phase.is_some_and(Phase::is_final)
+                })
+            })
+            .collect();
+        assert!(
+            activating.len() <= slots,
+            "round {round}: {} > {slots}",
+            activating.len()
+        );
+        let cp_active = activating.iter().filter(|n| n.view.control_plane).count();
+        assert!(cp_active <= 1);
+        if cp_active == 1 {
+            assert_eq!(activating.len(), 1, "a control-plane node activates alone");
+        }
+        let workers_started = nodes.iter().any(|n| {
+            !n.view.control_plane && n.view.plan.as_ref().is_some_and(|p| p.granted_at.is_some())
+        });
+        let cp_unfinished = nodes.iter().any(|n| {
+            n.view.control_plane
+                && !n
+                    .view
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.report.phase.is_some_and(Phase::is_final))
+        });
+        if workers_started && cp_unfinished {
+            cp_done_before_worker_start = false;
+        }
+        let failed = d.status.nodes.failed;
+        if failed > max_failures {
+            assert!(granted(&d).is_empty(), "no grants once halted");
+        }
+        let c = d.status.nodes.clone();
+        assert_eq!(
+            c.pending + c.staged + c.updating + c.succeeded + c.failed,
+            c.total
+        );
+        let done = condition(&d, "Complete").status == "True"
+            || condition(&d, "Halted").status == "True" && c.updating == 0
+            || c.succeeded + c.failed == c.total && c.total > 0;
+        previous = Some(d.status);
+        if done {
+            assert!(cp_done_before_worker_start);
+            if failing.len() as i32 <= max_failures {
+                assert_eq!(c.succeeded + c.failed, c.total, "all nodes final");
+            }
+            for n in &nodes {
+                assert!(!n.view.unschedulable, "{} left cordoned", n.view.name);
+            }
+            return c;
+        }
+    }
+    panic!("rollout did not finish");
+}
+
+#[test]
+fn simulated_rollout_without_failures_completes() {
+    let counts = simulate(
+        12,
+        3,
+        IntOrString::Int(4),
+        0,
+        &BTreeSet::new(),
+        Disruption::Drain,
+        1,
+    );
+    assert_eq!(counts.succeeded, 15);
+    let failing = BTreeSet::from([5, 9]);
+    let counts = simulate(
+        12,
+        3,
+        IntOrString::Int(2),
+        1,
+        &failing,
+        Disruption::Cordon,
+        0,
+    );
+    assert_eq!(counts.failed, 2);
+    assert!(counts.succeeded < 13, "halted before every node was tried");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+    #[test]
+    fn simulated_rollouts_keep_every_invariant(
+        workers in 0usize..25,
+        cps in 0usize..4,
+        max_unavailable in prop_oneof![
+            (1i32..6).prop_map(IntOrString::Int),
+            (1u32..101).prop_map(|p| IntOrString::String(format!("{p}%"))),
+        ],
+        max_failures in 0i32..4,
+        failing in proptest::collection::btree_set(0usize..30, 0..5),
+        disruption in prop_oneof![Just(Disruption::None), Just(Disruption::Cordon), Just(Disruption::Drain)],
+        step_time in 0u32..3,
+    ) {
+        let counts = simulate(workers, cps, max_unavailable, max_failures, &failing, disruption, step_time);
+        prop_assert_eq!(counts.total as usize, workers + cps);
+    }
+}
