@@ -167,3 +167,23 @@ impl Phase {
         matches!(self, Phase::Succeeded | Phase::RolledBack | Phase::Failed)
     }
 }
+
+impl NodeUpdatePlanSpec {
+    /// The plan spec that makes `node` run `release`'s content: the content copied, its
+    /// revision stated, the release named. The controller and the Cluster API extension
+    /// both build plans with this, so a node gets the same plan whoever asks.
+    pub fn for_release(
+        node: &str,
+        release_name: &str,
+        release: &crate::NodeReleaseSpec,
+        desired_state: DesiredState,
+    ) -> Self {
+        NodeUpdatePlanSpec {
+            node_name: node.to_owned(),
+            revision: Some(crate::revision_of(&release.content)),
+            release: Some(release_name.to_owned()),
+            desired_state,
+            content: release.content.clone(),
+        }
+    }
+}

@@ -112,3 +112,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_plan_built_from_a_release_is_valid_and_states_its_revision() {
+    use inplace_proto::{DesiredState, NodeUpdatePlanSpec};
+    let release: NodeRelease = object_from_yaml(RELEASE_A).unwrap();
+    let spec =
+        NodeUpdatePlanSpec::for_release("worker-1", "r", &release.spec, DesiredState::Active);
+    assert_eq!(
+        spec.revision.as_deref(),
+        Some(revision_of(&release.spec.content).as_str())
+    );
+    let plan = NodeUpdatePlan::new("worker-1", spec);
+    plan.validate().unwrap();
+}
