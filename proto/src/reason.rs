@@ -137,20 +137,6 @@ impl fmt::Display for Reason {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_round_trip_and_are_documented() {
-        for reason in Reason::ALL {
-            assert_eq!(Reason::parse(reason.as_str()), Some(*reason));
-            assert!(!reason.description().is_empty());
-        }
-        assert_eq!(Reason::parse("NoSuchReason"), None);
-    }
-}
-
 /// The reasons as a Markdown table, kept in `docs/usage/troubleshooting.md` between the
 /// markers `<!-- reasons:begin -->` and `<!-- reasons:end -->` (a test checks it).
 pub fn markdown_table() -> String {
@@ -163,4 +149,18 @@ pub fn markdown_table() -> String {
         ));
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_round_trip_and_are_documented() {
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(*reason));
+            assert!(!reason.description().is_empty());
+        }
+        assert_eq!(Reason::parse("NoSuchReason"), None);
+    }
 }
