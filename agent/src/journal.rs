@@ -22,6 +22,8 @@ pub struct Link {
     pub path: PathBuf,
     /// The stored, verified file it points at.
     pub target: PathBuf,
+    /// The sha256 of that file, re-checked before activation.
+    pub sha256: String,
 }
 
 /// A revision installed on this node.
@@ -161,7 +163,9 @@ impl Journal {
             links: flight.links,
             committed_at: at,
         };
-        self.attempts.clear();
+        // Keep the committed revision's count (the status shows it); forget the rest.
+        self.attempts
+            .retain(|revision, _| *revision == installed.revision);
         self.failed.clear();
         let dropped = self.previous.take();
         self.previous = self.committed.replace(installed);
@@ -292,6 +296,7 @@ mod tests {
             links: vec![Link {
                 path: "/etc/extensions/k.raw".into(),
                 target: format!("/opt/extensions/k/{rev}.raw").into(),
+                sha256: "0".repeat(64),
             }],
             before: vec![],
             failure: None,

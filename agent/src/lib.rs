@@ -9,8 +9,13 @@
 
 pub mod archive;
 pub mod fetch;
+pub mod health;
 pub mod journal;
 pub mod links;
 pub mod machine;
 pub mod policy;
 pub mod settings;
+pub mod status;
+pub mod store;
+pub mod systemd;
+pub mod update;

@@ -1,0 +1,209 @@
+//! Where files live on the node, and the blocking file operations on them.
+//!
+//! - Sysext images: `<images_dir>/<name>/<file-name-from-url>` (Flatcar's
+//!   `/opt/extensions/<name>/...`), linked as `<extensions_dir>/<name>.raw`. When that file
+//!   name is taken by different bytes (the same URL name re-published), the image is stored
+//!   as `<digest[..16]>-<file>` instead, so a file a link points at is never overwritten.
+//! - Binary files and archive members: `<state>/store/sha256/<digest>`, mode 0755.
+//! - Downloads in progress: dot-files ending in `.partial` in the target directory.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::links::fsync_dir;
+use crate::settings::{Paths, Settings};
+
+/// The link that activates sysext `name`.
+pub fn sysext_link(paths: &Paths, name: &str) -> PathBuf {
+    paths.extensions_dir.join(format!("{name}.raw"))
+}
+
+/// The directory holding sysext `name`'s images.
+pub fn sysext_dir(paths: &Paths, name: &str) -> PathBuf {
+    paths.images_dir.join(name)
+}
+
+/// The content-addressed store.
+pub fn cas_dir(settings: &Settings) -> PathBuf {
+    settings.state_dir.join("store").join("sha256")
+}
+
+/// Temporary downloads and extractions for the state filesystem.
+pub fn tmp_dir(settings: &Settings) -> PathBuf {
+    settings.state_dir.join("tmp")
+}
+
+/// Copies of regular files replaced during activation of `revision`.
+pub fn backup_dir(settings: &Settings, revision: &str) -> PathBuf {
+    settings.state_dir.join("backup").join(revision)
+}
+
+/// Where systemd-sysext's merged tree shows that extension `name` is active.
+pub fn extension_release(paths: &Paths, name: &str) -> PathBuf {
+    paths
+        .merged_root
+        .join("usr/lib/extension-release.d")
+        .join(format!("extension-release.{name}"))
+}
+
+/// The sha256 of a file, lowercase hex.
+pub fn hash_file(path: &Path) -> io::Result<String> {
+    let mut file = fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Whether `path` exists and hashes to `sha256`.
+pub fn is_verified(path: &Path, sha256: &str) -> bool {
+    hash_file(path).is_ok_and(|h| h == sha256)
+}
+
+/// Where an already-verified copy of a sysext image is, if any.
+pub fn find_sysext(dir: &Path, file: &str, sha256: &str) -> Option<PathBuf> {
+    [dir.join(file), dir.join(alt_name(file, sha256))]
+        .into_iter()
+        .find(|p| is_verified(p, sha256))
+}
+
+fn alt_name(file: &str, sha256: &str) -> String {
+    format!("{}-{file}", &sha256[..16.min(sha256.len())])
+}
+
+/// Moves a verified download into place as a sysext image and returns its final path.
+pub fn place_sysext(temp: &Path, dir: &Path, file: &str, sha256: &str) -> io::Result<PathBuf> {
+    if let Some(existing) = find_sysext(dir, file, sha256) {
+        fs::remove_file(temp)?;
+        return Ok(existing);
+    }
+    let plain = dir.join(file);
+    let target = if fs::symlink_metadata(&plain).is_ok() {
+        dir.join(alt_name(file, sha256))
+    } else {
+        plain
+    };
+    fs::set_permissions(temp, fs::Permissions::from_mode(0o644))?;
+    fs::rename(temp, &target)?;
+    fsync_dir(dir)?;
+    Ok(target)
+}
+
+/// Moves a verified file into the content-addressed store (mode 0755) and returns its path.
+pub fn place_cas(temp: &Path, cas: &Path, sha256: &str) -> io::Result<PathBuf> {
+    fs::create_dir_all(cas)?;
+    let target = cas.join(sha256);
+    if is_verified(&target, sha256) {
+        fs::remove_file(temp)?;
+        return Ok(target);
+    }
+    fs::set_permissions(temp, fs::Permissions::from_mode(0o755))?;
+    fs::rename(temp, &target)?;
+    fsync_dir(cas)?;
+    Ok(target)
+}
+
+/// Removes each of `candidates` that is not in `keep`. Files only; errors are logged.
+pub fn remove_unreferenced(candidates: &[PathBuf], keep: &HashSet<PathBuf>) {
+    for path in candidates {
+        if keep.contains(path) {
+            continue;
+        }
+        match fs::remove_file(path) {
+            Ok(()) => tracing::info!(path = %path.display(), "removed unreferenced file"),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove file"),
+        }
+    }
+}
+
+/// Removes leftover `.partial` downloads in `dirs` (from a crash or an abandoned staging).
+pub fn remove_partials(dirs: &[PathBuf]) {
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') && name.ends_with(".partial") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Whether an I/O error means the disk is full.
+pub fn is_disk_full(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(nix::libc::ENOSPC) || e.kind() == io::ErrorKind::StorageFull
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(bytes: &[u8]) -> String {
+        hex::encode(Sha256::digest(bytes))
+    }
+
+    #[test]
+    fn sysext_name_clash_never_overwrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let images = dir.path().join("k");
+        fs::create_dir(&images).unwrap();
+        fs::write(images.join("k.raw"), b"old").unwrap();
+        let temp = images.join(".k.partial");
+        fs::write(&temp, b"new").unwrap();
+        let placed = place_sysext(&temp, &images, "k.raw", &sha(b"new")).unwrap();
+        assert_ne!(placed, images.join("k.raw"));
+        assert_eq!(fs::read(images.join("k.raw")).unwrap(), b"old");
+        assert_eq!(fs::read(&placed).unwrap(), b"new");
+        assert_eq!(find_sysext(&images, "k.raw", &sha(b"new")), Some(placed));
+        assert_eq!(
+            find_sysext(&images, "k.raw", &sha(b"old")),
+            Some(images.join("k.raw"))
+        );
+    }
+
+    #[test]
+    fn cas_is_idempotent_and_executable() {
+        let dir = tempfile::tempdir().unwrap();
+        let cas = dir.path().join("cas");
+        for _ in 0..2 {
+            let temp = dir.path().join("t");
+            fs::write(&temp, b"bin").unwrap();
+            let placed = place_cas(&temp, &cas, &sha(b"bin")).unwrap();
+            assert_eq!(placed, cas.join(sha(b"bin")));
+            assert!(!temp.exists());
+            let mode = fs::metadata(&placed).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o755);
+        }
+    }
+
+    #[test]
+    fn partials_and_unreferenced_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(".a.123.partial"), b"").unwrap();
+        fs::write(dir.path().join("keep"), b"").unwrap();
+        fs::write(dir.path().join("drop"), b"").unwrap();
+        remove_partials(&[dir.path().to_path_buf()]);
+        let keep: HashSet<PathBuf> = [dir.path().join("keep")].into();
+        remove_unreferenced(&[dir.path().join("keep"), dir.path().join("drop")], &keep);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec!["keep"]);
+    }
+}
