@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use inplace_proto::strict::object_from_yaml;
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
+use serde::Deserialize;
 
 fn packaging() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes")
@@ -72,4 +73,41 @@ fn troubleshooting_guide_lists_every_reason() {
         text[begin..end] == inplace_proto::reason::markdown_table(),
         "docs/usage/troubleshooting.md's reason table is stale; run `make docs` and commit"
     );
+}
+
+#[test]
+fn every_manifest_is_a_well_formed_kubernetes_object() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&packaging(), &mut files);
+    assert!(files.len() >= 10, "found only {} manifests", files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let value = serde_yaml::Value::deserialize(document)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            if value.is_null() {
+                continue;
+            }
+            for field in ["apiVersion", "kind"] {
+                assert!(
+                    value
+                        .get(field)
+                        .and_then(|v| v.as_str())
+                        .is_some_and(|v| !v.is_empty()),
+                    "{}: a document has no {field}",
+                    file.display()
+                );
+            }
+        }
+    }
 }
