@@ -1,0 +1,520 @@
+//! The three hooks, wired to the I/O edges: the release catalog (management cluster), the
+//! workload clusters (through their kubeconfig Secrets) and the drainer. The decisions
+//! themselves are the pure functions in [`crate::claim`] and [`crate::progress`].
+
+use std::sync::Arc;
+
+use inplace_proto::{DesiredState, NodeUpdatePlan, NodeUpdatePlanSpec};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch as KubePatch, PatchParams};
+use serde_json::Value;
+
+use crate::catalog::{FoundRelease, ReleaseCatalog, ReleaseLookup};
+use crate::claim::{self, ObjectPair};
+use crate::drain::{DrainStatus, Drainer};
+use crate::error::Error;
+use crate::hooks::{
+    CanUpdateMachineRequest, CanUpdateMachineResponse, CanUpdateMachineSetRequest,
+    CanUpdateMachineSetResponse, HOOKS_API_VERSION, Patch, PatchType, ResponseStatus,
+    UpdateMachineRequest, UpdateMachineResponse,
+};
+use crate::progress::{self, Answer, NextStep};
+use crate::workload::WorkloadClusters;
+
+/// The field manager of the plan specs this extension writes (server-side apply). Distinct
+/// from the standalone controller's `inplace-controller`, so `managedFields` tell who wrote
+/// a plan; the apply is forced, so the extension takes over a plan the controller wrote.
+pub const FIELD_MANAGER: &str = "inplace-capi";
+/// The label Cluster API puts on every Machine: the name of its Cluster.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// Annotation on plans written by the extension: `<namespace>/<machine>`.
+pub const MACHINE_ANNOTATION: &str = "inplace.dev/capi-machine";
+
+/// How the hooks behave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookSettings {
+    /// `retryAfterSeconds` while an update is in progress.
+    pub retry_after_seconds: i32,
+    /// Whether to drain a node (after staging, before activation).
+    pub drain: bool,
+}
+
+impl Default for HookSettings {
+    fn default() -> Self {
+        HookSettings {
+            retry_after_seconds: 5,
+            drain: false,
+        }
+    }
+}
+
+/// The hook handlers and what they need.
+pub struct Extension {
+    catalog: Arc<dyn ReleaseCatalog>,
+    workloads: Arc<dyn WorkloadClusters>,
+    drainer: Arc<dyn Drainer>,
+    settings: HookSettings,
+}
+
+/// What `UpdateMachine` reads from the Machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineTarget {
+    /// The Machine's namespace (also the Cluster's and the kubeconfig Secret's).
+    pub namespace: String,
+    /// The Machine's name.
+    pub name: String,
+    /// The Cluster's name (label `cluster.x-k8s.io/cluster-name`, else `spec.clusterName`).
+    pub cluster: String,
+    /// The workload node (`status.nodeRef.name`).
+    pub node: String,
+    /// The desired Kubernetes version (`spec.version`).
+    pub version: String,
+}
+
+impl MachineTarget {
+    /// Reads the target from a full Machine object, or says what is missing.
+    pub fn from_machine(machine: &Value) -> Result<Self, Error> {
+        if !machine.is_object() {
+            return Err(Error::BadRequest(
+                "the request carries no desired.machine object".into(),
+            ));
+        }
+        let text = |pointer: &str| {
+            machine
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let name = text("/metadata/name").unwrap_or_else(|| "(unnamed)".into());
+        let missing = |what: &str| Error::BadRequest(format!("Machine {name} has no {what}"));
+        let namespace = text("/metadata/namespace").ok_or_else(|| missing("metadata.namespace"))?;
+        let cluster = machine
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(CLUSTER_NAME_LABEL))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .or_else(|| text("/spec/clusterName"))
+            .ok_or_else(|| {
+                missing(&format!(
+                    "label {CLUSTER_NAME_LABEL} (nor spec.clusterName)"
+                ))
+            })?;
+        let node = text("/status/nodeRef/name").ok_or_else(|| {
+            missing("status.nodeRef.name: the node has not joined the workload cluster, so there is nothing to update in place")
+        })?;
+        let version = text("/spec/version").ok_or_else(|| missing("spec.version"))?;
+        Ok(MachineTarget {
+            namespace,
+            name,
+            cluster,
+            node,
+            version,
+        })
+    }
+}
+
+impl Extension {
+    /// Handlers over the given edges.
+    pub fn new(
+        catalog: Arc<dyn ReleaseCatalog>,
+        workloads: Arc<dyn WorkloadClusters>,
+        drainer: Arc<dyn Drainer>,
+        settings: HookSettings,
+    ) -> Self {
+        Extension {
+            catalog,
+            workloads,
+            drainer,
+            settings,
+        }
+    }
+
+    async fn lookup_if_changed(
+        &self,
+        change: Option<&claim::VersionChange>,
+    ) -> Result<Option<ReleaseLookup>, Error> {
+        match change {
+            Some(change) => Ok(Some(self.catalog.lookup(&change.to).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// `CanUpdateMachine`: claims `spec.version` when a valid release brings it.
+    pub async fn can_update_machine(
+        &self,
+        request: &CanUpdateMachineRequest,
+    ) -> CanUpdateMachineResponse {
+        let mut response = CanUpdateMachineResponse {
+            api_version: HOOKS_API_VERSION.to_owned(),
+            kind: "CanUpdateMachineResponse".to_owned(),
+            status: ResponseStatus::Success,
+            message: String::new(),
+            machine_patch: None,
+            infrastructure_machine_patch: None,
+            bootstrap_config_patch: None,
+            affects_availability: None,
+        };
+        let (current, desired) = (&request.current, &request.desired);
+        if !current.machine.is_object() || !desired.machine.is_object() {
+            response.status = ResponseStatus::Failure;
+            response.message =
+                "the request needs current.machine and desired.machine objects".into();
+            return response;
+        }
+        let change =
+            claim::version_change(&current.machine, &desired.machine, claim::MACHINE_VERSION);
+        let lookup = match self.lookup_if_changed(change.as_ref()).await {
+            Ok(lookup) => lookup,
+            Err(error) => {
+                response.status = ResponseStatus::Failure;
+                response.message = error.to_string();
+                return response;
+            }
+        };
+        let main = ObjectPair {
+            label: "machine",
+            current: &current.machine,
+            desired: &desired.machine,
+            compared: claim::MACHINE_SPEC,
+        };
+        let others = [
+            ObjectPair {
+                label: "infrastructureMachine",
+                current: &current.infrastructure_machine,
+                desired: &desired.infrastructure_machine,
+                compared: claim::MACHINE_SPEC,
+            },
+            ObjectPair {
+                label: "bootstrapConfig",
+                current: &current.bootstrap_config,
+                desired: &desired.bootstrap_config,
+                compared: claim::MACHINE_SPEC,
+            },
+        ];
+        let claim = claim::claim(main, &others, claim::MACHINE_VERSION, lookup.as_ref());
+        tracing::info!(
+            machine = %object_key(&desired.machine),
+            claimed = !claim.operations.is_empty(),
+            "CanUpdateMachine: {}",
+            claim.message
+        );
+        response.machine_patch = claim.patch_bytes().map(json_patch);
+        response.message = claim.message;
+        response
+    }
+
+    /// `CanUpdateMachineSet`: claims `spec.template.spec.version` when a valid release
+    /// brings it.
+    pub async fn can_update_machine_set(
+        &self,
+        request: &CanUpdateMachineSetRequest,
+    ) -> CanUpdateMachineSetResponse {
+        let mut response = CanUpdateMachineSetResponse {
+            api_version: HOOKS_API_VERSION.to_owned(),
+            kind: "CanUpdateMachineSetResponse".to_owned(),
+            status: ResponseStatus::Success,
+            message: String::new(),
+            machine_set_patch: None,
+            infrastructure_machine_template_patch: None,
+            bootstrap_config_template_patch: None,
+            affects_availability: None,
+        };
+        let (current, desired) = (&request.current, &request.desired);
+        if !current.machine_set.is_object() || !desired.machine_set.is_object() {
+            response.status = ResponseStatus::Failure;
+            response.message =
+                "the request needs current.machineSet and desired.machineSet objects".into();
+            return response;
+        }
+        let change = claim::version_change(
+            &current.machine_set,
+            &desired.machine_set,
+            claim::MACHINE_SET_VERSION,
+        );
+        let lookup = match self.lookup_if_changed(change.as_ref()).await {
+            Ok(lookup) => lookup,
+            Err(error) => {
+                response.status = ResponseStatus::Failure;
+                response.message = error.to_string();
+                return response;
+            }
+        };
+        let main = ObjectPair {
+            label: "machineSet",
+            current: &current.machine_set,
+            desired: &desired.machine_set,
+            compared: claim::TEMPLATE_SPEC,
+        };
+        let others = [
+            ObjectPair {
+                label: "infrastructureMachineTemplate",
+                current: &current.infrastructure_machine_template,
+                desired: &desired.infrastructure_machine_template,
+                compared: claim::TEMPLATE_SPEC,
+            },
+            ObjectPair {
+                label: "bootstrapConfigTemplate",
+                current: &current.bootstrap_config_template,
+                desired: &desired.bootstrap_config_template,
+                compared: claim::TEMPLATE_SPEC,
+            },
+        ];
+        let claim = claim::claim(main, &others, claim::MACHINE_SET_VERSION, lookup.as_ref());
+        tracing::info!(
+            machine_set = %object_key(&desired.machine_set),
+            claimed = !claim.operations.is_empty(),
+            "CanUpdateMachineSet: {}",
+            claim.message
+        );
+        response.machine_set_patch = claim.patch_bytes().map(json_patch);
+        response.message = claim.message;
+        response
+    }
+
+    /// `UpdateMachine`: ensures the node's plan for the release (drained first when
+    /// configured) and answers from its status. Idempotent.
+    pub async fn update_machine(&self, request: &UpdateMachineRequest) -> UpdateMachineResponse {
+        let answer = match self.drive(&request.desired.machine).await {
+            Ok(answer) => answer,
+            Err(error) if error.is_transient() => {
+                Answer::InProgress(format!("retrying after a transient error: {error}"))
+            }
+            Err(error) => Answer::Failed(error.to_string()),
+        };
+        tracing::info!(
+            machine = %object_key(&request.desired.machine),
+            "UpdateMachine: {answer:?}"
+        );
+        answer.into_response(self.settings.retry_after_seconds)
+    }
+
+    async fn drive(&self, machine: &Value) -> Result<Answer, Error> {
+        let target = MachineTarget::from_machine(machine)?;
+        let release = match self.catalog.lookup(&target.version).await? {
+            ReleaseLookup::Found(found) => *found,
+            other => {
+                return Err(Error::NoRelease(format!(
+                    "cannot update Machine {}/{} in place: {}",
+                    target.namespace,
+                    target.name,
+                    other.explain(&target.version)
+                )));
+            }
+        };
+        let cluster_key = format!("{}/{}", target.namespace, target.cluster);
+        let client = self
+            .workloads
+            .client(&target.namespace, &target.cluster)
+            .await?;
+        let workload_error = |action: String| {
+            let cluster = cluster_key.clone();
+            move |source| Error::Workload {
+                cluster,
+                action,
+                source,
+            }
+        };
+        let node = Api::<Node>::all(client.clone())
+            .get_opt(&target.node)
+            .await
+            .map_err(workload_error(format!("reading node {}", target.node)))?
+            .ok_or_else(|| Error::NodeNotFound {
+                cluster: cluster_key.clone(),
+                node: target.node.clone(),
+            })?;
+        let plans = Api::<NodeUpdatePlan>::all(client.clone());
+        let existing = plans
+            .get_opt(&target.node)
+            .await
+            .map_err(workload_error(format!(
+                "reading NodeUpdatePlan {}",
+                target.node
+            )))?;
+
+        let desired_state =
+            match progress::next_step(existing.as_ref(), &release.revision, self.settings.drain) {
+                NextStep::Write(state) => state,
+                NextStep::Drain => match self.drainer.drain(&client, &target.node).await {
+                    DrainStatus::Drained => DesiredState::Active,
+                    DrainStatus::InProgress(message) => {
+                        return Ok(Answer::InProgress(format!(
+                            "node {}: Staged {}; draining: {message}",
+                            target.node, release.name
+                        )));
+                    }
+                    DrainStatus::Failed(message) => {
+                        return Err(Error::Drain {
+                            node: target.node.clone(),
+                            message,
+                        });
+                    }
+                },
+            };
+
+        let plan = match existing {
+            Some(plan) if plan_is_current(&plan, &target, &release, desired_state) => plan,
+            _ => {
+                let desired = desired_plan(&target, &release, desired_state, &node);
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                plans
+                    .patch(&target.node, &params, &KubePatch::Apply(&desired))
+                    .await
+                    .map_err(workload_error(format!(
+                        "applying NodeUpdatePlan {}",
+                        target.node
+                    )))?
+            }
+        };
+
+        let answer = progress::answer(&target.node, &release.name, &release.revision, &plan);
+        if self.settings.drain
+            && matches!(answer, Answer::Done(_))
+            && let Err(message) = self.drainer.uncordon(&client, &target.node).await
+        {
+            return Ok(Answer::InProgress(format!(
+                "node {} runs {}; uncordoning failed, retrying: {message}",
+                target.node, release.name
+            )));
+        }
+        Ok(answer)
+    }
+}
+
+/// Whether `plan` already says what this call would write (then nothing is written, so
+/// repeated calls do not even touch the object).
+fn plan_is_current(
+    plan: &NodeUpdatePlan,
+    target: &MachineTarget,
+    release: &FoundRelease,
+    desired_state: DesiredState,
+) -> bool {
+    plan.spec
+        == NodeUpdatePlanSpec::for_release(
+            &target.node,
+            &release.name,
+            &release.spec,
+            desired_state,
+        )
+        && plan
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MACHINE_ANNOTATION))
+            .is_some_and(|m| *m == format!("{}/{}", target.namespace, target.name))
+        && plan
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Node" && o.name == target.node)
+}
+
+/// The plan this extension applies: the release's content for the node, owned by the Node
+/// (deleted with it), annotated with the Machine it serves.
+pub fn desired_plan(
+    target: &MachineTarget,
+    release: &FoundRelease,
+    desired_state: DesiredState,
+    node: &Node,
+) -> NodeUpdatePlan {
+    let spec =
+        NodeUpdatePlanSpec::for_release(&target.node, &release.name, &release.spec, desired_state);
+    let mut plan = NodeUpdatePlan::new(&target.node, spec);
+    plan.metadata.annotations = Some(
+        [(
+            MACHINE_ANNOTATION.to_owned(),
+            format!("{}/{}", target.namespace, target.name),
+        )]
+        .into(),
+    );
+    if let Some(uid) = node.metadata.uid.clone() {
+        plan.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: target.node.clone(),
+            uid,
+            ..Default::default()
+        }]);
+    }
+    plan
+}
+
+fn json_patch(bytes: Vec<u8>) -> Patch {
+    Patch {
+        patch_type: PatchType::JSONPatch,
+        patch: bytes,
+    }
+}
+
+fn object_key(object: &Value) -> String {
+    let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("?");
+    format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn machine() -> Value {
+        json!({
+            "metadata": {"name": "w-1", "namespace": "ns1",
+                         "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "spec": {"clusterName": "c1", "version": "v1.31.2"},
+            "status": {"nodeRef": {"name": "node-1"}}
+        })
+    }
+
+    #[test]
+    fn a_full_machine_gives_its_target() {
+        assert_eq!(
+            MachineTarget::from_machine(&machine()).unwrap(),
+            MachineTarget {
+                namespace: "ns1".into(),
+                name: "w-1".into(),
+                cluster: "c1".into(),
+                node: "node-1".into(),
+                version: "v1.31.2".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn the_cluster_name_falls_back_to_spec_cluster_name() {
+        let mut m = machine();
+        m["metadata"].as_object_mut().unwrap().remove("labels");
+        assert_eq!(MachineTarget::from_machine(&m).unwrap().cluster, "c1");
+    }
+
+    #[test]
+    fn missing_fields_are_named() {
+        type Edit = fn(&mut Value);
+        let cases: [(&str, Edit); 4] = [
+            ("status.nodeRef.name", |m| {
+                m.as_object_mut().unwrap().remove("status");
+            }),
+            ("spec.version", |m| {
+                m["spec"].as_object_mut().unwrap().remove("version");
+            }),
+            ("metadata.namespace", |m| {
+                m["metadata"].as_object_mut().unwrap().remove("namespace");
+            }),
+            ("label cluster.x-k8s.io/cluster-name", |m| {
+                m["metadata"].as_object_mut().unwrap().remove("labels");
+                m["spec"].as_object_mut().unwrap().remove("clusterName");
+            }),
+        ];
+        for (what, edit) in cases {
+            let mut m = machine();
+            edit(&mut m);
+            let error = MachineTarget::from_machine(&m).unwrap_err();
+            assert!(error.to_string().contains(what), "{what}: {error}");
+            assert!(error.to_string().contains("Machine w-1"), "{error}");
+            assert!(!error.is_transient());
+        }
+        assert!(MachineTarget::from_machine(&Value::Null).is_err());
+    }
+}
