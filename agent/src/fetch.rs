@@ -122,9 +122,16 @@ pub struct HttpFetcher {
     max_size: u64,
 }
 
+/// Installs ring as the process-wide rustls provider (kube-rs uses ring too). Idempotent.
+pub fn install_crypto_provider() {
+    // Err means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl HttpFetcher {
     /// A fetcher that follows redirects only within `policy`.
     pub fn new(settings: &DownloadSettings, policy: &Policy) -> Result<Self, reqwest::Error> {
+        install_crypto_provider();
         let redirect_policy = policy.clone();
         let redirect = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= 5 {

@@ -209,6 +209,7 @@ impl RealProbes {
         node_name: &str,
         timeout: Duration,
     ) -> Result<Self, reqwest::Error> {
+        crate::fetch::install_crypto_provider();
         Ok(RealProbes {
             http: reqwest::Client::builder()
                 .timeout(timeout)

@@ -1,0 +1,430 @@
+//! The real fetcher against a tiny scripted HTTP/1.1 server on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use inplace_agent::fetch::{FetchError, Fetcher, HttpFetcher};
+use inplace_agent::settings::{DownloadSettings, Policy};
+use inplace_proto::{Artifact, ArtifactType};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// What the server does after the head and body.
+#[derive(Clone)]
+enum After {
+    Close,
+    Stall,
+    Endless,
+}
+
+#[derive(Clone)]
+struct Reply {
+    status: &'static str,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    after: After,
+}
+
+fn reply(status: &'static str, body: &[u8]) -> Reply {
+    Reply {
+        status,
+        headers: vec![("Content-Length".into(), body.len().to_string())],
+        body: body.to_vec(),
+        after: After::Close,
+    }
+}
+
+impl Reply {
+    fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+    fn without_length(mut self) -> Self {
+        self.headers.retain(|(n, _)| n != "Content-Length");
+        self
+    }
+    fn then(mut self, after: After) -> Self {
+        self.after = after;
+        self
+    }
+}
+
+type Handler = dyn Fn(usize, &str) -> Reply + Send + Sync;
+
+/// Serves `handler(request_number, request_head)`; returns the base URL and the heads seen.
+async fn serve(handler: Arc<Handler>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let handler = handler.clone();
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                let n = {
+                    let mut log = log.lock().unwrap();
+                    log.push(head.clone());
+                    log.len()
+                };
+                let r = handler(n, &head);
+                let mut out = format!("HTTP/1.1 {}\r\nConnection: close\r\n", r.status);
+                for (k, v) in &r.headers {
+                    out.push_str(&format!("{k}: {v}\r\n"));
+                }
+                out.push_str("\r\n");
+                let _ = socket.write_all(out.as_bytes()).await;
+                let _ = socket.write_all(&r.body).await;
+                let _ = socket.flush().await;
+                match r.after {
+                    After::Close => {}
+                    After::Stall => tokio::time::sleep(Duration::from_secs(30)).await,
+                    After::Endless => {
+                        let chunk = vec![b'x'; 64 * 1024];
+                        while socket.write_all(&chunk).await.is_ok() {}
+                    }
+                }
+            });
+        }
+    });
+    (base, seen)
+}
+
+fn fetcher(base: &str, attempts: u32) -> HttpFetcher {
+    let settings = DownloadSettings {
+        attempts,
+        connect_timeout: Duration::from_secs(5),
+        stall_timeout: Duration::from_millis(500),
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(20),
+    };
+    let policy = Policy {
+        allowed_url_prefixes: vec![format!("{base}/ok/")],
+        allow_http: true,
+        allowed_target_dirs: vec![],
+        allowed_units: vec![],
+        max_artifact_size: 1 << 20,
+        allow_remote_health_checks: false,
+    };
+    HttpFetcher::new(&settings, &policy).unwrap()
+}
+
+fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
+    Artifact {
+        name: "kubernetes".into(),
+        kind: ArtifactType::Sysext,
+        url: format!("{base}/ok/kubernetes.raw"),
+        sha256: hex::encode(Sha256::digest(body)),
+        size,
+        path: None,
+        members: vec![],
+    }
+}
+
+async fn run(f: &HttpFetcher, a: &Artifact, dir: &Path) -> Result<Vec<u8>, FetchError> {
+    let result = f.fetch(a, dir, &|_| {}).await;
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    match result {
+        Ok(path) => {
+            assert_eq!(leftovers, vec![path.clone()], "only the result is left");
+            Ok(std::fs::read(path).unwrap())
+        }
+        Err(e) => {
+            assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+            Err(e)
+        }
+    }
+}
+
+const BODY: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+
+#[tokio::test]
+async fn plain_download() {
+    let (base, _) = serve(Arc::new(|_, _| reply("200 OK", BODY))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(
+        &fetcher(&base, 1),
+        &artifact(&base, BODY, Some(BODY.len() as u64)),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(got.unwrap(), BODY);
+}
+
+#[tokio::test]
+async fn hash_mismatch_is_retried_then_reported() {
+    let (base, seen) = serve(Arc::new(|_, _| reply("200 OK", b"something else entirely"))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(&fetcher(&base, 2), &artifact(&base, BODY, None), dir.path())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::HashMismatch { .. }), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn content_length_differs_from_declared_size() {
+    let (base, seen) = serve(Arc::new(|_, _| reply("200 OK", BODY))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(
+        &fetcher(&base, 3),
+        &artifact(&base, BODY, Some(10)),
+        dir.path(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, FetchError::SizeMismatch { .. }), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), 1, "permanent: no retry");
+}
+
+#[tokio::test]
+async fn more_bytes_than_declared_without_length_aborts() {
+    let (base, _) = serve(Arc::new(|_, _| reply("200 OK", BODY).without_length())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(
+        &fetcher(&base, 1),
+        &artifact(&base, BODY, Some(10)),
+        dir.path(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, FetchError::SizeMismatch { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn endless_body_stops_at_the_limit() {
+    let (base, _) = serve(Arc::new(|_, _| {
+        reply("200 OK", b"").without_length().then(After::Endless)
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    // No declared size: the node's limit (1 MiB here) applies.
+    let err = run(&fetcher(&base, 1), &artifact(&base, BODY, None), dir.path())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::SizeMismatch { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn truncated_transfer_resumes_with_range_when_the_etag_matches() {
+    let (base, seen) = serve(Arc::new(|n, head: &str| match n {
+        1 => reply("200 OK", &BODY[..10])
+            .header("Content-Length", &BODY.len().to_string())
+            .header("ETag", "\"v1\""),
+        _ => {
+            assert!(head.contains("range: bytes=10-"), "{head}");
+            assert!(head.contains("if-range: \"v1\""), "{head}");
+            reply("206 Partial Content", &BODY[10..])
+                .header("ETag", "\"v1\"")
+                .header(
+                    "Content-Range",
+                    &format!("bytes 10-{}/{}", BODY.len() - 1, BODY.len()),
+                )
+        }
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(
+        &fetcher(&base, 3),
+        &artifact(&base, BODY, Some(BODY.len() as u64)),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(got.unwrap(), BODY);
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn changed_object_restarts_from_zero() {
+    // First object A is cut short; by the retry the server has B (different ETag) and,
+    // honouring If-Range, sends all of B with 200. The result is B, never A+B.
+    let (base, _) = serve(Arc::new(|n, _: &str| match n {
+        1 => reply("200 OK", b"AAAAAAAAAA")
+            .header("Content-Length", &BODY.len().to_string())
+            .header("ETag", "\"a\""),
+        _ => reply("200 OK", BODY).header("ETag", "\"b\""),
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(
+        &fetcher(&base, 3),
+        &artifact(&base, BODY, Some(BODY.len() as u64)),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(got.unwrap(), BODY);
+}
+
+#[tokio::test]
+async fn partial_answer_for_another_object_restarts() {
+    // A 206 with a different ETag must not be stitched onto the first bytes.
+    let (base, seen) = serve(Arc::new(|n, _: &str| match n {
+        1 => reply("200 OK", b"AAAAAAAAAA")
+            .header("Content-Length", &BODY.len().to_string())
+            .header("ETag", "\"a\""),
+        2 => reply("206 Partial Content", &BODY[10..])
+            .header("ETag", "\"b\"")
+            .header(
+                "Content-Range",
+                &format!("bytes 10-{}/{}", BODY.len() - 1, BODY.len()),
+            ),
+        _ => reply("200 OK", BODY).header("ETag", "\"b\""),
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(
+        &fetcher(&base, 4),
+        &artifact(&base, BODY, Some(BODY.len() as u64)),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(got.unwrap(), BODY);
+    assert_eq!(seen.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn range_ignored_restarts_from_zero() {
+    let (base, seen) = serve(Arc::new(|n, _: &str| match n {
+        1 => reply("200 OK", &BODY[..10])
+            .header("Content-Length", &BODY.len().to_string())
+            .header("ETag", "\"v1\""),
+        _ => reply("200 OK", BODY).header("ETag", "\"v1\""),
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(
+        &fetcher(&base, 3),
+        &artifact(&base, BODY, Some(BODY.len() as u64)),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(got.unwrap(), BODY);
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn unavailable_with_retry_after_then_success() {
+    let (base, seen) = serve(Arc::new(|n, _: &str| match n {
+        1 => reply("503 Service Unavailable", b"busy").header("Retry-After", "0"),
+        2 => reply("429 Too Many Requests", b"slow down"),
+        _ => reply("200 OK", BODY),
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(&fetcher(&base, 3), &artifact(&base, BODY, None), dir.path()).await;
+    assert_eq!(got.unwrap(), BODY);
+    assert_eq!(seen.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn server_errors_exhaust_the_attempts() {
+    let (base, seen) = serve(Arc::new(|_, _: &str| reply("502 Bad Gateway", b""))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(&fetcher(&base, 3), &artifact(&base, BODY, None), dir.path())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::Http { status: 502, .. }), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn not_found_is_permanent_and_names_the_status() {
+    let (base, seen) = serve(Arc::new(|_, _: &str| reply("404 Not Found", b"no"))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(&fetcher(&base, 5), &artifact(&base, BODY, None), dir.path())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::Http { status: 404, .. }), "{err}");
+    assert!(err.to_string().contains("404") && err.to_string().contains("kubernetes"));
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    for status in ["401 Unauthorized", "403 Forbidden"] {
+        let (base, seen) = serve(Arc::new(move |_, _: &str| reply(status, b""))).await;
+        let err = run(&fetcher(&base, 5), &artifact(&base, BODY, None), dir.path())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, FetchError::Http { .. }), "{err}");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn redirect_outside_the_allowed_prefixes_is_refused() {
+    let (base, seen) = serve(Arc::new(|_, _: &str| {
+        reply("302 Found", b"").header("Location", "/elsewhere/kubernetes.raw")
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(&fetcher(&base, 3), &artifact(&base, BODY, None), dir.path())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
+    assert_eq!(err.reason(), inplace_proto::Reason::PolicyDenied);
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "the redirect target is never requested"
+    );
+}
+
+#[tokio::test]
+async fn redirect_inside_the_allowed_prefixes_is_followed() {
+    let (base, _) = serve(Arc::new(|n, _: &str| match n {
+        1 => reply("302 Found", b"").header("Location", "/ok/mirror/kubernetes.raw"),
+        _ => reply("200 OK", BODY),
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(
+        run(&fetcher(&base, 1), &artifact(&base, BODY, None), dir.path())
+            .await
+            .unwrap(),
+        BODY
+    );
+}
+
+#[tokio::test]
+async fn stalled_transfer_times_out_and_is_retried() {
+    let (base, seen) = serve(Arc::new(|n, _: &str| match n {
+        1 => reply("200 OK", &BODY[..5])
+            .header("Content-Length", &BODY.len().to_string())
+            .then(After::Stall),
+        _ => reply("200 OK", BODY),
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(&fetcher(&base, 2), &artifact(&base, BODY, None), dir.path()).await;
+    assert_eq!(got.unwrap(), BODY);
+    assert_eq!(seen.lock().unwrap().len(), 2);
+
+    let (base, _) = serve(Arc::new(|_, _: &str| {
+        reply("200 OK", &BODY[..5])
+            .header("Content-Length", "36")
+            .then(After::Stall)
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(&fetcher(&base, 1), &artifact(&base, BODY, None), dir.path())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::Transport { .. }), "{err}");
+    assert_eq!(err.reason(), inplace_proto::Reason::DownloadFailed);
+}
