@@ -4,4 +4,15 @@
 //! The rollout's rules are one pure function ([`decision::decide`]); everything else here
 //! gathers its inputs from watch caches and carries out its actions.
 
+pub mod context;
 pub mod decision;
+pub mod drain;
+pub mod error;
+pub mod leader;
+pub mod metrics;
+pub mod plans;
+pub mod release_controller;
+pub mod rollout_controller;
+pub mod run;
+
+pub use error::{Error, Result};

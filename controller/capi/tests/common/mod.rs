@@ -1,0 +1,366 @@
+//! The test bed: two API emulators (management and workload cluster), the hook server over
+//! real HTTPS with a self-signed certificate, a reqwest client that trusts it, Cluster API
+//! request builders from the fixtures, and a simulated agent for the workload cluster.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
+use inplace_capi::{Config, Drainer, Extension, NoDrain, Server};
+use inplace_proto::{NodeRelease, NodeUpdatePlan};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+pub const NAMESPACE: &str = "tenant-a";
+pub const CLUSTER: &str = "c1";
+pub const HOOKS: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1";
+
+pub fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1, as PEM (cert, key).
+pub fn self_signed(common_name: &str) -> (String, String) {
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+pub fn https_client(ca_pem: &str) -> reqwest::Client {
+    install_crypto_provider();
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// A valid release for `kubernetes_version`, as the management cluster holds it.
+pub fn release_object(name: &str, kubernetes_version: &str) -> Value {
+    json!({
+        "apiVersion": "inplace.dev/v1alpha1",
+        "kind": "NodeRelease",
+        "metadata": {"name": name},
+        "spec": {
+            "version": kubernetes_version,
+            "kubernetesVersion": kubernetes_version,
+            "artifacts": [{
+                "name": "kubernetes",
+                "type": "Sysext",
+                "url": format!("https://extensions.example/kubernetes/kubernetes-{kubernetes_version}-x86-64.raw"),
+                "sha256": "4f0c9a1b".repeat(8),
+                "size": 97_517_568u64,
+            }],
+            "activation": {"restartUnits": ["kubelet.service"]},
+            "healthChecks": {"units": ["kubelet.service"], "nodeKubeletVersion": true, "window": "30s", "timeout": "5m"},
+        }
+    })
+}
+
+pub struct Bed {
+    pub management: Handle,
+    pub workload: Handle,
+    pub workload_client: kube::Client,
+    pub management_client: kube::Client,
+    pub addr: std::net::SocketAddr,
+    pub http: reqwest::Client,
+    pub ca_pem: String,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    _dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Bed {
+    pub async fn start() -> Bed {
+        Bed::start_with(false, Arc::new(NoDrain)).await
+    }
+
+    pub async fn start_with(drain: bool, drainer: Arc<dyn Drainer>) -> Bed {
+        install_crypto_provider();
+        let management = Emulator::start(EmulatorConfig::default()).await.unwrap();
+        let workload = Emulator::start(EmulatorConfig::default()).await.unwrap();
+        let crds = repo_root().join("packaging/kubernetes/crds");
+        management
+            .apply_crd_yaml(&std::fs::read_to_string(crds.join("nodereleases.yaml")).unwrap())
+            .await
+            .unwrap();
+        workload
+            .apply_crd_yaml(&std::fs::read_to_string(crds.join("nodeupdateplans.yaml")).unwrap())
+            .await
+            .unwrap();
+        let management_client = management.client().await.unwrap();
+        let workload_client = workload.client().await.unwrap();
+
+        // Management cluster: the namespace, the Cluster's kubeconfig Secret, releases.
+        let namespaces: Api<Namespace> = Api::all(management_client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        put_kubeconfig_secret(&management_client, CLUSTER, &workload.kubeconfig_yaml(&User::admin())).await;
+        let releases: Api<NodeRelease> = Api::all(management_client.clone());
+        for (name, version) in [
+            ("kubernetes-v1.31.1", "v1.31.1"),
+            ("kubernetes-v1.31.2", "v1.31.2"),
+        ] {
+            releases
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(release_object(name, version)).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+
+        // Workload cluster: the nodes.
+        let nodes: Api<Node> = Api::all(workload_client.clone());
+        for name in ["node-1", "node-2", "fail-node"] {
+            nodes
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+
+        // The hook server, on real HTTPS.
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed("inplace-capi test");
+        let cert_file = dir.path().join("tls.crt");
+        let key_file = dir.path().join("tls.key");
+        std::fs::write(&cert_file, &cert).unwrap();
+        std::fs::write(&key_file, &key).unwrap();
+        let mut config = Config::new("127.0.0.1:0".parse().unwrap(), cert_file.clone(), key_file.clone());
+        config.drain = drain;
+        config.validate().unwrap();
+        let extension: Arc<Extension> =
+            Arc::new(inplace_capi::extension(&config, management_client.clone(), drainer));
+        let server = Server::bind(config.listen, &cert_file, &key_file, extension, 30)
+            .await
+            .unwrap();
+        let addr = server.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(server.serve(async {
+            let _ = stopped.await;
+        }));
+        Bed {
+            http: https_client(&cert),
+            ca_pem: cert,
+            management,
+            workload,
+            workload_client,
+            management_client,
+            addr,
+            cert_file,
+            key_file,
+            _dir: dir,
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.addr.port())
+    }
+
+    /// POSTs `body` to a hook path; the HTTP status and the JSON answer.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let response = self.http.post(self.url(path)).json(body).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+
+    pub async fn update_machine(&self, machine: &Value) -> Value {
+        let (status, answer) = self
+            .post(&format!("{HOOKS}/updatemachine/update-machine"), &update_machine_request(machine))
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["apiVersion"], "hooks.runtime.cluster.x-k8s.io/v1alpha1");
+        assert_eq!(answer["kind"], "UpdateMachineResponse");
+        assert!(answer["retryAfterSeconds"].is_i64(), "{answer}");
+        answer
+    }
+
+    pub fn plans(&self) -> Api<NodeUpdatePlan> {
+        Api::all(self.workload_client.clone())
+    }
+
+    pub async fn plan_count(&self) -> usize {
+        self.plans().list(&ListParams::default()).await.unwrap().items.len()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.unwrap();
+        }
+    }
+}
+
+pub async fn put_kubeconfig_secret(management: &kube::Client, cluster: &str, kubeconfig: &str) {
+    let secrets: Api<Secret> = Api::namespaced(management.clone(), NAMESPACE);
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": format!("{cluster}-kubeconfig"), "namespace": NAMESPACE,
+                     "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+        "type": "cluster.x-k8s.io/secret",
+        "stringData": {"value": kubeconfig},
+    }))
+    .unwrap();
+    let bytes = serde_json::to_value(&secret).unwrap();
+    secrets
+        .patch(
+            &format!("{cluster}-kubeconfig"),
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&bytes),
+        )
+        .await
+        .unwrap();
+}
+
+/// The full Machine from the fixture, at `version`, on `node` (None: no nodeRef).
+pub fn machine(version: &str, node: Option<&str>) -> Value {
+    let mut machine = fixture("machine.json");
+    machine["spec"]["version"] = json!(version);
+    match node {
+        Some(node) => machine["status"]["nodeRef"]["name"] = json!(node),
+        None => {
+            machine["status"].as_object_mut().unwrap().remove("nodeRef");
+        }
+    }
+    machine
+}
+
+/// What Cluster API sends to CanUpdateMachine: spec-only objects (status stripped).
+pub fn can_update_machine_request(current: &Value, desired: &Value, infra_current: &Value, infra_desired: &Value) -> Value {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("status");
+        }
+        v
+    };
+    json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": "CanUpdateMachineRequest",
+        "settings": {},
+        "current": {"machine": strip(current), "infrastructureMachine": strip(infra_current), "bootstrapConfig": fixture("kubeadmconfig.json")},
+        "desired": {"machine": strip(desired), "infrastructureMachine": strip(infra_desired), "bootstrapConfig": fixture("kubeadmconfig.json")},
+    })
+}
+
+pub fn update_machine_request(machine: &Value) -> Value {
+    json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": "UpdateMachineRequest",
+        "desired": {"machine": machine, "infrastructureMachine": fixture("vspheremachine.json"), "bootstrapConfig": fixture("kubeadmconfig.json")},
+    })
+}
+
+/// A simulated node agent for the workload cluster: each [`SimAgent::step`] moves every
+/// plan one phase further through the status subresource, as the real agent would report:
+/// Pending → Downloading (half, then all bytes) → Staged → (once Active) Activating →
+/// Verifying → Succeeded, or RolledBack with HealthCheckFailed on nodes named `fail-*`.
+pub struct SimAgent {
+    plans: Api<NodeUpdatePlan>,
+}
+
+impl SimAgent {
+    pub fn new(workload: kube::Client) -> Self {
+        SimAgent { plans: Api::all(workload) }
+    }
+
+    pub async fn step(&self) {
+        for plan in self.plans.list(&ListParams::default()).await.unwrap().items {
+            if let Some(status) = next_status(&plan) {
+                let name = plan.metadata.name.clone().unwrap();
+                self.plans
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+fn condition(status: &str, reason: &str, message: &str) -> Value {
+    json!([{"type": "Ready", "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": "2026-11-22T03:00:00Z"}])
+}
+
+fn next_status(plan: &NodeUpdatePlan) -> Option<Value> {
+    let revision = plan.spec.revision.clone()?;
+    let generation = plan.metadata.generation.unwrap_or(0);
+    let node = plan.spec.node_name.clone();
+    let size = plan.spec.content.artifacts[0].size.unwrap_or(100) as i64;
+    let status = plan.status.clone().unwrap_or_default();
+    let phase = status.phase.map(|p| format!("{p:?}"));
+    let fresh = status.target_revision.as_deref() == Some(revision.as_str());
+    let active = plan.spec.desired_state == inplace_proto::DesiredState::Active;
+    let base = |phase: &str| {
+        json!({"observedGeneration": generation, "targetRevision": revision, "phase": phase,
+               "currentRevision": status.current_revision.clone().unwrap_or_else(|| "rev-old".into())})
+    };
+    let with = |mut v: Value, extra: Value| {
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        Some(v)
+    };
+    if !fresh || phase.is_none() {
+        return with(base("Pending"), json!({"conditions": condition("False", "Pending", "seen")}));
+    }
+    match phase.as_deref().unwrap() {
+        "Pending" => with(base("Downloading"), json!({
+            "artifacts": [{"name": "kubernetes", "bytesDone": size / 2, "bytesTotal": size}],
+            "conditions": condition("False", "Downloading", "downloading kubernetes")})),
+        "Downloading" => {
+            let done = status.artifacts.first().map(|a| a.bytes_done).unwrap_or(0);
+            if done < size {
+                with(base("Downloading"), json!({"artifacts": [{"name": "kubernetes", "bytesDone": size, "bytesTotal": size}]}))
+            } else {
+                with(base("Staged"), json!({"conditions": condition(if active { "False" } else { "True" }, "Staged", "every artifact staged")}))
+            }
+        }
+        "Staged" if active => with(base("Activating"), json!({"conditions": condition("False", "Activating", "restarting kubelet.service")})),
+        "Staged" => None,
+        "Activating" => with(base("Verifying"), json!({"conditions": condition("False", "Verifying", "kubelet.service 12s/30s")})),
+        "Verifying" if node.starts_with("fail") => with(base("RolledBack"), json!({
+            "conditions": condition("False", "HealthCheckFailed", "kubelet.service failed its health check (exited with status 1); rolled back")})),
+        "Verifying" => {
+            let mut v = base("Succeeded");
+            v["currentRevision"] = json!(revision);
+            with(v, json!({"conditions": condition("True", "Succeeded", "runs the target revision")}))
+        }
+        _ => None,
+    }
+}

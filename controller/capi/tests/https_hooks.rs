@@ -1,0 +1,268 @@
+//! The hook server over real HTTPS: discovery, CanUpdateMachine / CanUpdateMachineSet with
+//! requests shaped like Cluster API's, malformed requests, and certificate reload.
+
+mod common;
+
+use base64::Engine as _;
+use common::*;
+use serde_json::{Value, json};
+
+fn decode_patch(patch: &Value) -> Value {
+    assert_eq!(patch["patchType"], "JSONPatch", "{patch}");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(patch["patch"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test]
+async fn discovery_announces_the_three_in_place_hooks() {
+    let bed = Bed::start().await;
+    let (status, answer) = bed
+        .post(
+            &format!("{HOOKS}/discovery"),
+            &json!({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "DiscoveryRequest"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["kind"], "DiscoveryResponse");
+    assert_eq!(answer["status"], "Success");
+    let hooks: Vec<(&str, &str)> = answer["handlers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["name"].as_str().unwrap(), h["requestHook"]["hook"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            ("can-update-machine", "CanUpdateMachine"),
+            ("can-update-machineset", "CanUpdateMachineSet"),
+            ("update-machine", "UpdateMachine")
+        ]
+    );
+    assert_eq!(answer["handlers"][2]["timeoutSeconds"], 30);
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn a_version_bump_is_claimed_with_a_patch_for_spec_version_only() {
+    let bed = Bed::start().await;
+    let infra = fixture("vspheremachine.json");
+    let request = can_update_machine_request(
+        &machine("v1.31.1", Some("node-1")),
+        &machine("v1.31.2", Some("node-1")),
+        &infra,
+        &infra,
+    );
+    let (status, answer) = bed
+        .post(&format!("{HOOKS}/canupdatemachine/can-update-machine"), &request)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["kind"], "CanUpdateMachineResponse");
+    assert_eq!(answer["status"], "Success", "{answer}");
+    assert_eq!(
+        decode_patch(&answer["machinePatch"]),
+        json!([{"op": "replace", "path": "/spec/version", "value": "v1.31.2"}])
+    );
+    assert!(answer.get("infrastructureMachinePatch").is_none(), "{answer}");
+    assert!(answer.get("bootstrapConfigPatch").is_none(), "{answer}");
+    // Applied to the current Machine the patch gives the desired spec, as Cluster API checks.
+    let patch: json_patch::Patch =
+        serde_json::from_value(decode_patch(&answer["machinePatch"])).unwrap();
+    let mut patched = request["current"]["machine"].clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    assert_eq!(patched["spec"], request["desired"]["machine"]["spec"]);
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn an_unrelated_change_is_not_claimed() {
+    let bed = Bed::start().await;
+    let infra = fixture("vspheremachine.json");
+    let mut bigger = infra.clone();
+    bigger["spec"]["memoryMiB"] = json!(16384);
+    let request = can_update_machine_request(
+        &machine("v1.31.1", Some("node-1")),
+        &machine("v1.31.1", Some("node-1")),
+        &infra,
+        &bigger,
+    );
+    let (status, answer) = bed
+        .post(&format!("{HOOKS}/canupdatemachine/can-update-machine"), &request)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["status"], "Success");
+    assert!(answer.get("machinePatch").is_none(), "{answer}");
+    assert!(answer.get("infrastructureMachinePatch").is_none(), "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains("infrastructureMachine spec.memoryMiB"),
+        "{answer}"
+    );
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn a_mixed_change_claims_only_the_version() {
+    let bed = Bed::start().await;
+    let infra = fixture("vspheremachine.json");
+    let mut bigger = infra.clone();
+    bigger["spec"]["memoryMiB"] = json!(16384);
+    let request = can_update_machine_request(
+        &machine("v1.31.1", Some("node-1")),
+        &machine("v1.31.2", Some("node-1")),
+        &infra,
+        &bigger,
+    );
+    let (_, answer) = bed
+        .post(&format!("{HOOKS}/canupdatemachine/can-update-machine"), &request)
+        .await;
+    assert_eq!(answer["status"], "Success");
+    assert_eq!(
+        decode_patch(&answer["machinePatch"]),
+        json!([{"op": "replace", "path": "/spec/version", "value": "v1.31.2"}])
+    );
+    assert!(answer.get("infrastructureMachinePatch").is_none(), "{answer}");
+    let message = answer["message"].as_str().unwrap();
+    assert!(message.contains("claimed machine spec.version"), "{message}");
+    assert!(message.contains("memoryMiB"), "{message}");
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn a_version_without_a_release_is_not_claimed() {
+    let bed = Bed::start().await;
+    let infra = fixture("vspheremachine.json");
+    let request = can_update_machine_request(
+        &machine("v1.31.1", Some("node-1")),
+        &machine("v1.40.0", Some("node-1")),
+        &infra,
+        &infra,
+    );
+    let (_, answer) = bed
+        .post(&format!("{HOOKS}/canupdatemachine/can-update-machine"), &request)
+        .await;
+    assert_eq!(answer["status"], "Success");
+    assert!(answer.get("machinePatch").is_none(), "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("no NodeRelease with kubernetesVersion v1.40.0"),
+        "{answer}"
+    );
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn a_machine_set_template_version_bump_is_claimed() {
+    let bed = Bed::start().await;
+    let current = fixture("machineset.json");
+    let mut desired = current.clone();
+    desired["spec"]["template"]["spec"]["version"] = json!("v1.31.2");
+    let request = json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": "CanUpdateMachineSetRequest",
+        "current": {"machineSet": current, "infrastructureMachineTemplate": fixture("vspheremachinetemplate.json"),
+                    "bootstrapConfigTemplate": fixture("kubeadmconfigtemplate.json")},
+        "desired": {"machineSet": desired, "infrastructureMachineTemplate": fixture("vspheremachinetemplate.json"),
+                    "bootstrapConfigTemplate": fixture("kubeadmconfigtemplate.json")},
+    });
+    let (status, answer) = bed
+        .post(&format!("{HOOKS}/canupdatemachineset/can-update-machineset"), &request)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["kind"], "CanUpdateMachineSetResponse");
+    assert_eq!(
+        decode_patch(&answer["machineSetPatch"]),
+        json!([{"op": "replace", "path": "/spec/template/spec/version", "value": "v1.31.2"}])
+    );
+
+    // Memory in the infrastructure template only: nothing claimed.
+    let mut template = fixture("vspheremachinetemplate.json");
+    template["spec"]["template"]["spec"]["memoryMiB"] = json!(16384);
+    let mut request = request;
+    request["desired"]["machineSet"] = request["current"]["machineSet"].clone();
+    request["desired"]["infrastructureMachineTemplate"] = template;
+    let (_, answer) = bed
+        .post(&format!("{HOOKS}/canupdatemachineset/can-update-machineset"), &request)
+        .await;
+    assert!(answer.get("machineSetPatch").is_none(), "{answer}");
+    assert!(answer.get("infrastructureMachineTemplatePatch").is_none(), "{answer}");
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_json_gets_a_400_with_a_message() {
+    let bed = Bed::start().await;
+    for hook in [
+        "discovery",
+        "canupdatemachine/can-update-machine",
+        "canupdatemachineset/can-update-machineset",
+        "updatemachine/update-machine",
+    ] {
+        let response = bed
+            .http
+            .post(bed.url(&format!("{HOOKS}/{hook}")))
+            .header("content-type", "application/json")
+            .body("{\"desired\": {\"machine\": ")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 400, "{hook}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["status"], "Failure");
+        assert!(
+            answer["message"].as_str().unwrap().starts_with("malformed "),
+            "{answer}"
+        );
+    }
+    // Wrong types are malformed too, not a panic.
+    let (status, answer) = bed
+        .post(
+            &format!("{HOOKS}/updatemachine/update-machine"),
+            &json!({"desired": "not an object"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_paths_and_methods_are_refused_and_healthz_answers() {
+    let bed = Bed::start().await;
+    let response = bed.http.post(bed.url(&format!("{HOOKS}/beforeclustercreate/x"))).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+    let response = bed.http.get(bed.url(&format!("{HOOKS}/discovery"))).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+    let response = bed.http.get(bed.url("/healthz")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn a_changed_certificate_is_served_on_the_next_handshake() {
+    let bed = Bed::start().await;
+    let (new_cert, new_key) = self_signed("inplace-capi rotated");
+    let trusts_new_only = https_client(&new_cert);
+    let healthz = bed.url("/healthz");
+    assert!(
+        trusts_new_only.get(&healthz).send().await.is_err(),
+        "the new certificate is not served yet"
+    );
+    // cert-manager (through the kubelet) swaps the files; write-then-rename here.
+    for (path, text) in [(&bed.key_file, &new_key), (&bed.cert_file, &new_cert)] {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+    let response = trusts_new_only.get(&healthz).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(bed.http.get(&healthz).send().await.is_err(), "the old certificate is gone");
+
+    // A broken pair keeps the last good one serving.
+    std::fs::write(&bed.cert_file, "not a certificate").unwrap();
+    let response = trusts_new_only.get(&healthz).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    bed.stop().await;
+}

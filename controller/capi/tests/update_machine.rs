@@ -1,0 +1,281 @@
+//! UpdateMachine end to end: Cluster API-shaped requests over HTTPS, a management and a
+//! workload API emulator, the kubeconfig Secret, and a simulated agent writing plan status.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use common::*;
+use inplace_capi::{DrainStatus, Drainer};
+use inplace_proto::DesiredState;
+use serde_json::{Value, json};
+
+fn in_progress(answer: &Value) -> bool {
+    answer["status"] == "Success" && answer["retryAfterSeconds"].as_i64().unwrap() > 0
+}
+
+fn done(answer: &Value) -> bool {
+    answer["status"] == "Success" && answer["retryAfterSeconds"] == 0
+}
+
+fn message(answer: &Value) -> &str {
+    answer["message"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
+    let bed = Bed::start().await;
+    let agent = SimAgent::new(bed.workload_client.clone());
+    let desired = machine("v1.31.2", Some("node-1"));
+
+    let mut messages = Vec::new();
+    let mut finished_at = None;
+    for call in 0..20 {
+        let answer = bed.update_machine(&desired).await;
+        assert!(in_progress(&answer) || done(&answer), "call {call}: {answer}");
+        if done(&answer) && finished_at.is_none() {
+            finished_at = Some(call);
+        }
+        if finished_at.is_some() {
+            assert!(done(&answer), "call {call} after completion: {answer}");
+        }
+        messages.push(message(&answer).to_owned());
+        // One plan, written once: repeated calls create no work.
+        assert_eq!(bed.plan_count().await, 1);
+        let plan = bed.plans().get("node-1").await.unwrap();
+        assert_eq!(plan.metadata.generation, Some(1), "call {call}");
+        // Half of the calls see no progress on the node at all.
+        if call % 2 == 0 {
+            agent.step().await;
+        }
+    }
+    let finished_at = finished_at.expect("the update completed within 20 calls");
+    assert!(finished_at > 3, "{messages:?}");
+
+    // The messages said what the node was doing, in order.
+    let position = |needle: &str| {
+        messages
+            .iter()
+            .position(|m| m.contains(needle))
+            .unwrap_or_else(|| panic!("no message with {needle:?} in {messages:?}"))
+    };
+    let downloading = position("node node-1: Downloading 50% (46.5 MiB of 93.0 MiB)");
+    let verifying = position("node node-1: Verifying kubelet.service 12s/30s");
+    let runs = position("node node-1 runs kubernetes-v1.31.2");
+    assert!(downloading < verifying && verifying < runs, "{messages:?}");
+
+    // The plan: the release's content for the node, Active, owned by the Node.
+    let plan = bed.plans().get("node-1").await.unwrap();
+    assert_eq!(plan.spec.release.as_deref(), Some("kubernetes-v1.31.2"));
+    assert_eq!(plan.spec.desired_state, DesiredState::Active);
+    assert_eq!(plan.spec.content.kubernetes_version.as_deref(), Some("v1.31.2"));
+    let owner = &plan.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", "node-1"));
+    let managers: Vec<_> = plan
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(managers.iter().any(|m| m == "inplace-capi"), "{managers:?}");
+    assert_eq!(
+        plan.metadata.annotations.as_ref().unwrap()["inplace.dev/capi-machine"],
+        "tenant-a/c1-md-0-7b9f8-xk2lp"
+    );
+
+    // Much later, Cluster API asks again: still done, nothing written.
+    let version_before = plan.metadata.resource_version.clone();
+    let answer = bed.update_machine(&desired).await;
+    assert!(done(&answer), "{answer}");
+    let plan = bed.plans().get("node-1").await.unwrap();
+    assert_eq!(plan.metadata.resource_version, version_before);
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn repeated_calls_without_progress_change_nothing() {
+    let bed = Bed::start().await;
+    let desired = machine("v1.31.2", Some("node-2"));
+    let first = bed.update_machine(&desired).await;
+    assert!(in_progress(&first), "{first}");
+    assert!(message(&first).contains("waiting for the inplace agent"), "{first}");
+    let version = bed.plans().get("node-2").await.unwrap().metadata.resource_version;
+    for _ in 0..5 {
+        assert_eq!(bed.update_machine(&desired).await, first);
+    }
+    assert_eq!(bed.plans().get("node-2").await.unwrap().metadata.resource_version, version);
+    assert_eq!(bed.plan_count().await, 1);
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_node_answers_failure_with_the_reason() {
+    let bed = Bed::start().await;
+    let agent = SimAgent::new(bed.workload_client.clone());
+    let desired = machine("v1.31.2", Some("fail-node"));
+    let mut last = Value::Null;
+    for _ in 0..10 {
+        last = bed.update_machine(&desired).await;
+        if last["status"] == "Failure" {
+            break;
+        }
+        agent.step().await;
+    }
+    assert_eq!(last["status"], "Failure", "{last}");
+    assert_eq!(
+        message(&last),
+        "node fail-node rolled back from kubernetes-v1.31.2 to revision rev-old: HealthCheckFailed: kubelet.service failed its health check (exited with status 1); rolled back"
+    );
+    // Asked again, the same failure (no new attempt is started by the extension).
+    let again = bed.update_machine(&desired).await;
+    assert_eq!(again, last);
+    assert_eq!(bed.plans().get("fail-node").await.unwrap().metadata.generation, Some(1));
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn missing_kubeconfig_nodes_and_versions_give_clear_failures() {
+    let bed = Bed::start().await;
+
+    let mut other_cluster = machine("v1.31.2", Some("node-1"));
+    other_cluster["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c9");
+    let answer = bed.update_machine(&other_cluster).await;
+    assert_eq!(answer["status"], "Failure");
+    assert!(
+        message(&answer).contains("Secret tenant-a/c9-kubeconfig (the kubeconfig of Cluster c9) does not exist"),
+        "{answer}"
+    );
+
+    let answer = bed.update_machine(&machine("v1.31.2", None)).await;
+    assert_eq!(answer["status"], "Failure");
+    assert!(message(&answer).contains("has no status.nodeRef.name"), "{answer}");
+
+    let answer = bed.update_machine(&machine("v1.40.0", Some("node-1"))).await;
+    assert_eq!(answer["status"], "Failure");
+    assert!(
+        message(&answer).contains("no NodeRelease with kubernetesVersion v1.40.0 in the management cluster"),
+        "{answer}"
+    );
+
+    let answer = bed.update_machine(&machine("v1.31.2", Some("node-gone"))).await;
+    assert_eq!(answer["status"], "Failure");
+    assert!(message(&answer).contains("node node-gone"), "{answer}");
+
+    let mut unlabelled = machine("v1.31.2", Some("node-1"));
+    unlabelled["metadata"].as_object_mut().unwrap().remove("labels");
+    unlabelled["spec"].as_object_mut().unwrap().remove("clusterName");
+    let answer = bed.update_machine(&unlabelled).await;
+    assert_eq!(answer["status"], "Failure");
+    assert!(message(&answer).contains("cluster.x-k8s.io/cluster-name"), "{answer}");
+
+    let (status, answer) = bed
+        .post(
+            &format!("{HOOKS}/updatemachine/update-machine"),
+            &json!({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "UpdateMachineRequest"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["status"], "Failure");
+    assert!(message(&answer).contains("no desired.machine"), "{answer}");
+
+    // A broken kubeconfig is named too.
+    put_kubeconfig_secret(&bed.management_client, "c8", "this: is: not a kubeconfig").await;
+    let mut broken = machine("v1.31.2", Some("node-1"));
+    broken["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c8");
+    let answer = bed.update_machine(&broken).await;
+    assert_eq!(answer["status"], "Failure");
+    assert!(message(&answer).contains("Secret tenant-a/c8-kubeconfig"), "{answer}");
+
+    assert_eq!(bed.plan_count().await, 0, "no plan was written for any of these");
+    bed.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_workload_cluster_is_retried_not_failed() {
+    let bed = Bed::start().await;
+    put_kubeconfig_secret(
+        &bed.management_client,
+        "c7",
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster:\n    server: http://127.0.0.1:9\ncontexts:\n- name: x\n  context:\n    cluster: x\n    user: x\ncurrent-context: x\nusers:\n- name: x\n  user:\n    token: t\n",
+    )
+    .await;
+    let mut unreachable = machine("v1.31.2", Some("node-1"));
+    unreachable["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c7");
+    let answer = bed.update_machine(&unreachable).await;
+    assert!(in_progress(&answer), "{answer}");
+    assert!(message(&answer).contains("retrying after a transient error"), "{answer}");
+    bed.stop().await;
+}
+
+/// A drainer that needs `rounds` calls per node before the node counts as drained, and
+/// records the plan's desired state whenever it is called.
+struct SlowDrainer {
+    rounds: usize,
+    calls: AtomicUsize,
+    uncordons: AtomicUsize,
+    seen_active_while_draining: AtomicUsize,
+}
+
+#[async_trait]
+impl Drainer for SlowDrainer {
+    async fn drain(&self, workload: &kube::Client, node: &str) -> DrainStatus {
+        let plans: kube::Api<inplace_proto::NodeUpdatePlan> = kube::Api::all(workload.clone());
+        if plans.get(node).await.unwrap().spec.desired_state == DesiredState::Active {
+            self.seen_active_while_draining.fetch_add(1, Ordering::SeqCst);
+        }
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if call >= self.rounds {
+            DrainStatus::Drained
+        } else {
+            DrainStatus::InProgress(format!("2 pods left (round {call})"))
+        }
+    }
+
+    async fn uncordon(&self, _workload: &kube::Client, _node: &str) -> Result<(), String> {
+        self.uncordons.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn with_drain_the_plan_stays_staged_until_the_node_is_drained() {
+    let drainer = Arc::new(SlowDrainer {
+        rounds: 3,
+        calls: AtomicUsize::new(0),
+        uncordons: AtomicUsize::new(0),
+        seen_active_while_draining: AtomicUsize::new(0),
+    });
+    let bed = Bed::start_with(true, drainer.clone()).await;
+    let agent = SimAgent::new(bed.workload_client.clone());
+    let desired = machine("v1.31.2", Some("node-1"));
+
+    let mut messages = Vec::new();
+    for _ in 0..25 {
+        let answer = bed.update_machine(&desired).await;
+        messages.push(message(&answer).to_owned());
+        if done(&answer) {
+            break;
+        }
+        assert!(in_progress(&answer), "{answer}");
+        let plan = bed.plans().get("node-1").await.unwrap();
+        if drainer.calls.load(Ordering::SeqCst) < 3 {
+            assert_eq!(plan.spec.desired_state, DesiredState::Staged, "{messages:?}");
+        }
+        agent.step().await;
+    }
+    assert!(messages.last().unwrap().contains("runs kubernetes-v1.31.2"), "{messages:?}");
+    assert!(
+        messages.iter().any(|m| m.contains("Staged kubernetes-v1.31.2; draining: 2 pods left")),
+        "{messages:?}"
+    );
+    assert_eq!(drainer.calls.load(Ordering::SeqCst), 3, "drained once, then never again");
+    assert_eq!(drainer.seen_active_while_draining.load(Ordering::SeqCst), 0);
+    assert_eq!(drainer.uncordons.load(Ordering::SeqCst), 1);
+    let plan = bed.plans().get("node-1").await.unwrap();
+    assert_eq!(plan.spec.desired_state, DesiredState::Active);
+    assert_eq!(plan.metadata.generation, Some(2), "Staged, then Active: two spec writes");
+    bed.stop().await;
+}

@@ -1,0 +1,80 @@
+//! What every reconcile gets: the client, the Event recorder, the metrics, the watch caches
+//! and the controller's short-term memory of its own writes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use inplace_proto::{NodeRelease, NodeRollout, NodeRolloutStatus, NodeUpdatePlan};
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+
+use crate::metrics::Metrics;
+use crate::plans::RecentWrites;
+
+/// Tunables of the reconcilers.
+#[derive(Debug, Clone)]
+pub struct ReconcileSettings {
+    /// How many nodes' writes one rollout reconcile makes at once.
+    pub write_concurrency: usize,
+    /// Look at every rollout again this often even if nothing changed.
+    pub resync: Duration,
+    /// Publish an Event for every node transition (activation started, updated). Failures
+    /// and rollout-level transitions are always published.
+    pub node_events: bool,
+}
+
+impl Default for ReconcileSettings {
+    fn default() -> Self {
+        ReconcileSettings {
+            write_concurrency: 32,
+            resync: Duration::from_secs(300),
+            node_events: true,
+        }
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Publishes Events.
+    pub recorder: Recorder,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// Every Node (slimmed: no status, no annotations).
+    pub nodes: Store<Node>,
+    /// Every NodeUpdatePlan (slimmed: no artifacts).
+    pub plans: Store<NodeUpdatePlan>,
+    /// Every NodeRelease.
+    pub releases: Store<NodeRelease>,
+    /// Every NodeRollout.
+    pub rollouts: Store<NodeRollout>,
+    /// Plans written but maybe not in the cache yet.
+    pub writes: RecentWrites,
+    /// The status each rollout was last given by this replica (newer than the cache).
+    pub written_status: Mutex<HashMap<String, NodeRolloutStatus>>,
+    /// Tunables.
+    pub settings: ReconcileSettings,
+}
+
+impl Context {
+    /// The status this replica last wrote for `rollout`, if any.
+    pub fn last_status(&self, rollout: &str) -> Option<NodeRolloutStatus> {
+        self.written_status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(rollout)
+            .cloned()
+    }
+
+    /// Remembers the status just written for `rollout`.
+    pub fn remember_status(&self, rollout: &str, status: NodeRolloutStatus) {
+        self.written_status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(rollout.to_owned(), status);
+    }
+}

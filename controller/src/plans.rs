@@ -1,0 +1,308 @@
+//! Between a NodeUpdatePlan object and the decision's plain data: reading what the plan
+//! says ([`plan_view`]), writing what the controller wants ([`plan_apply_body`], applied
+//! server-side with the controller's own field manager and never touching status), and
+//! remembering recent writes until the watch cache catches up ([`RecentWrites`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use inplace_proto::reason::plan_condition;
+use inplace_proto::{API_VERSION, NodeReleaseSpec, NodeUpdatePlan, NodeUpdatePlanSpec};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::decision::{
+    CORDONED_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION, GRANTED_ANNOTATION, PlanIntent, PlanReport,
+    PlanView, ROLLOUT_LABEL,
+};
+use crate::error::{Error, Result};
+
+/// The field manager of every write the controller makes.
+pub const FIELD_MANAGER: &str = "inplace-controller";
+
+/// What the decision needs from a plan object.
+pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
+    let annotations = plan.metadata.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key));
+    let status = plan.status.as_ref();
+    let ready = status.and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == plan_condition::READY)
+    });
+    PlanView {
+        revision: plan.spec.revision.clone(),
+        desired_state: plan.spec.desired_state,
+        granted_at: annotation(GRANTED_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
+        cordoned: annotation(CORDONED_ANNOTATION).is_some_and(|v| v == "true"),
+        drain_timeout: annotation(DRAIN_TIMEOUT_ANNOTATION).cloned(),
+        report: PlanReport {
+            phase: status.and_then(|s| s.phase),
+            target_revision: status.and_then(|s| s.target_revision.clone()),
+            current_revision: status.and_then(|s| s.current_revision.clone()),
+            failed_revisions: status
+                .map(|s| s.failed_revisions.clone())
+                .unwrap_or_default(),
+            reason: ready.map(|c| c.reason.clone()),
+            message: ready.map(|c| c.message.clone()),
+        },
+    }
+}
+
+/// The rollout that owns a plan, from its label.
+pub fn plan_owner(plan: &NodeUpdatePlan) -> Option<&str> {
+    plan.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ROLLOUT_LABEL))
+        .map(String::as_str)
+}
+
+/// Where a plan comes from and belongs to.
+pub struct PlanSource<'a> {
+    /// The owning rollout.
+    pub rollout: &'a str,
+    /// The release name (`spec.release`).
+    pub release: &'a str,
+    /// The release's spec; its content is copied into the plan.
+    pub release_spec: &'a NodeReleaseSpec,
+    /// The node's name.
+    pub node: &'a str,
+    /// The node's uid, for the owner reference (the plan is garbage-collected with it).
+    pub node_uid: &'a str,
+}
+
+/// The body of a server-side apply of a plan: spec, the owner label, the controller's
+/// annotations and an owner reference to the Node. Never status.
+pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> Result<Value> {
+    let mut spec = NodeUpdatePlanSpec::for_release(
+        source.node,
+        source.release,
+        source.release_spec,
+        intent.desired_state,
+    );
+    spec.revision = Some(intent.revision.clone());
+    let spec = serde_json::to_value(&spec).map_err(|source| Error::Serialize {
+        what: "plan spec",
+        source,
+    })?;
+    let mut annotations = BTreeMap::new();
+    if let Some(at) = intent.granted_at {
+        annotations.insert(GRANTED_ANNOTATION, at.to_string());
+    }
+    if intent.cordoned {
+        annotations.insert(CORDONED_ANNOTATION, "true".to_owned());
+    }
+    if let Some(message) = &intent.drain_timeout {
+        annotations.insert(DRAIN_TIMEOUT_ANNOTATION, message.clone());
+    }
+    Ok(json!({
+        "apiVersion": API_VERSION,
+        "kind": "NodeUpdatePlan",
+        "metadata": {
+            "name": source.node,
+            "labels": { ROLLOUT_LABEL: source.rollout },
+            "annotations": annotations,
+            "ownerReferences": [{
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": source.node,
+                "uid": source.node_uid,
+                "controller": false,
+                "blockOwnerDeletion": false,
+            }],
+        },
+        "spec": spec,
+    }))
+}
+
+/// Drops what the decision never reads from a cached plan (managed fields, the copied
+/// artifacts), so that 30,000 cached plans stay small.
+pub fn slim_plan(plan: &mut NodeUpdatePlan) {
+    plan.metadata.managed_fields = None;
+    plan.spec.content.artifacts.clear();
+    if let Some(status) = plan.status.as_mut() {
+        status.artifacts.clear();
+    }
+}
+
+/// Drops what the controller never reads from a cached Node (status, managed fields,
+/// annotations): it needs the name, uid, labels and `spec.unschedulable`.
+pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
+    node.metadata.managed_fields = None;
+    node.metadata.annotations = None;
+    node.status = None;
+}
+
+#[derive(Debug, Clone)]
+struct Written {
+    uid: String,
+    generation: i64,
+    view: PlanView,
+}
+
+/// Plans the controller wrote whose new state the watch cache may not show yet. Without
+/// it a reconcile that runs before the cache catches up would see a slot as free that it
+/// has just granted.
+#[derive(Debug, Default)]
+pub struct RecentWrites {
+    plans: Mutex<HashMap<String, Written>>,
+}
+
+impl RecentWrites {
+    /// Records the plan the API server returned after an apply.
+    pub fn record(&self, written: &NodeUpdatePlan) {
+        let (Some(name), Some(uid), Some(generation)) = (
+            written.metadata.name.clone(),
+            written.metadata.uid.clone(),
+            written.metadata.generation,
+        ) else {
+            return;
+        };
+        let view = plan_view(written);
+        self.lock().insert(
+            name,
+            Written {
+                uid,
+                generation,
+                view,
+            },
+        );
+    }
+
+    /// The plan as the decision should see it: the cached one, unless a newer write of
+    /// ours is not in the cache yet (then the written spec with the cached report).
+    pub fn view(&self, name: &str, cached: Option<&NodeUpdatePlan>) -> Option<PlanView> {
+        let mut plans = self.lock();
+        let Some(written) = plans.get(name) else {
+            return cached.map(plan_view);
+        };
+        match cached {
+            Some(plan)
+                if plan.metadata.uid.as_deref() == Some(written.uid.as_str())
+                    && plan.metadata.generation.unwrap_or(0) >= written.generation =>
+            {
+                plans.remove(name);
+                Some(plan_view(plan))
+            }
+            Some(plan) if plan.metadata.uid.as_deref() == Some(written.uid.as_str()) => {
+                let mut view = written.view.clone();
+                view.report = plan_view(plan).report;
+                Some(view)
+            }
+            Some(plan) => {
+                // Deleted and created again since: the cache is newer.
+                plans.remove(name);
+                Some(plan_view(plan))
+            }
+            None => Some(written.view.clone()),
+        }
+    }
+
+    /// Forgets a plan (its node is gone).
+    pub fn forget(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.plans
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use inplace_proto::{DesiredState, NodeUpdatePlanStatus, Phase};
+
+    fn content() -> NodeReleaseSpec {
+        serde_json::from_value(json!({
+            "version": "v1",
+            "artifacts": [{
+                "name": "kubernetes", "type": "Sysext",
+                "url": "https://example.com/k.raw",
+                "sha256": "0".repeat(64),
+            }],
+        }))
+        .unwrap()
+    }
+
+    fn intent() -> PlanIntent {
+        PlanIntent {
+            revision: "abc".into(),
+            desired_state: DesiredState::Active,
+            granted_at: Some("2026-11-22T03:00:00Z".parse().unwrap()),
+            cordoned: true,
+            drain_timeout: None,
+        }
+    }
+
+    #[test]
+    fn apply_body_round_trips_through_the_view() {
+        let content = content();
+        let source = PlanSource {
+            rollout: "ro",
+            release: "rel",
+            release_spec: &content,
+            node: "n1",
+            node_uid: "uid-1",
+        };
+        let body = plan_apply_body(&source, &intent()).unwrap();
+        assert_eq!(body["metadata"]["ownerReferences"][0]["kind"], "Node");
+        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+        assert_eq!(body["metadata"]["labels"][ROLLOUT_LABEL], "ro");
+        assert_eq!(body["spec"]["desiredState"], "Active");
+        assert_eq!(body["spec"]["nodeName"], "n1");
+        assert!(body.get("status").is_none());
+        let plan: NodeUpdatePlan = serde_json::from_value(body).unwrap();
+        let view = plan_view(&plan);
+        assert_eq!(view.granted_at, intent().granted_at);
+        assert!(view.cordoned);
+        assert_eq!(view.desired_state, DesiredState::Active);
+        assert_eq!(plan_owner(&plan), Some("ro"));
+    }
+
+    #[test]
+    fn recent_writes_cover_a_stale_cache_until_it_catches_up() {
+        let content = content();
+        let source = PlanSource {
+            rollout: "ro",
+            release: "rel",
+            release_spec: &content,
+            node: "n1",
+            node_uid: "uid-1",
+        };
+        let mut old: NodeUpdatePlan =
+            serde_json::from_value(plan_apply_body(&source, &intent()).unwrap()).unwrap();
+        old.metadata.uid = Some("p1".into());
+        old.metadata.generation = Some(1);
+        old.spec.desired_state = DesiredState::Staged;
+        old.status = Some(NodeUpdatePlanStatus {
+            phase: Some(Phase::Staged),
+            ..Default::default()
+        });
+        let mut new = old.clone();
+        new.metadata.generation = Some(2);
+        new.spec.desired_state = DesiredState::Active;
+
+        let writes = RecentWrites::default();
+        writes.record(&new);
+        let seen = writes.view("n1", Some(&old)).unwrap();
+        assert_eq!(seen.desired_state, DesiredState::Active);
+        assert_eq!(
+            seen.report.phase,
+            Some(Phase::Staged),
+            "report from the cache"
+        );
+        // Not cached at all yet.
+        assert!(writes.view("n1", None).is_some());
+        // Caught up: the cache wins and the record is dropped.
+        let seen = writes.view("n1", Some(&new)).unwrap();
+        assert_eq!(seen.desired_state, DesiredState::Active);
+        assert_eq!(
+            writes.view("n1", Some(&old)).unwrap().desired_state,
+            DesiredState::Staged
+        );
+    }
+}
