@@ -1,5 +1,188 @@
 //! `inplace-agent`: applies this node's NodeUpdatePlan.
+//!
+//! `inplace-agent [--config FILE] [run]` runs the agent; `inplace-agent check-config`
+//! validates the configuration (and its drop-ins) and prints the merged result.
 
-fn main() {
-    println!("inplace-agent {}", env!("CARGO_PKG_VERSION"));
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use inplace_agent::fetch::HttpFetcher;
+use inplace_agent::health::RealProbes;
+use inplace_agent::journal::Step;
+use inplace_agent::settings::{self, Settings};
+use inplace_agent::systemd::DbusSystemd;
+use inplace_agent::update::{Agent, Host};
+use inplace_agent::{kube_client, notify, status, watch};
+use inplace_proto::NodeUpdatePlan;
+use nix::fcntl::{Flock, FlockArg};
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Parser)]
+#[command(version, about = "Applies this node's NodeUpdatePlan")]
+struct Cli {
+    /// The main configuration file; drop-ins are read from `agent.d/` beside it.
+    #[arg(long, default_value = settings::DEFAULT_CONFIG)]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the agent (the default).
+    Run,
+    /// Validate the configuration and print the merged settings.
+    CheckConfig,
+}
+
+fn hostname() -> Option<String> {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+}
+
+fn init_logging() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("INPLACE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Under systemd, log to journald with structured fields; otherwise to stderr.
+    let journald = std::env::var_os("JOURNAL_STREAM")
+        .and_then(|_| tracing_journald::layer().ok())
+        .map(|l| l.with_syslog_identifier("inplace-agent".into()));
+    let registry = tracing_subscriber::registry().with(filter);
+    match journald {
+        Some(layer) => registry.with(layer).init(),
+        None => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .init(),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command.unwrap_or(Command::Run) {
+        Command::CheckConfig => check_config(&cli.config),
+        Command::Run => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the runtime")
+            .and_then(|rt| rt.block_on(run(&cli.config))),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // stderr reaches the journal under systemd too.
+            eprintln!("inplace-agent: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(path: &Path) -> anyhow::Result<()> {
+    let files = settings::layer_files(path)?;
+    let settings = settings::load(path, hostname)?;
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = writeln!(out, "# read (when present): {files:?}\n{settings:#?}");
+    Ok(())
+}
+
+/// Holds the single-instance lock for as long as it lives.
+fn take_lock(path: &Path) -> anyhow::Result<Flock<std::fs::File>> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => bail!(
+            "another inplace-agent is running on this node (it holds {})",
+            path.display()
+        ),
+        Err((_, e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
+async fn run(config: &Path) -> anyhow::Result<()> {
+    let settings: Settings = settings::load(config, hostname)
+        .with_context(|| format!("configuration {}", config.display()))?;
+    let _lock = take_lock(&settings.paths.lock_file)?;
+    let node = settings.node_name.clone();
+    tracing::info!(%node, version = env!("CARGO_PKG_VERSION"), "starting");
+    notify::status("connecting");
+
+    let client = kube_client::client(&settings.kube).await?;
+    let plans: kube::Api<NodeUpdatePlan> = kube::Api::all(client.clone());
+    let systemd = DbusSystemd::connect(settings.activation.job_timeout)
+        .await
+        .context("connecting to systemd over D-Bus")?;
+    let fetcher = HttpFetcher::new(&settings.download, &settings.policy)?;
+    let probes = RealProbes::new(Some(client), &node, settings.download.connect_timeout)?;
+    let (sink, status_rx) = status::channel();
+    let writer = tokio::spawn(status::run_writer(
+        plans.clone(),
+        node.clone(),
+        status_rx,
+        std::time::Duration::from_secs(5),
+    ));
+    let host = Host {
+        systemd: Arc::new(systemd),
+        fetcher: Arc::new(fetcher),
+        probes: Arc::new(probes),
+        status: Arc::new(sink),
+        notify: Arc::new(notify::status),
+    };
+    let mut agent = Agent::open(settings, host).await?;
+
+    // A rollback interrupted by a crash is finished before anything else, plan or not.
+    if agent
+        .journal()
+        .in_flight
+        .as_ref()
+        .is_some_and(|f| f.step == Step::RollingBack)
+    {
+        agent.handle(None).await?;
+    }
+
+    let (tx, mut rx) = tokio::sync::watch::channel(None);
+    let watcher = tokio::spawn(watch::run(plans, node, tx));
+    notify::ready();
+    notify::status("waiting for the plan");
+    let _watchdog = notify::spawn_watchdog();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+
+    let work = async {
+        loop {
+            let state = rx.borrow_and_update().clone();
+            if let Some(plan) = state {
+                agent.handle(plan.as_ref()).await?;
+            }
+            if rx.changed().await.is_err() {
+                bail!("the plan watch ended");
+            }
+        }
+    };
+    // Stopping mid-step is as safe as a crash: the journal says where to resume.
+    let result = tokio::select! {
+        r = work => r,
+        _ = term.recv() => Ok(()),
+        _ = int.recv() => Ok(()),
+    };
+    notify::stopping();
+    watcher.abort();
+    writer.abort();
+    tracing::info!("stopped");
+    result
 }

@@ -1,0 +1,69 @@
+//! Watches this node's NodeUpdatePlan only (`fieldSelector=metadata.name=<node>`): no
+//! polling. kube-runtime's watcher relists on `410 Gone` and backs off during outages; the
+//! latest plan is published on a channel, changed only when the plan's identity,
+//! generation or spec changes (our own status writes do not wake the coordinator).
+
+use futures::StreamExt;
+use inplace_proto::NodeUpdatePlan;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+
+/// What the coordinator knows about the plan: `None` until the first list completed,
+/// then `Some(None)` (no plan) or `Some(Some(plan))`.
+pub type PlanState = Option<Option<NodeUpdatePlan>>;
+
+/// Whether two plans call for the same work (status and resourceVersion ignored).
+pub fn same_work(a: &Option<NodeUpdatePlan>, b: &Option<NodeUpdatePlan>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.metadata.uid == b.metadata.uid
+                && a.metadata.generation == b.metadata.generation
+                && a.spec == b.spec
+        }
+        _ => false,
+    }
+}
+
+/// Runs the watch until the receiver is dropped.
+pub async fn run(api: kube::Api<NodeUpdatePlan>, node: String, tx: watch::Sender<PlanState>) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    // During a relist: whether the plan showed up.
+    let mut listed: Option<Option<NodeUpdatePlan>> = None;
+    let publish = |plan: Option<NodeUpdatePlan>| {
+        tx.send_if_modified(|state| match state {
+            Some(current) if same_work(current, &plan) => false,
+            _ => {
+                *state = Some(plan);
+                true
+            }
+        });
+    };
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => listed = Some(None),
+            Ok(Event::InitApply(plan)) => {
+                if plan.metadata.name.as_deref() == Some(node.as_str()) {
+                    listed = Some(Some(plan));
+                }
+            }
+            Ok(Event::InitDone) => publish(listed.take().flatten()),
+            Ok(Event::Apply(plan)) => {
+                if plan.metadata.name.as_deref() == Some(node.as_str()) {
+                    publish(Some(plan));
+                }
+            }
+            Ok(Event::Delete(plan)) => {
+                if plan.metadata.name.as_deref() == Some(node.as_str()) {
+                    publish(None);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "plan watch error; retrying"),
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
