@@ -1,6 +1,8 @@
 //! The hook server over real HTTPS: discovery, CanUpdateMachine / CanUpdateMachineSet with
 //! requests shaped like Cluster API's, malformed requests, and certificate reload.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use base64::Engine as _;
@@ -31,7 +33,12 @@ async fn discovery_announces_the_three_in_place_hooks() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|h| (h["name"].as_str().unwrap(), h["requestHook"]["hook"].as_str().unwrap()))
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap(),
+                h["requestHook"]["hook"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         hooks,
@@ -56,7 +63,10 @@ async fn a_version_bump_is_claimed_with_a_patch_for_spec_version_only() {
         &infra,
     );
     let (status, answer) = bed
-        .post(&format!("{HOOKS}/canupdatemachine/can-update-machine"), &request)
+        .post(
+            &format!("{HOOKS}/canupdatemachine/can-update-machine"),
+            &request,
+        )
         .await;
     assert_eq!(status, 200);
     assert_eq!(answer["kind"], "CanUpdateMachineResponse");
@@ -65,7 +75,10 @@ async fn a_version_bump_is_claimed_with_a_patch_for_spec_version_only() {
         decode_patch(&answer["machinePatch"]),
         json!([{"op": "replace", "path": "/spec/version", "value": "v1.31.2"}])
     );
-    assert!(answer.get("infrastructureMachinePatch").is_none(), "{answer}");
+    assert!(
+        answer.get("infrastructureMachinePatch").is_none(),
+        "{answer}"
+    );
     assert!(answer.get("bootstrapConfigPatch").is_none(), "{answer}");
     // Applied to the current Machine the patch gives the desired spec, as Cluster API checks.
     let patch: json_patch::Patch =
@@ -89,14 +102,23 @@ async fn an_unrelated_change_is_not_claimed() {
         &bigger,
     );
     let (status, answer) = bed
-        .post(&format!("{HOOKS}/canupdatemachine/can-update-machine"), &request)
+        .post(
+            &format!("{HOOKS}/canupdatemachine/can-update-machine"),
+            &request,
+        )
         .await;
     assert_eq!(status, 200);
     assert_eq!(answer["status"], "Success");
     assert!(answer.get("machinePatch").is_none(), "{answer}");
-    assert!(answer.get("infrastructureMachinePatch").is_none(), "{answer}");
     assert!(
-        answer["message"].as_str().unwrap().contains("infrastructureMachine spec.memoryMiB"),
+        answer.get("infrastructureMachinePatch").is_none(),
+        "{answer}"
+    );
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("infrastructureMachine spec.memoryMiB"),
         "{answer}"
     );
     bed.stop().await;
@@ -115,16 +137,25 @@ async fn a_mixed_change_claims_only_the_version() {
         &bigger,
     );
     let (_, answer) = bed
-        .post(&format!("{HOOKS}/canupdatemachine/can-update-machine"), &request)
+        .post(
+            &format!("{HOOKS}/canupdatemachine/can-update-machine"),
+            &request,
+        )
         .await;
     assert_eq!(answer["status"], "Success");
     assert_eq!(
         decode_patch(&answer["machinePatch"]),
         json!([{"op": "replace", "path": "/spec/version", "value": "v1.31.2"}])
     );
-    assert!(answer.get("infrastructureMachinePatch").is_none(), "{answer}");
+    assert!(
+        answer.get("infrastructureMachinePatch").is_none(),
+        "{answer}"
+    );
     let message = answer["message"].as_str().unwrap();
-    assert!(message.contains("claimed machine spec.version"), "{message}");
+    assert!(
+        message.contains("claimed machine spec.version"),
+        "{message}"
+    );
     assert!(message.contains("memoryMiB"), "{message}");
     bed.stop().await;
 }
@@ -140,7 +171,10 @@ async fn a_version_without_a_release_is_not_claimed() {
         &infra,
     );
     let (_, answer) = bed
-        .post(&format!("{HOOKS}/canupdatemachine/can-update-machine"), &request)
+        .post(
+            &format!("{HOOKS}/canupdatemachine/can-update-machine"),
+            &request,
+        )
         .await;
     assert_eq!(answer["status"], "Success");
     assert!(answer.get("machinePatch").is_none(), "{answer}");
@@ -169,7 +203,10 @@ async fn a_machine_set_template_version_bump_is_claimed() {
                     "bootstrapConfigTemplate": fixture("kubeadmconfigtemplate.json")},
     });
     let (status, answer) = bed
-        .post(&format!("{HOOKS}/canupdatemachineset/can-update-machineset"), &request)
+        .post(
+            &format!("{HOOKS}/canupdatemachineset/can-update-machineset"),
+            &request,
+        )
         .await;
     assert_eq!(status, 200);
     assert_eq!(answer["kind"], "CanUpdateMachineSetResponse");
@@ -185,10 +222,16 @@ async fn a_machine_set_template_version_bump_is_claimed() {
     request["desired"]["machineSet"] = request["current"]["machineSet"].clone();
     request["desired"]["infrastructureMachineTemplate"] = template;
     let (_, answer) = bed
-        .post(&format!("{HOOKS}/canupdatemachineset/can-update-machineset"), &request)
+        .post(
+            &format!("{HOOKS}/canupdatemachineset/can-update-machineset"),
+            &request,
+        )
         .await;
     assert!(answer.get("machineSetPatch").is_none(), "{answer}");
-    assert!(answer.get("infrastructureMachineTemplatePatch").is_none(), "{answer}");
+    assert!(
+        answer.get("infrastructureMachineTemplatePatch").is_none(),
+        "{answer}"
+    );
     bed.stop().await;
 }
 
@@ -213,7 +256,10 @@ async fn malformed_json_gets_a_400_with_a_message() {
         let answer: Value = response.json().await.unwrap();
         assert_eq!(answer["status"], "Failure");
         assert!(
-            answer["message"].as_str().unwrap().starts_with("malformed "),
+            answer["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("malformed "),
             "{answer}"
         );
     }
@@ -231,9 +277,19 @@ async fn malformed_json_gets_a_400_with_a_message() {
 #[tokio::test]
 async fn unknown_paths_and_methods_are_refused_and_healthz_answers() {
     let bed = Bed::start().await;
-    let response = bed.http.post(bed.url(&format!("{HOOKS}/beforeclustercreate/x"))).send().await.unwrap();
+    let response = bed
+        .http
+        .post(bed.url(&format!("{HOOKS}/beforeclustercreate/x")))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status().as_u16(), 404);
-    let response = bed.http.get(bed.url(&format!("{HOOKS}/discovery"))).send().await.unwrap();
+    let response = bed
+        .http
+        .get(bed.url(&format!("{HOOKS}/discovery")))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status().as_u16(), 405);
     let response = bed.http.get(bed.url("/healthz")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200);
@@ -258,7 +314,10 @@ async fn a_changed_certificate_is_served_on_the_next_handshake() {
     }
     let response = trusts_new_only.get(&healthz).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200);
-    assert!(bed.http.get(&healthz).send().await.is_err(), "the old certificate is gone");
+    assert!(
+        bed.http.get(&healthz).send().await.is_err(),
+        "the old certificate is gone"
+    );
 
     // A broken pair keeps the last good one serving.
     std::fs::write(&bed.cert_file, "not a certificate").unwrap();

@@ -1,6 +1,8 @@
 //! UpdateMachine end to end: Cluster API-shaped requests over HTTPS, a management and a
 //! workload API emulator, the kubeconfig Secret, and a simulated agent writing plan status.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::sync::Arc;
@@ -34,7 +36,10 @@ async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
     let mut finished_at = None;
     for call in 0..20 {
         let answer = bed.update_machine(&desired).await;
-        assert!(in_progress(&answer) || done(&answer), "call {call}: {answer}");
+        assert!(
+            in_progress(&answer) || done(&answer),
+            "call {call}: {answer}"
+        );
         if done(&answer) && finished_at.is_none() {
             finished_at = Some(call);
         }
@@ -70,9 +75,15 @@ async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
     let plan = bed.plans().get("node-1").await.unwrap();
     assert_eq!(plan.spec.release.as_deref(), Some("kubernetes-v1.31.2"));
     assert_eq!(plan.spec.desired_state, DesiredState::Active);
-    assert_eq!(plan.spec.content.kubernetes_version.as_deref(), Some("v1.31.2"));
+    assert_eq!(
+        plan.spec.content.kubernetes_version.as_deref(),
+        Some("v1.31.2")
+    );
     let owner = &plan.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", "node-1"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Node", "node-1")
+    );
     let managers: Vec<_> = plan
         .metadata
         .managed_fields
@@ -101,12 +112,29 @@ async fn repeated_calls_without_progress_change_nothing() {
     let desired = machine("v1.31.2", Some("node-2"));
     let first = bed.update_machine(&desired).await;
     assert!(in_progress(&first), "{first}");
-    assert!(message(&first).contains("waiting for the inplace agent"), "{first}");
-    let version = bed.plans().get("node-2").await.unwrap().metadata.resource_version;
+    assert!(
+        message(&first).contains("waiting for the inplace agent"),
+        "{first}"
+    );
+    let version = bed
+        .plans()
+        .get("node-2")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
     for _ in 0..5 {
         assert_eq!(bed.update_machine(&desired).await, first);
     }
-    assert_eq!(bed.plans().get("node-2").await.unwrap().metadata.resource_version, version);
+    assert_eq!(
+        bed.plans()
+            .get("node-2")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        version
+    );
     assert_eq!(bed.plan_count().await, 1);
     bed.stop().await;
 }
@@ -132,7 +160,15 @@ async fn a_failing_node_answers_failure_with_the_reason() {
     // Asked again, the same failure (no new attempt is started by the extension).
     let again = bed.update_machine(&desired).await;
     assert_eq!(again, last);
-    assert_eq!(bed.plans().get("fail-node").await.unwrap().metadata.generation, Some(1));
+    assert_eq!(
+        bed.plans()
+            .get("fail-node")
+            .await
+            .unwrap()
+            .metadata
+            .generation,
+        Some(1)
+    );
     bed.stop().await;
 }
 
@@ -145,31 +181,50 @@ async fn missing_kubeconfig_nodes_and_versions_give_clear_failures() {
     let answer = bed.update_machine(&other_cluster).await;
     assert_eq!(answer["status"], "Failure");
     assert!(
-        message(&answer).contains("Secret tenant-a/c9-kubeconfig (the kubeconfig of Cluster c9) does not exist"),
+        message(&answer).contains(
+            "Secret tenant-a/c9-kubeconfig (the kubeconfig of Cluster c9) does not exist"
+        ),
         "{answer}"
     );
 
     let answer = bed.update_machine(&machine("v1.31.2", None)).await;
     assert_eq!(answer["status"], "Failure");
-    assert!(message(&answer).contains("has no status.nodeRef.name"), "{answer}");
-
-    let answer = bed.update_machine(&machine("v1.40.0", Some("node-1"))).await;
-    assert_eq!(answer["status"], "Failure");
     assert!(
-        message(&answer).contains("no NodeRelease with kubernetesVersion v1.40.0 in the management cluster"),
+        message(&answer).contains("has no status.nodeRef.name"),
         "{answer}"
     );
 
-    let answer = bed.update_machine(&machine("v1.31.2", Some("node-gone"))).await;
+    let answer = bed
+        .update_machine(&machine("v1.40.0", Some("node-1")))
+        .await;
+    assert_eq!(answer["status"], "Failure");
+    assert!(
+        message(&answer)
+            .contains("no NodeRelease with kubernetesVersion v1.40.0 in the management cluster"),
+        "{answer}"
+    );
+
+    let answer = bed
+        .update_machine(&machine("v1.31.2", Some("node-gone")))
+        .await;
     assert_eq!(answer["status"], "Failure");
     assert!(message(&answer).contains("node node-gone"), "{answer}");
 
     let mut unlabelled = machine("v1.31.2", Some("node-1"));
-    unlabelled["metadata"].as_object_mut().unwrap().remove("labels");
-    unlabelled["spec"].as_object_mut().unwrap().remove("clusterName");
+    unlabelled["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("labels");
+    unlabelled["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("clusterName");
     let answer = bed.update_machine(&unlabelled).await;
     assert_eq!(answer["status"], "Failure");
-    assert!(message(&answer).contains("cluster.x-k8s.io/cluster-name"), "{answer}");
+    assert!(
+        message(&answer).contains("cluster.x-k8s.io/cluster-name"),
+        "{answer}"
+    );
 
     let (status, answer) = bed
         .post(
@@ -187,9 +242,16 @@ async fn missing_kubeconfig_nodes_and_versions_give_clear_failures() {
     broken["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c8");
     let answer = bed.update_machine(&broken).await;
     assert_eq!(answer["status"], "Failure");
-    assert!(message(&answer).contains("Secret tenant-a/c8-kubeconfig"), "{answer}");
+    assert!(
+        message(&answer).contains("Secret tenant-a/c8-kubeconfig"),
+        "{answer}"
+    );
 
-    assert_eq!(bed.plan_count().await, 0, "no plan was written for any of these");
+    assert_eq!(
+        bed.plan_count().await,
+        0,
+        "no plan was written for any of these"
+    );
     bed.stop().await;
 }
 
@@ -206,7 +268,10 @@ async fn an_unreachable_workload_cluster_is_retried_not_failed() {
     unreachable["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c7");
     let answer = bed.update_machine(&unreachable).await;
     assert!(in_progress(&answer), "{answer}");
-    assert!(message(&answer).contains("retrying after a transient error"), "{answer}");
+    assert!(
+        message(&answer).contains("retrying after a transient error"),
+        "{answer}"
+    );
     bed.stop().await;
 }
 
@@ -224,7 +289,8 @@ impl Drainer for SlowDrainer {
     async fn drain(&self, workload: &kube::Client, node: &str) -> DrainStatus {
         let plans: kube::Api<inplace_proto::NodeUpdatePlan> = kube::Api::all(workload.clone());
         if plans.get(node).await.unwrap().spec.desired_state == DesiredState::Active {
-            self.seen_active_while_draining.fetch_add(1, Ordering::SeqCst);
+            self.seen_active_while_draining
+                .fetch_add(1, Ordering::SeqCst);
         }
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         if call >= self.rounds {
@@ -262,20 +328,37 @@ async fn with_drain_the_plan_stays_staged_until_the_node_is_drained() {
         assert!(in_progress(&answer), "{answer}");
         let plan = bed.plans().get("node-1").await.unwrap();
         if drainer.calls.load(Ordering::SeqCst) < 3 {
-            assert_eq!(plan.spec.desired_state, DesiredState::Staged, "{messages:?}");
+            assert_eq!(
+                plan.spec.desired_state,
+                DesiredState::Staged,
+                "{messages:?}"
+            );
         }
         agent.step().await;
     }
-    assert!(messages.last().unwrap().contains("runs kubernetes-v1.31.2"), "{messages:?}");
     assert!(
-        messages.iter().any(|m| m.contains("Staged kubernetes-v1.31.2; draining: 2 pods left")),
+        messages.last().unwrap().contains("runs kubernetes-v1.31.2"),
         "{messages:?}"
     );
-    assert_eq!(drainer.calls.load(Ordering::SeqCst), 3, "drained once, then never again");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("Staged kubernetes-v1.31.2; draining: 2 pods left")),
+        "{messages:?}"
+    );
+    assert_eq!(
+        drainer.calls.load(Ordering::SeqCst),
+        3,
+        "drained once, then never again"
+    );
     assert_eq!(drainer.seen_active_while_draining.load(Ordering::SeqCst), 0);
     assert_eq!(drainer.uncordons.load(Ordering::SeqCst), 1);
     let plan = bed.plans().get("node-1").await.unwrap();
     assert_eq!(plan.spec.desired_state, DesiredState::Active);
-    assert_eq!(plan.metadata.generation, Some(2), "Staged, then Active: two spec writes");
+    assert_eq!(
+        plan.metadata.generation,
+        Some(2),
+        "Staged, then Active: two spec writes"
+    );
     bed.stop().await;
 }

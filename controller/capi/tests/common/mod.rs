@@ -2,7 +2,7 @@
 //! real HTTPS with a self-signed certificate, a reqwest client that trusts it, Cluster API
 //! request builders from the fixtures, and a simulated agent for the workload cluster.
 
-#![allow(dead_code)]
+#![allow(clippy::unwrap_used, dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +20,9 @@ pub const CLUSTER: &str = "c1";
 pub const HOOKS: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1";
 
 pub fn fixture(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     serde_json::from_str(&text).unwrap()
 }
@@ -122,7 +124,12 @@ impl Bed {
             )
             .await
             .unwrap();
-        put_kubeconfig_secret(&management_client, CLUSTER, &workload.kubeconfig_yaml(&User::admin())).await;
+        put_kubeconfig_secret(
+            &management_client,
+            CLUSTER,
+            &workload.kubeconfig_yaml(&User::admin()),
+        )
+        .await;
         let releases: Api<NodeRelease> = Api::all(management_client.clone());
         for (name, version) in [
             ("kubernetes-v1.31.1", "v1.31.1"),
@@ -156,11 +163,18 @@ impl Bed {
         let key_file = dir.path().join("tls.key");
         std::fs::write(&cert_file, &cert).unwrap();
         std::fs::write(&key_file, &key).unwrap();
-        let mut config = Config::new("127.0.0.1:0".parse().unwrap(), cert_file.clone(), key_file.clone());
+        let mut config = Config::new(
+            "127.0.0.1:0".parse().unwrap(),
+            cert_file.clone(),
+            key_file.clone(),
+        );
         config.drain = drain;
         config.validate().unwrap();
-        let extension: Arc<Extension> =
-            Arc::new(inplace_capi::extension(&config, management_client.clone(), drainer));
+        let extension: Arc<Extension> = Arc::new(inplace_capi::extension(
+            &config,
+            management_client.clone(),
+            drainer,
+        ));
         let server = Server::bind(config.listen, &cert_file, &key_file, extension, 30)
             .await
             .unwrap();
@@ -191,17 +205,29 @@ impl Bed {
 
     /// POSTs `body` to a hook path; the HTTP status and the JSON answer.
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let response = self.http.post(self.url(path)).json(body).send().await.unwrap();
+        let response = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap())
     }
 
     pub async fn update_machine(&self, machine: &Value) -> Value {
         let (status, answer) = self
-            .post(&format!("{HOOKS}/updatemachine/update-machine"), &update_machine_request(machine))
+            .post(
+                &format!("{HOOKS}/updatemachine/update-machine"),
+                &update_machine_request(machine),
+            )
             .await;
         assert_eq!(status, 200, "{answer}");
-        assert_eq!(answer["apiVersion"], "hooks.runtime.cluster.x-k8s.io/v1alpha1");
+        assert_eq!(
+            answer["apiVersion"],
+            "hooks.runtime.cluster.x-k8s.io/v1alpha1"
+        );
         assert_eq!(answer["kind"], "UpdateMachineResponse");
         assert!(answer["retryAfterSeconds"].is_i64(), "{answer}");
         answer
@@ -212,7 +238,12 @@ impl Bed {
     }
 
     pub async fn plan_count(&self) -> usize {
-        self.plans().list(&ListParams::default()).await.unwrap().items.len()
+        self.plans()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
     }
 
     pub async fn stop(mut self) {
@@ -261,7 +292,12 @@ pub fn machine(version: &str, node: Option<&str>) -> Value {
 }
 
 /// What Cluster API sends to CanUpdateMachine: spec-only objects (status stripped).
-pub fn can_update_machine_request(current: &Value, desired: &Value, infra_current: &Value, infra_desired: &Value) -> Value {
+pub fn can_update_machine_request(
+    current: &Value,
+    desired: &Value,
+    infra_current: &Value,
+    infra_desired: &Value,
+) -> Value {
     let strip = |v: &Value| {
         let mut v = v.clone();
         if let Some(o) = v.as_object_mut() {
@@ -296,7 +332,9 @@ pub struct SimAgent {
 
 impl SimAgent {
     pub fn new(workload: kube::Client) -> Self {
-        SimAgent { plans: Api::all(workload) }
+        SimAgent {
+            plans: Api::all(workload),
+        }
     }
 
     pub async fn step(&self) {
@@ -304,7 +342,11 @@ impl SimAgent {
             if let Some(status) = next_status(&plan) {
                 let name = plan.metadata.name.clone().unwrap();
                 self.plans
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
+                    )
                     .await
                     .unwrap();
             }
@@ -337,29 +379,53 @@ fn next_status(plan: &NodeUpdatePlan) -> Option<Value> {
         Some(v)
     };
     if !fresh || phase.is_none() {
-        return with(base("Pending"), json!({"conditions": condition("False", "Pending", "seen")}));
+        return with(
+            base("Pending"),
+            json!({"conditions": condition("False", "Pending", "seen")}),
+        );
     }
     match phase.as_deref().unwrap() {
-        "Pending" => with(base("Downloading"), json!({
+        "Pending" => with(
+            base("Downloading"),
+            json!({
             "artifacts": [{"name": "kubernetes", "bytesDone": size / 2, "bytesTotal": size}],
-            "conditions": condition("False", "Downloading", "downloading kubernetes")})),
+            "conditions": condition("False", "Downloading", "downloading kubernetes")}),
+        ),
         "Downloading" => {
             let done = status.artifacts.first().map(|a| a.bytes_done).unwrap_or(0);
             if done < size {
-                with(base("Downloading"), json!({"artifacts": [{"name": "kubernetes", "bytesDone": size, "bytesTotal": size}]}))
+                with(
+                    base("Downloading"),
+                    json!({"artifacts": [{"name": "kubernetes", "bytesDone": size, "bytesTotal": size}]}),
+                )
             } else {
-                with(base("Staged"), json!({"conditions": condition(if active { "False" } else { "True" }, "Staged", "every artifact staged")}))
+                with(
+                    base("Staged"),
+                    json!({"conditions": condition(if active { "False" } else { "True" }, "Staged", "every artifact staged")}),
+                )
             }
         }
-        "Staged" if active => with(base("Activating"), json!({"conditions": condition("False", "Activating", "restarting kubelet.service")})),
+        "Staged" if active => with(
+            base("Activating"),
+            json!({"conditions": condition("False", "Activating", "restarting kubelet.service")}),
+        ),
         "Staged" => None,
-        "Activating" => with(base("Verifying"), json!({"conditions": condition("False", "Verifying", "kubelet.service 12s/30s")})),
-        "Verifying" if node.starts_with("fail") => with(base("RolledBack"), json!({
-            "conditions": condition("False", "HealthCheckFailed", "kubelet.service failed its health check (exited with status 1); rolled back")})),
+        "Activating" => with(
+            base("Verifying"),
+            json!({"conditions": condition("False", "Verifying", "kubelet.service 12s/30s")}),
+        ),
+        "Verifying" if node.starts_with("fail") => with(
+            base("RolledBack"),
+            json!({
+            "conditions": condition("False", "HealthCheckFailed", "kubelet.service failed its health check (exited with status 1); rolled back")}),
+        ),
         "Verifying" => {
             let mut v = base("Succeeded");
             v["currentRevision"] = json!(revision);
-            with(v, json!({"conditions": condition("True", "Succeeded", "runs the target revision")}))
+            with(
+                v,
+                json!({"conditions": condition("True", "Succeeded", "runs the target revision")}),
+            )
         }
         _ => None,
     }
