@@ -1759,7 +1759,6 @@ fn evict(st: &Arc<State>, t: &Target, req: &Request) -> Result<Reply, ApiError> 
                     "The disruption budget {pdb_name} needs {desired} healthy pods and has {healthy} currently"
                 ),
             )];
-            e.retry_after = Some(10);
             return Err(e);
         }
     }

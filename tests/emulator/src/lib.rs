@@ -157,10 +157,24 @@ impl Handle {
 
     /// A kube client acting as `user` (registered if new).
     pub async fn client_as(&self, user: &User) -> anyhow::Result<kube::Client> {
+        Ok(kube::Client::try_from(self.config_as(user).await?)?)
+    }
+
+    /// A kube client configuration acting as `user` (registered if new). kube's default client
+    /// retries 429/503/504 answers (up to 15 times, honouring Retry-After); set
+    /// `default_retry = false` to see them.
+    pub async fn config_as(&self, user: &User) -> anyhow::Result<kube::Config> {
         let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml(user))?;
-        let config =
+        Ok(
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?;
+                .await?,
+        )
+    }
+
+    /// A kube client acting as the admin that does not retry 429/503/504 (to observe faults).
+    pub async fn client_without_retries(&self) -> anyhow::Result<kube::Client> {
+        let mut config = self.config_as(&User::admin()).await?;
+        config.default_retry = false;
         Ok(kube::Client::try_from(config)?)
     }
 
