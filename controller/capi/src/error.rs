@@ -6,6 +6,9 @@ use std::path::PathBuf;
 /// Why a hook could not be answered with what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The configuration is out of range (the message names the setting).
+    #[error("invalid configuration: {0}")]
+    Config(String),
     /// The request lacks something the hook needs (a label, the nodeRef, the version).
     #[error("{0}")]
     BadRequest(String),
@@ -78,6 +81,7 @@ impl Error {
     /// A stable machine-readable name for the error.
     pub fn kind(&self) -> &'static str {
         match self {
+            Error::Config(_) => "Config",
             Error::BadRequest(_) => "BadRequest",
             Error::NoRelease(_) => "NoRelease",
             Error::Kubeconfig(_) => "Kubeconfig",

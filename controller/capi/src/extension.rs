@@ -38,6 +38,10 @@ pub struct HookSettings {
     pub retry_after_seconds: i32,
     /// Whether to drain a node (after staging, before activation).
     pub drain: bool,
+    /// How long one `UpdateMachine` call may spend on the clusters before it answers "in
+    /// progress" instead (kept below the `timeoutSeconds` announced to Cluster API, so a
+    /// slow workload cluster gives a retry, not a timed-out call).
+    pub update_machine_deadline: std::time::Duration,
 }
 
 impl Default for HookSettings {
@@ -45,6 +49,7 @@ impl Default for HookSettings {
         HookSettings {
             retry_after_seconds: 5,
             drain: false,
+            update_machine_deadline: std::time::Duration::from_secs(25),
         }
     }
 }
@@ -277,13 +282,19 @@ impl Extension {
     /// `UpdateMachine`: ensures the node's plan for the release (drained first when
     /// configured) and answers from its status. Idempotent.
     pub async fn update_machine(&self, request: &UpdateMachineRequest) -> UpdateMachineResponse {
-        let answer = match self.drive(&request.desired.machine).await {
-            Ok(answer) => answer,
-            Err(error) if error.is_transient() => {
-                Answer::InProgress(format!("retrying after a transient error: {error}"))
-            }
-            Err(error) => Answer::Failed(error.to_string()),
-        };
+        let deadline = self.settings.update_machine_deadline;
+        let answer =
+            match tokio::time::timeout(deadline, self.drive(&request.desired.machine)).await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(error)) if error.is_transient() => {
+                    Answer::InProgress(format!("retrying after a transient error: {error}"))
+                }
+                Ok(Err(error)) => Answer::Failed(error.to_string()),
+                Err(_) => Answer::InProgress(format!(
+                    "the clusters did not answer within {}s; retrying",
+                    deadline.as_secs()
+                )),
+            };
         tracing::info!(
             machine = %object_key(&request.desired.machine),
             "UpdateMachine: {answer:?}"

@@ -83,6 +83,11 @@ impl Config {
         HookSettings {
             retry_after_seconds: self.retry_after_seconds,
             drain: self.drain,
+            // Leave Cluster API's client a margin to receive the answer.
+            update_machine_deadline: std::time::Duration::from_secs(
+                u64::try_from(self.update_machine_timeout_seconds.saturating_sub(3).max(1))
+                    .unwrap_or(1),
+            ),
         }
     }
 }
@@ -111,7 +116,7 @@ pub async fn run(
     drainer: Arc<dyn Drainer>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
-    config.validate().map_err(Error::BadRequest)?;
+    config.validate().map_err(Error::Config)?;
     let extension = Arc::new(extension(&config, management, drainer));
     let server = Server::bind(
         config.listen,

@@ -57,6 +57,10 @@ impl WorkloadClusters for SecretKubeconfigs {
                 source,
             })?
             .ok_or_else(|| {
+                // A deleted Cluster: forget its client.
+                if let Ok(mut cache) = self.cache.lock() {
+                    cache.remove(&(namespace.to_owned(), name.to_owned()));
+                }
                 Error::Kubeconfig(format!(
                     "Secret {namespace}/{secret_name} (the kubeconfig of Cluster {name}) does not exist in the management cluster"
                 ))

@@ -275,6 +275,45 @@ async fn an_unreachable_workload_cluster_is_retried_not_failed() {
     bed.stop().await;
 }
 
+#[tokio::test]
+async fn a_failing_or_slow_workload_api_gives_a_retry_not_a_failure() {
+    // Announced timeout 4 s: the extension answers within 1 s whatever the clusters do.
+    let bed = Bed::start_with(false, Arc::new(inplace_capi::NoDrain), 4).await;
+    let desired = machine("v1.31.2", Some("node-1"));
+
+    bed.workload.faults().outage(
+        std::time::Duration::from_secs(60),
+        inplace_api_emulator::OutageKind::Unavailable,
+    );
+    let answer = bed.update_machine(&desired).await;
+    assert!(in_progress(&answer), "{answer}");
+    assert!(message(&answer).contains("retrying"), "{answer}");
+    bed.workload.faults().end_outage();
+
+    bed.workload
+        .faults()
+        .latency(std::time::Duration::from_secs(3));
+    let started = std::time::Instant::now();
+    let answer = bed.update_machine(&desired).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "answered in time"
+    );
+    assert!(in_progress(&answer), "{answer}");
+    assert!(
+        message(&answer).contains("did not answer within 1s"),
+        "{answer}"
+    );
+    bed.workload.faults().latency(std::time::Duration::ZERO);
+
+    let answer = bed.update_machine(&desired).await;
+    assert!(
+        message(&answer).contains("waiting for the inplace agent"),
+        "{answer}"
+    );
+    bed.stop().await;
+}
+
 /// A drainer that needs `rounds` calls per node before the node counts as drained, and
 /// records the plan's desired state whenever it is called.
 struct SlowDrainer {
@@ -314,7 +353,7 @@ async fn with_drain_the_plan_stays_staged_until_the_node_is_drained() {
         uncordons: AtomicUsize::new(0),
         seen_active_while_draining: AtomicUsize::new(0),
     });
-    let bed = Bed::start_with(true, drainer.clone()).await;
+    let bed = Bed::start_with(true, drainer.clone(), 30).await;
     let agent = SimAgent::new(bed.workload_client.clone());
     let desired = machine("v1.31.2", Some("node-1"));
 

@@ -96,10 +96,14 @@ pub struct Bed {
 
 impl Bed {
     pub async fn start() -> Bed {
-        Bed::start_with(false, Arc::new(NoDrain)).await
+        Bed::start_with(false, Arc::new(NoDrain), 30).await
     }
 
-    pub async fn start_with(drain: bool, drainer: Arc<dyn Drainer>) -> Bed {
+    pub async fn start_with(
+        drain: bool,
+        drainer: Arc<dyn Drainer>,
+        update_machine_timeout_seconds: i32,
+    ) -> Bed {
         install_crypto_provider();
         let management = Emulator::start(EmulatorConfig::default()).await.unwrap();
         let workload = Emulator::start(EmulatorConfig::default()).await.unwrap();
@@ -169,15 +173,22 @@ impl Bed {
             key_file.clone(),
         );
         config.drain = drain;
+        config.update_machine_timeout_seconds = update_machine_timeout_seconds;
         config.validate().unwrap();
         let extension: Arc<Extension> = Arc::new(inplace_capi::extension(
             &config,
             management_client.clone(),
             drainer,
         ));
-        let server = Server::bind(config.listen, &cert_file, &key_file, extension, 30)
-            .await
-            .unwrap();
+        let server = Server::bind(
+            config.listen,
+            &cert_file,
+            &key_file,
+            extension,
+            update_machine_timeout_seconds,
+        )
+        .await
+        .unwrap();
         let addr = server.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(server.serve(async {
