@@ -32,6 +32,9 @@ pub enum ReleaseLookup {
     Invalid(Vec<(String, String)>),
     /// Several valid releases have this version; the extension will not guess.
     Ambiguous(Vec<String>),
+    /// A release exists, but the machine's workload cluster cannot run it (no kubeconfig
+    /// Secret, no NodeUpdatePlan CRD); the message says which.
+    ClusterNotReady(String),
 }
 
 impl ReleaseLookup {
@@ -57,6 +60,7 @@ impl ReleaseLookup {
                 names.len(),
                 names.join(", ")
             ),
+            ReleaseLookup::ClusterNotReady(why) => why.clone(),
         }
     }
 }

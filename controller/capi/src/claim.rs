@@ -340,6 +340,9 @@ mod tests {
             ReleaseLookup::NotFound,
             ReleaseLookup::Invalid(vec![("r".into(), "bad".into())]),
             ReleaseLookup::Ambiguous(vec!["a".into(), "b".into()]),
+            ReleaseLookup::ClusterNotReady(
+                "workload cluster ns/c1 serves no NodeUpdatePlans for v1.33.0".into(),
+            ),
         ] {
             let claim = claim(main, &others, MACHINE_VERSION, Some(&lookup));
             assert!(claim.operations.is_empty(), "{lookup:?}");

@@ -94,9 +94,9 @@ impl Error {
         }
     }
 
-    /// Whether asking again later may succeed without anyone changing anything: API
-    /// outages, timeouts, conflicts and server errors are transient; a missing Secret,
-    /// label, node or release is not.
+    /// Whether asking again later may succeed without touching the Machine: API outages,
+    /// timeouts, conflicts, throttling, server errors and refused credentials are
+    /// transient; a missing Secret, label, node or release is not.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Management { source, .. } | Error::Workload { source, .. } => {
@@ -109,7 +109,11 @@ impl Error {
 
 fn transient_kube_error(error: &kube::Error) -> bool {
     match error {
-        kube::Error::Api(status) => status.code == 409 || status.code == 429 || status.code >= 500,
+        // 401/403: credentials being rotated or RBAC being fixed; asking again may work,
+        // and failing the Machine would not help.
+        kube::Error::Api(status) => {
+            matches!(status.code, 401 | 403 | 409 | 429) || status.code >= 500
+        }
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
         _ => false,
     }

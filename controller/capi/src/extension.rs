@@ -7,7 +7,7 @@ use std::sync::Arc;
 use inplace_proto::{DesiredState, NodeUpdatePlan, NodeUpdatePlanSpec};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, Patch as KubePatch, PatchParams};
+use kube::api::{Api, ListParams, Patch as KubePatch, PatchParams};
 use serde_json::Value;
 
 use crate::catalog::{FoundRelease, ReleaseCatalog, ReleaseLookup};
@@ -137,13 +137,46 @@ impl Extension {
         }
     }
 
+    /// The release for a changed version, and whether the object's workload cluster can
+    /// take a plan at all: a claim for a cluster without the NodeUpdatePlan CRD (so without
+    /// agents) or without a kubeconfig Secret would be a claim the extension cannot honour.
     async fn lookup_if_changed(
         &self,
         change: Option<&claim::VersionChange>,
+        object: &Value,
     ) -> Result<Option<ReleaseLookup>, Error> {
-        match change {
-            Some(change) => Ok(Some(self.catalog.lookup(&change.to).await?)),
-            None => Ok(None),
+        let Some(change) = change else {
+            return Ok(None);
+        };
+        let lookup = self.catalog.lookup(&change.to).await?;
+        if !matches!(lookup, ReleaseLookup::Found(_)) {
+            return Ok(Some(lookup));
+        }
+        let Some((namespace, cluster)) = cluster_of(object) else {
+            return Ok(Some(ReleaseLookup::ClusterNotReady(
+                "the object names no Cluster (label cluster.x-k8s.io/cluster-name, spec.clusterName) and no namespace".into(),
+            )));
+        };
+        let client = match self.workloads.client(&namespace, &cluster).await {
+            Ok(client) => client,
+            Err(error @ Error::Kubeconfig(_)) => {
+                return Ok(Some(ReleaseLookup::ClusterNotReady(error.to_string())));
+            }
+            Err(error) => return Err(error),
+        };
+        let plans = Api::<NodeUpdatePlan>::all(client);
+        match plans.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => Ok(Some(lookup)),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                Ok(Some(ReleaseLookup::ClusterNotReady(format!(
+                    "workload cluster {namespace}/{cluster} has no NodeUpdatePlan CRD, so no inplace agents"
+                ))))
+            }
+            Err(source) => Err(Error::Workload {
+                cluster: format!("{namespace}/{cluster}"),
+                action: "listing NodeUpdatePlans".into(),
+                source,
+            }),
         }
     }
 
@@ -171,7 +204,10 @@ impl Extension {
         }
         let change =
             claim::version_change(&current.machine, &desired.machine, claim::MACHINE_VERSION);
-        let lookup = match self.lookup_if_changed(change.as_ref()).await {
+        let lookup = match self
+            .lookup_if_changed(change.as_ref(), &desired.machine)
+            .await
+        {
             Ok(lookup) => lookup,
             Err(error) => {
                 response.status = ResponseStatus::Failure;
@@ -239,7 +275,10 @@ impl Extension {
             &desired.machine_set,
             claim::MACHINE_SET_VERSION,
         );
-        let lookup = match self.lookup_if_changed(change.as_ref()).await {
+        let lookup = match self
+            .lookup_if_changed(change.as_ref(), &desired.machine_set)
+            .await
+        {
             Ok(lookup) => lookup,
             Err(error) => {
                 response.status = ResponseStatus::Failure;
@@ -451,6 +490,26 @@ pub fn desired_plan(
         }]);
     }
     plan
+}
+
+/// `(namespace, cluster name)` of a Machine or MachineSet.
+fn cluster_of(object: &Value) -> Option<(String, String)> {
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    let namespace = text("/metadata/namespace")?;
+    let cluster = object
+        .pointer("/metadata/labels")
+        .and_then(|labels| labels.get(CLUSTER_NAME_LABEL))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .or_else(|| text("/spec/clusterName"))?;
+    Some((namespace, cluster))
 }
 
 fn json_patch(bytes: Vec<u8>) -> Patch {

@@ -189,6 +189,52 @@ async fn a_version_without_a_release_is_not_claimed() {
 }
 
 #[tokio::test]
+async fn a_version_bump_for_a_cluster_that_cannot_take_plans_is_not_claimed() {
+    let bed = Bed::start().await;
+    // c6's kubeconfig points at a cluster without the NodeUpdatePlan CRD (the management
+    // emulator); c9 has no kubeconfig Secret at all.
+    put_kubeconfig_secret(
+        &bed.management_client,
+        "c6",
+        &bed.management
+            .kubeconfig_yaml(&inplace_api_emulator::User::admin()),
+    )
+    .await;
+    let infra = fixture("vspheremachine.json");
+    for (cluster, expected) in [
+        (
+            "c6",
+            "workload cluster tenant-a/c6 has no NodeUpdatePlan CRD",
+        ),
+        (
+            "c9",
+            "Secret tenant-a/c9-kubeconfig (the kubeconfig of Cluster c9) does not exist",
+        ),
+    ] {
+        let mut current = machine("v1.31.1", Some("node-1"));
+        current["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!(cluster);
+        current["spec"]["clusterName"] = json!(cluster);
+        let mut desired = current.clone();
+        desired["spec"]["version"] = json!("v1.31.2");
+        let request = can_update_machine_request(&current, &desired, &infra, &infra);
+        let (status, answer) = bed
+            .post(
+                &format!("{HOOKS}/canupdatemachine/can-update-machine"),
+                &request,
+            )
+            .await;
+        assert_eq!(status, 200);
+        assert_eq!(answer["status"], "Success", "{answer}");
+        assert!(answer.get("machinePatch").is_none(), "{answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains(expected),
+            "{answer}"
+        );
+    }
+    bed.stop().await;
+}
+
+#[tokio::test]
 async fn a_machine_set_template_version_bump_is_claimed() {
     let bed = Bed::start().await;
     let current = fixture("machineset.json");

@@ -314,6 +314,37 @@ async fn a_failing_or_slow_workload_api_gives_a_retry_not_a_failure() {
     bed.stop().await;
 }
 
+#[tokio::test]
+async fn a_rotated_kubeconfig_secret_rebuilds_the_cached_client() {
+    let bed = Bed::start().await;
+    let desired = machine("v1.31.2", Some("node-1"));
+    let good = bed.update_machine(&desired).await;
+    assert!(in_progress(&good), "{good}");
+
+    // Rotated to a credential the workload cluster refuses: the new Secret is used (the
+    // cached client is not), and a refused credential is retried, not failed.
+    let refused = bed
+        .workload
+        .kubeconfig_yaml(&inplace_api_emulator::User::admin())
+        .replace("admin-token", "revoked-token");
+    put_kubeconfig_secret(&bed.management_client, CLUSTER, &refused).await;
+    let answer = bed.update_machine(&desired).await;
+    assert!(in_progress(&answer), "{answer}");
+    assert!(
+        message(&answer).contains("retrying after a transient error"),
+        "{answer}"
+    );
+    assert!(message(&answer).contains("401"), "{answer}");
+
+    // Rotated back: answers as before.
+    let working = bed
+        .workload
+        .kubeconfig_yaml(&inplace_api_emulator::User::admin());
+    put_kubeconfig_secret(&bed.management_client, CLUSTER, &working).await;
+    assert_eq!(bed.update_machine(&desired).await, good);
+    bed.stop().await;
+}
+
 /// A drainer that needs `rounds` calls per node before the node counts as drained, and
 /// records the plan's desired state whenever it is called.
 struct SlowDrainer {
