@@ -1,3 +1,18 @@
 //! Test beds for inplace: the Kubernetes API emulator, real systemd hosts booted with
 //! `systemd-nspawn`, and a controllable artifact server. The end-to-end suites live in
 //! `tests/tests/`.
+//!
+//! - [`nspawn`]: a cached Debian bookworm root filesystem and [`nspawn::Node`], a booted
+//!   systemd 252 container with a real D-Bus and real `systemd-sysext`.
+//! - [`sysext`]: real squashfs system-extension images built with `mksquashfs`.
+//! - [`artifact_server`]: an HTTP/1.1 server on loopback that can misbehave on request.
+//! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
+
+pub mod artifact_server;
+pub mod error;
+pub mod fake_kubelet;
+pub mod nspawn;
+pub mod prereq;
+pub mod sysext;
+
+pub use error::{Error, Result};

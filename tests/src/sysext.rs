@@ -1,0 +1,421 @@
+//! Real systemd-sysext images: a tree with `usr/...` and
+//! `usr/lib/extension-release.d/extension-release.<name>`, packed by `mksquashfs` into a
+//! `.raw` file like Flatcar's `kubernetes-vX.Y.Z-x86-64.raw`.
+//!
+//! ```no_run
+//! # async fn demo() -> inplace_tests::Result<()> {
+//! use inplace_tests::fake_kubelet::FakeKubeletConfig;
+//! use inplace_tests::sysext::kubernetes_sysext;
+//! let dir = tempfile::tempdir().expect("tempdir");
+//! let image = kubernetes_sysext("/path/to/fake-kubelet".as_ref(), &FakeKubeletConfig::healthy("v1.31.2"))
+//!     .await?
+//!     .build(&dir.path().join("kubernetes-v1.31.2-x86-64.raw"))
+//!     .await?;
+//! println!("{} {} bytes sha256 {}", image.path.display(), image.size, image.sha256);
+//! # Ok(()) }
+//! ```
+
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tokio::process::Command;
+
+use crate::error::IoContext;
+use crate::fake_kubelet::{CONFIG_PATH, FakeKubeletConfig};
+use crate::{Error, Result, prereq};
+
+/// systemd's name for this machine's architecture (`x86-64`, `arm64`, ...).
+pub fn host_architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "x86-64",
+        "aarch64" => "arm64",
+        "x86" => "x86",
+        "arm" => "arm",
+        "riscv64" => "riscv64",
+        other => other,
+    }
+}
+
+/// The contents of `extension-release.<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtensionRelease {
+    /// Must equal the host's os-release `ID`, or be `_any`.
+    pub id: String,
+    /// Must equal the host's `VERSION_ID` (when no `SYSEXT_LEVEL` is given).
+    pub version_id: Option<String>,
+    /// Must equal the host's `SYSEXT_LEVEL` when present.
+    pub sysext_level: Option<String>,
+    /// Must equal the host's architecture, or be `_any`, when present.
+    pub architecture: Option<String>,
+}
+
+impl ExtensionRelease {
+    /// Matches the test nodes: Debian 12 on this machine's architecture.
+    pub fn debian_bookworm() -> Self {
+        Self {
+            id: "debian".to_owned(),
+            version_id: Some("12".to_owned()),
+            sysext_level: None,
+            architecture: Some(host_architecture().to_owned()),
+        }
+    }
+
+    /// Matches any OS (`ID=_any`), as the sysext-bakery images do.
+    pub fn any() -> Self {
+        Self {
+            id: "_any".to_owned(),
+            version_id: None,
+            sysext_level: None,
+            architecture: Some(host_architecture().to_owned()),
+        }
+    }
+
+    /// The file's text.
+    pub fn render(&self) -> String {
+        let mut s = format!("ID={}\n", self.id);
+        for (key, value) in [
+            ("VERSION_ID", &self.version_id),
+            ("SYSEXT_LEVEL", &self.sysext_level),
+            ("ARCHITECTURE", &self.architecture),
+        ] {
+            if let Some(v) = value {
+                s.push_str(&format!("{key}={v}\n"));
+            }
+        }
+        s
+    }
+}
+
+/// Ways to make an image that systemd-sysext skips (while still exiting 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incompatibility {
+    /// `ID=fedora` on a Debian node.
+    WrongId,
+    /// `VERSION_ID=11` on Debian 12.
+    WrongVersion,
+    /// An architecture other than the node's.
+    WrongArchitecture,
+    /// The release file is named for another extension than the image.
+    WrongReleaseName,
+    /// No release file at all.
+    MissingRelease,
+}
+
+/// One built image.
+#[derive(Debug, Clone)]
+pub struct SysextImage {
+    /// Extension name (the image is found as `<name>.raw`).
+    pub name: String,
+    /// Where the image file is.
+    pub path: PathBuf,
+    /// Lower-case hex sha256 of the file.
+    pub sha256: String,
+    /// File size in bytes.
+    pub size: u64,
+}
+
+impl SysextImage {
+    /// The image's bytes.
+    pub async fn bytes(&self) -> Result<Vec<u8>> {
+        tokio::fs::read(&self.path)
+            .await
+            .ctx(|| format!("reading {}", self.path.display()))
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Entry {
+    File { contents: Vec<u8>, mode: u32 },
+    Symlink { target: PathBuf },
+}
+
+/// Builds one sysext image from files given in memory.
+#[derive(Debug, Clone)]
+pub struct SysextBuilder {
+    name: String,
+    release: Option<ExtensionRelease>,
+    release_file_name: String,
+    entries: Vec<(PathBuf, Entry)>,
+}
+
+impl SysextBuilder {
+    /// An image for extension `name`, compatible with the test nodes
+    /// ([`ExtensionRelease::debian_bookworm`]).
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            release: Some(ExtensionRelease::debian_bookworm()),
+            release_file_name: format!("extension-release.{name}"),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Adds a file at `path` (relative to the image root, e.g. `usr/bin/kubelet`).
+    #[must_use]
+    pub fn file(
+        mut self,
+        path: impl Into<PathBuf>,
+        contents: impl Into<Vec<u8>>,
+        mode: u32,
+    ) -> Self {
+        self.entries.push((
+            path.into(),
+            Entry::File {
+                contents: contents.into(),
+                mode,
+            },
+        ));
+        self
+    }
+
+    /// Adds a symlink at `path` pointing to `target`.
+    #[must_use]
+    pub fn symlink(mut self, path: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Self {
+        self.entries.push((
+            path.into(),
+            Entry::Symlink {
+                target: target.into(),
+            },
+        ));
+        self
+    }
+
+    /// Replaces the extension-release content (`None`: no release file).
+    #[must_use]
+    pub fn release(mut self, release: Option<ExtensionRelease>) -> Self {
+        self.release = release;
+        self
+    }
+
+    /// Makes the image one that systemd-sysext will skip.
+    #[must_use]
+    pub fn incompatible(mut self, how: Incompatibility) -> Self {
+        let mut release = ExtensionRelease::debian_bookworm();
+        match how {
+            Incompatibility::WrongId => release.id = "fedora".to_owned(),
+            Incompatibility::WrongVersion => release.version_id = Some("11".to_owned()),
+            Incompatibility::WrongArchitecture => {
+                release.architecture = Some(
+                    if host_architecture() == "arm64" {
+                        "x86-64"
+                    } else {
+                        "arm64"
+                    }
+                    .to_owned(),
+                );
+            }
+            Incompatibility::WrongReleaseName => {
+                self.release_file_name = format!("extension-release.{}-other", self.name);
+            }
+            Incompatibility::MissingRelease => {
+                self.release = None;
+                return self;
+            }
+        }
+        self.release = Some(release);
+        self
+    }
+
+    /// The extension name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Packs the image into `out` (parent directories created, existing file replaced).
+    pub async fn build(&self, out: &Path) -> Result<SysextImage> {
+        prereq::require_squashfs_tools()?;
+        let staging = tempfile::tempdir().ctx(|| "creating a staging directory".to_owned())?;
+        let root = staging.path().join("tree");
+        let mut entries = self.entries.clone();
+        if let Some(release) = &self.release {
+            entries.push((
+                Path::new("usr/lib/extension-release.d").join(&self.release_file_name),
+                Entry::File {
+                    contents: release.render().into_bytes(),
+                    mode: 0o644,
+                },
+            ));
+        }
+        for (path, entry) in &entries {
+            let rel = relative(path)?;
+            let target = root.join(rel);
+            if let Some(parent) = target.parent() {
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .ctx(|| format!("creating {}", parent.display()))?;
+            }
+            match entry {
+                Entry::File { contents, mode } => {
+                    tokio::fs::write(&target, contents)
+                        .await
+                        .ctx(|| format!("writing {}", target.display()))?;
+                    use std::os::unix::fs::PermissionsExt;
+                    tokio::fs::set_permissions(&target, std::fs::Permissions::from_mode(*mode))
+                        .await
+                        .ctx(|| format!("chmod {}", target.display()))?;
+                }
+                Entry::Symlink { target: to } => {
+                    tokio::fs::symlink(to, &target)
+                        .await
+                        .ctx(|| format!("symlink {}", target.display()))?;
+                }
+            }
+        }
+        // Directories 0755 whatever the umask, so the merged /usr stays traversable.
+        let chmod = Command::new("chmod")
+            .args(["-R", "u+rwX,go+rX,go-w"])
+            .arg(&root)
+            .output()
+            .await
+            .ctx(|| "chmod -R".to_owned())?;
+        check("chmod -R", &chmod)?;
+        if let Some(parent) = out.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .ctx(|| format!("creating {}", parent.display()))?;
+        }
+        let _ = tokio::fs::remove_file(out).await;
+        let output = Command::new("mksquashfs")
+            .arg(&root)
+            .arg(out)
+            .args([
+                "-noappend",
+                "-all-root",
+                "-no-xattrs",
+                "-quiet",
+                "-no-progress",
+                "-mkfs-time",
+                "0",
+                "-all-time",
+                "0",
+            ])
+            .kill_on_drop(true)
+            .output()
+            .await
+            .ctx(|| "running mksquashfs".to_owned())?;
+        check(
+            &format!("mksquashfs {} {}", root.display(), out.display()),
+            &output,
+        )?;
+        let bytes = tokio::fs::read(out)
+            .await
+            .ctx(|| format!("reading {}", out.display()))?;
+        Ok(SysextImage {
+            name: self.name.clone(),
+            path: out.to_path_buf(),
+            sha256: sha256_hex(&bytes),
+            size: bytes.len() as u64,
+        })
+    }
+}
+
+/// A Flatcar-style `kubernetes` extension: `usr/bin/kubelet` (the fake kubelet binary at
+/// `fake_kubelet`), its behaviour file, and `usr/lib/systemd/system/kubelet.service`.
+pub async fn kubernetes_sysext(
+    fake_kubelet: &Path,
+    config: &FakeKubeletConfig,
+) -> Result<SysextBuilder> {
+    let binary = tokio::fs::read(fake_kubelet)
+        .await
+        .ctx(|| format!("reading {}", fake_kubelet.display()))?;
+    Ok(SysextBuilder::new("kubernetes")
+        .file("usr/bin/kubelet", binary, 0o755)
+        .file(
+            CONFIG_PATH.trim_start_matches('/'),
+            config.render().into_bytes(),
+            0o644,
+        )
+        .file(
+            "usr/lib/systemd/system/kubelet.service",
+            KUBELET_UNIT.as_bytes().to_vec(),
+            0o644,
+        ))
+}
+
+/// The kubelet unit shipped in [`kubernetes_sysext`] images: crash loops forever under
+/// `Restart=always` when the build crashes.
+pub const KUBELET_UNIT: &str = "[Unit]
+Description=kubelet (inplace test-bed stand-in)
+StartLimitIntervalSec=0
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/kubelet
+Restart=always
+RestartSec=1
+
+[Install]
+WantedBy=multi-user.target
+";
+
+/// Flatcar's file name for a kubernetes extension: `kubernetes-v1.31.2-x86-64.raw`.
+pub fn kubernetes_image_file_name(version: &str) -> String {
+    format!("kubernetes-{version}-{}.raw", host_architecture())
+}
+
+/// A `SHA256SUMS` file as sysext-bakery publishes it: `<sha256>  <file name>` lines.
+pub fn sha256sums<'a>(entries: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
+    entries
+        .into_iter()
+        .map(|(name, bytes)| format!("{}  {name}\n", sha256_hex(bytes)))
+        .collect()
+}
+
+/// Lower-case hex sha256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn relative(path: &Path) -> Result<&Path> {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    if rel.as_os_str().is_empty() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return Err(Error::Invalid(format!("image path {}", path.display())));
+    }
+    Ok(rel)
+}
+
+fn check(what: &str, output: &std::process::Output) -> Result<()> {
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(Error::CommandFailed {
+            command: what.to_owned(),
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_files_render() {
+        assert_eq!(
+            ExtensionRelease::debian_bookworm().render(),
+            format!(
+                "ID=debian\nVERSION_ID=12\nARCHITECTURE={}\n",
+                host_architecture()
+            )
+        );
+        assert!(ExtensionRelease::any().render().starts_with("ID=_any\n"));
+    }
+
+    #[test]
+    fn image_paths_stay_inside() {
+        assert!(relative(Path::new("usr/bin/x")).is_ok());
+        assert!(relative(Path::new("/usr/bin/x")).is_ok());
+        assert!(relative(Path::new("usr/../x")).is_err());
+        assert!(relative(Path::new("")).is_err());
+    }
+
+    #[test]
+    fn sums_look_like_sha256sum_output() {
+        let sums = sha256sums([("a.raw", b"abc".as_slice())]);
+        assert_eq!(
+            sums,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  a.raw\n"
+        );
+    }
+}
