@@ -10,7 +10,6 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use inplace_agent::fetch::HttpFetcher;
 use inplace_agent::health::RealProbes;
-use inplace_agent::journal::Step;
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::systemd::DbusSystemd;
 use inplace_agent::update::{Agent, Host};
@@ -145,17 +144,7 @@ async fn run(config: &Path) -> anyhow::Result<()> {
     };
     let mut agent = Agent::open(settings, host).await?;
 
-    // A rollback interrupted by a crash is finished before anything else, plan or not.
-    if agent
-        .journal()
-        .in_flight
-        .as_ref()
-        .is_some_and(|f| f.step == Step::RollingBack)
-    {
-        agent.handle(None).await?;
-    }
-
-    let (tx, mut rx) = tokio::sync::watch::channel(None);
+    let (tx, rx) = tokio::sync::watch::channel(None);
     let watcher = tokio::spawn(watch::run(plans, node, tx));
     notify::ready();
     notify::status("waiting for the plan");
@@ -164,15 +153,8 @@ async fn run(config: &Path) -> anyhow::Result<()> {
     let mut int = signal(SignalKind::interrupt())?;
 
     let work = async {
-        loop {
-            let state = rx.borrow_and_update().clone();
-            if let Some(plan) = state {
-                agent.handle(plan.as_ref()).await?;
-            }
-            if rx.changed().await.is_err() {
-                bail!("the plan watch ended");
-            }
-        }
+        agent.follow(rx).await?;
+        bail!("the plan watch ended")
     };
     // Stopping mid-step is as safe as a crash: the journal says where to resume.
     let result = tokio::select! {

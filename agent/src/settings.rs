@@ -631,6 +631,36 @@ mod tests {
     }
 
     #[test]
+    fn shipped_defaults_parse_and_document_only_known_keys() {
+        let shipped = include_str!("../../packaging/agent/agent.toml");
+        assert_eq!(
+            from_toml(shipped, host).unwrap(),
+            from_toml("", host).unwrap()
+        );
+        // Every commented example is a real key with a valid value (the token-file
+        // alternative excluded: it conflicts with kubeconfig by design).
+        let uncommented: String = shipped
+            .lines()
+            .map(|line| match line.strip_prefix('#') {
+                Some(rest)
+                    if rest.contains(" = ")
+                        && !rest.starts_with(' ')
+                        && !["token_file", "server", "ca_file"]
+                            .iter()
+                            .any(|k| rest.starts_with(k)) =>
+                {
+                    rest
+                }
+                _ => line,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s = from_toml(&uncommented, host).unwrap();
+        assert_eq!(s.node_name, "worker-7");
+        assert_eq!(s.policy.allowed_url_prefixes.len(), 2);
+    }
+
+    #[test]
     fn missing_hostname_without_node_name_is_an_error() {
         assert!(from_toml("", || None).is_err());
     }

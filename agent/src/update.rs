@@ -130,6 +130,32 @@ impl Agent {
         })
     }
 
+    /// Follows the plan channel fed by `watch::run`: acts on every new plan state, until
+    /// the channel closes. Before the first complete list nothing is done, except that an
+    /// interrupted rollback is finished (it does not depend on the plan).
+    pub async fn follow(
+        &mut self,
+        mut plans: tokio::sync::watch::Receiver<crate::watch::PlanState>,
+    ) -> Result<(), AgentError> {
+        if self
+            .journal
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.step == Step::RollingBack)
+        {
+            self.handle(None).await?;
+        }
+        loop {
+            let state = plans.borrow_and_update().clone();
+            if let Some(plan) = state {
+                self.handle(plan.as_ref()).await?;
+            }
+            if plans.changed().await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
     /// The journal as it is now (for tests and diagnostics).
     pub fn journal(&self) -> &Journal {
         &self.journal

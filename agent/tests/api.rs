@@ -1,0 +1,210 @@
+//! The agent against the API server emulator, through the real kube client: it watches only
+//! its own plan (field selector), writes only the status subresource as `system:node:<name>`,
+//! and survives outages, 410 Gone and conflicts. Systemd and downloads are faked
+//! (`common/mod.rs`).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Bed, NODE};
+use inplace_agent::{status, watch};
+use inplace_api_emulator::{Emulator, EmulatorConfig, OutageKind};
+use inplace_proto::{NodeUpdatePlan, Phase};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+
+/// Generous: the machine running the tests may be loaded; nothing here measures speed.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+struct Running {
+    emulator: inplace_api_emulator::Handle,
+    admin: kube::Api<NodeUpdatePlan>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts the emulator and an agent (watch + status writer + coordinator) for `NODE`,
+/// connected as the node's kubelet would be.
+async fn start(bed: &Bed) -> Running {
+    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
+    emulator.apply_crd_dir(&crds).await.unwrap();
+    let admin: kube::Api<NodeUpdatePlan> = kube::Api::all(emulator.client().await.unwrap());
+
+    // The agent's own client, from a kubeconfig file, as in production.
+    let kubeconfig = bed.root().join("kubelet.conf");
+    emulator
+        .write_kubeconfig(&kubeconfig, &inplace_api_emulator::User::node(NODE))
+        .unwrap();
+    let client = inplace_agent::kube_client::client(
+        &inplace_agent::settings::KubeAuth::Kubeconfig(kubeconfig),
+    )
+    .await
+    .unwrap();
+    let plans: kube::Api<NodeUpdatePlan> = kube::Api::all(client);
+
+    let (sink, status_rx) = status::channel();
+    let writer = tokio::spawn(status::run_writer(
+        plans.clone(),
+        NODE.to_owned(),
+        status_rx,
+        Duration::from_millis(200),
+    ));
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let watcher = tokio::spawn(watch::run(plans, NODE.to_owned(), tx));
+    let mut agent = bed.agent_with(Arc::new(sink)).await;
+    let coordinator = tokio::spawn(async move {
+        agent.follow(rx).await.unwrap();
+    });
+    Running {
+        emulator,
+        admin,
+        tasks: vec![writer, watcher, coordinator],
+    }
+}
+
+async fn wait_for(admin: &kube::Api<NodeUpdatePlan>, name: &str, phase: Phase, revision: &str) {
+    let revision = revision.to_owned();
+    let cond = move |plan: Option<&NodeUpdatePlan>| {
+        plan.and_then(|p| p.status.as_ref()).is_some_and(|s| {
+            s.phase == Some(phase) && s.target_revision.as_deref() == Some(revision.as_str())
+        })
+    };
+    // The test's own watch may break too (outages, cut watches): watch again until the
+    // deadline.
+    let found = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Ok(Some(_)) = await_condition(admin.clone(), name, cond.clone()).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let now = admin.get(name).await.ok().and_then(|p| p.status);
+    assert!(
+        found.is_ok(),
+        "{name} never reached {phase:?}; status now: {now:?}"
+    );
+}
+
+fn revision(plan: &NodeUpdatePlan) -> String {
+    inplace_proto::revision_of(&plan.spec.content)
+}
+
+#[tokio::test]
+async fn reports_through_the_status_subresource_only() {
+    let bed = Bed::new();
+    let run = start(&bed).await;
+    let plan = bed.plan("OK v1", "kubectl v1", "Active");
+    let created = run
+        .admin
+        .create(&PostParams::default(), &plan)
+        .await
+        .unwrap();
+    wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&plan)).await;
+    let now = run.admin.get(NODE).await.unwrap();
+    assert_eq!(now.spec, created.spec, "the agent never touches the spec");
+    let status = now.status.unwrap();
+    assert_eq!(status.current_revision, Some(revision(&plan)));
+    assert_eq!(status.observed_generation, created.metadata.generation);
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "Succeeded")
+    );
+    assert_eq!(bed.link(), "OK v1");
+
+    // Staged only, then the other node's plan is left alone.
+    let mut other = bed.plan("OK v1", "kubectl v1", "Active");
+    other.metadata.name = Some("worker-2".into());
+    other.spec.node_name = "worker-2".into();
+    run.admin
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    let staged = bed.plan("OK v2", "kubectl v2", "Staged");
+    let patch = serde_json::json!({"spec": staged.spec});
+    run.admin
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(&run.admin, NODE, Phase::Staged, &revision(&staged)).await;
+    assert_eq!(
+        bed.link(),
+        "OK v1",
+        "staging leaves the running revision alone"
+    );
+    assert!(run.admin.get("worker-2").await.unwrap().status.is_none());
+}
+
+#[tokio::test]
+async fn catches_up_after_an_outage_a_gone_watch_and_conflicts() {
+    let bed = Bed::new();
+    let run = start(&bed).await;
+    let v1 = bed.plan("OK v1", "kubectl v1", "Active");
+    run.admin.create(&PostParams::default(), &v1).await.unwrap();
+    wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v1)).await;
+
+    // The spec changes, and the server goes away right after.
+    let v2 = bed.plan("OK v2", "kubectl v2", "Active");
+    let patch = serde_json::json!({"spec": v2.spec});
+    run.admin
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    run.emulator
+        .faults()
+        .outage(Duration::from_millis(1500), OutageKind::ConnectionRefused);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    run.emulator.faults().end_outage();
+    wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v2)).await;
+    assert_eq!(bed.link(), "OK v2");
+
+    // The next watch is told 410 Gone, and the next status writes conflict.
+    run.emulator.faults().gone_next_watches(1);
+    run.emulator.faults().cut_watches();
+    let v3 = bed.plan("OK v3", "kubectl v3", "Active");
+    let patch = serde_json::json!({"spec": v3.spec});
+    run.admin
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    // Armed after our own write: the agent's status writes get them.
+    run.emulator.faults().conflict_next_writes(2);
+    wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v3)).await;
+    assert_eq!(bed.link(), "OK v3");
+}
+
+#[tokio::test]
+async fn deleted_plan_leaves_the_committed_revision() {
+    let bed = Bed::new();
+    let run = start(&bed).await;
+    let v1 = bed.plan("OK v1", "kubectl v1", "Active");
+    run.admin.create(&PostParams::default(), &v1).await.unwrap();
+    wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v1)).await;
+    run.admin
+        .delete(NODE, &DeleteParams::default())
+        .await
+        .unwrap();
+    // A new plan (new uid) for the same content is reported again from scratch.
+    run.admin.create(&PostParams::default(), &v1).await.unwrap();
+    wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v1)).await;
+    assert_eq!(bed.link(), "OK v1");
+}

@@ -1,0 +1,326 @@
+//! Fake edges (fetcher, systemd, probes) and a test bed in a temporary directory, shared
+//! by the integration tests.
+//!
+//! The fake systemd behaves according to the sysext image the link currently points at,
+//! so a rollback really restores health: an image whose bytes contain `restart-fails`
+//! makes kubelet's restart job fail, `unhealthy` makes kubelet fail after start,
+//! `incompatible` makes systemd-sysext skip it.
+
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use inplace_agent::fetch::{FetchError, Fetcher, Progress};
+use inplace_agent::health::Probes;
+use inplace_agent::settings::{self, Settings};
+use inplace_agent::status::{MemorySink, StatusSink};
+use inplace_agent::systemd::{SystemdError, SystemdManager, UnitState};
+use inplace_agent::update::{Agent, Host};
+use inplace_proto::{Artifact, NodeUpdatePlan, Phase};
+use sha2::{Digest, Sha256};
+
+pub const NODE: &str = "worker-1";
+
+pub struct FakeFetcher {
+    pub objects: Mutex<HashMap<String, Vec<u8>>>,
+    pub calls: AtomicUsize,
+}
+
+#[async_trait]
+impl Fetcher for FakeFetcher {
+    async fn fetch(
+        &self,
+        artifact: &Artifact,
+        dir: &Path,
+        progress: Progress<'_>,
+    ) -> Result<PathBuf, FetchError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let bytes = self.objects.lock().unwrap().get(&artifact.url).cloned();
+        let Some(bytes) = bytes else {
+            return Err(FetchError::Http {
+                artifact: artifact.name.clone(),
+                url: artifact.url.clone(),
+                status: 404,
+            });
+        };
+        let actual = hex::encode(Sha256::digest(&bytes));
+        if actual != artifact.sha256 {
+            return Err(FetchError::HashMismatch {
+                artifact: artifact.name.clone(),
+                expected: artifact.sha256.clone(),
+                actual,
+            });
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        let path = dir.join(format!(
+            ".{}.{}.partial",
+            artifact.name,
+            rand::random::<u32>()
+        ));
+        std::fs::write(&path, &bytes).unwrap();
+        progress(bytes.len() as u64);
+        Ok(path)
+    }
+}
+
+pub struct FakeSystemd {
+    pub settings: Settings,
+    pub calls: Mutex<Vec<String>>,
+    /// Every restart fails from now on (a broken node: rollback cannot succeed).
+    pub broken: AtomicBool,
+    /// kubelet's restart never finishes (to simulate a crash in the middle).
+    pub hang: AtomicBool,
+    pub restarts: AtomicUsize,
+}
+
+impl FakeSystemd {
+    fn linked_image(&self) -> String {
+        let link = self.settings.paths.extensions_dir.join("kubernetes.raw");
+        std::fs::read_to_string(link).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl SystemdManager for FakeSystemd {
+    async fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push(format!("restart {unit}"));
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(SystemdError::JobFailed {
+                unit: unit.into(),
+                result: "failed".into(),
+            });
+        }
+        if unit == "systemd-sysext.service" {
+            // Merge: an extension-release file for every compatible linked image.
+            let release_dir = self
+                .settings
+                .paths
+                .merged_root
+                .join("usr/lib/extension-release.d");
+            let _ = std::fs::remove_dir_all(&release_dir);
+            std::fs::create_dir_all(&release_dir).unwrap();
+            for entry in std::fs::read_dir(&self.settings.paths.extensions_dir).unwrap() {
+                let entry = entry.unwrap();
+                let name = entry.file_name().to_string_lossy().to_string();
+                let Some(name) = name.strip_suffix(".raw") else {
+                    continue;
+                };
+                let content = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                if !content.contains("incompatible") {
+                    std::fs::write(
+                        release_dir.join(format!("extension-release.{name}")),
+                        "ID=_any\n",
+                    )
+                    .unwrap();
+                }
+            }
+            return Ok(());
+        }
+        if unit == "kubelet.service" {
+            if self.hang.load(Ordering::SeqCst) {
+                futures::future::pending::<()>().await;
+            }
+            self.restarts.fetch_add(1, Ordering::SeqCst);
+            if self.linked_image().contains("restart-fails") {
+                return Err(SystemdError::JobFailed {
+                    unit: unit.into(),
+                    result: "failed".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn daemon_reload(&self) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push("daemon-reload".into());
+        Ok(())
+    }
+
+    async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
+        let unhealthy = unit == "kubelet.service" && self.linked_image().contains("unhealthy");
+        Ok(UnitState {
+            active_state: if unhealthy { "failed" } else { "active" }.into(),
+            sub_state: if unhealthy { "failed" } else { "running" }.into(),
+            n_restarts: Some(0),
+            active_enter_monotonic: self.restarts.load(Ordering::SeqCst) as u64,
+        })
+    }
+}
+
+pub struct FakeProbes;
+
+#[async_trait]
+impl Probes for FakeProbes {
+    async fn http_ok(&self, _url: &str) -> Result<(), String> {
+        Ok(())
+    }
+    async fn kubelet_version(&self) -> Result<Option<String>, String> {
+        Ok(Some("v1.31.2".into()))
+    }
+}
+
+pub struct Bed {
+    pub dir: tempfile::TempDir,
+    pub settings: Settings,
+    pub fetcher: Arc<FakeFetcher>,
+    pub systemd: Arc<FakeSystemd>,
+    pub status: Arc<MemorySink>,
+}
+
+impl Bed {
+    pub fn new() -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().display().to_string();
+        let text = format!(
+            r#"
+node_name = "{NODE}"
+state_dir = "{root}/state"
+[policy]
+allowed_url_prefixes = ["https://dl.example/"]
+allowed_target_dirs = ["{root}/opt/bin"]
+[activation]
+health_interval = "5ms"
+max_attempts = 3
+[paths]
+extensions_dir = "{root}/etc/extensions"
+images_dir = "{root}/opt/extensions"
+merged_root = "{root}/merged"
+lock_file = "{root}/run/lock"
+"#
+        );
+        let settings = settings::from_toml(&text, || None).unwrap();
+        let systemd = Arc::new(FakeSystemd {
+            settings: settings.clone(),
+            calls: Mutex::new(Vec::new()),
+            broken: AtomicBool::new(false),
+            hang: AtomicBool::new(false),
+            restarts: AtomicUsize::new(0),
+        });
+        Bed {
+            dir,
+            settings,
+            fetcher: Arc::new(FakeFetcher {
+                objects: Mutex::new(HashMap::new()),
+                calls: AtomicUsize::new(0),
+            }),
+            systemd,
+            status: Arc::new(MemorySink::default()),
+        }
+    }
+
+    pub async fn agent(&self) -> Agent {
+        self.agent_with(self.status.clone()).await
+    }
+
+    /// An agent that writes status to `status` instead of the bed's memory sink.
+    pub async fn agent_with(&self, status: Arc<dyn StatusSink>) -> Agent {
+        let host = Host {
+            systemd: self.systemd.clone(),
+            fetcher: self.fetcher.clone(),
+            probes: Arc::new(FakeProbes),
+            status,
+            notify: Arc::new(|_: &str| {}),
+        };
+        Agent::open(self.settings.clone(), host).await.unwrap()
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A plan with a sysext image of `image` bytes and a kubectl binary of `binary` bytes.
+    pub fn plan(&self, image: &str, binary: &str, desired: &str) -> NodeUpdatePlan {
+        let mut objects = self.fetcher.objects.lock().unwrap();
+        let image_url = format!(
+            "https://dl.example/k8s/{}/kubernetes.raw",
+            hex::encode(&Sha256::digest(image)[..4])
+        );
+        let binary_url = format!(
+            "https://dl.example/bin/{}/kubectl",
+            hex::encode(&Sha256::digest(binary)[..4])
+        );
+        objects.insert(image_url.clone(), image.as_bytes().to_vec());
+        objects.insert(binary_url.clone(), binary.as_bytes().to_vec());
+        let plan = serde_json::json!({
+            "apiVersion": "inplace.dev/v1alpha1",
+            "kind": "NodeUpdatePlan",
+            "metadata": {"name": NODE, "generation": 1},
+            "spec": {
+                "nodeName": NODE,
+                "desiredState": desired,
+                "kubernetesVersion": "v1.31.2",
+                "artifacts": [
+                    {"name": "kubernetes", "type": "Sysext", "url": image_url,
+                     "sha256": hex::encode(Sha256::digest(image)), "size": image.len()},
+                    {"name": "kubectl", "type": "Binary", "url": binary_url,
+                     "sha256": hex::encode(Sha256::digest(binary)),
+                     "path": format!("{}/opt/bin/kubectl", self.root().display())},
+                ],
+                "activation": {"restartUnits": ["kubelet.service"]},
+                "healthChecks": {"units": ["kubelet.service"], "nodeKubeletVersion": true,
+                                 "window": "20ms", "timeout": "20s"},
+            }
+        });
+        serde_json::from_value(plan).unwrap()
+    }
+
+    pub fn link(&self) -> String {
+        std::fs::read_to_string(self.settings.paths.extensions_dir.join("kubernetes.raw"))
+            .unwrap_or_default()
+    }
+
+    pub fn kubectl(&self) -> String {
+        std::fs::read_to_string(self.root().join("opt/bin/kubectl")).unwrap_or_default()
+    }
+
+    pub fn last(&self) -> inplace_proto::NodeUpdatePlanStatus {
+        self.status.last().expect("a status")
+    }
+
+    pub fn phases(&self) -> Vec<Phase> {
+        let mut phases: Vec<Phase> = Vec::new();
+        for s in self.status.published.lock().unwrap().iter() {
+            if let Some(p) = s.phase
+                && phases.last() != Some(&p)
+            {
+                phases.push(p);
+            }
+        }
+        phases
+    }
+
+    pub fn ready(&self) -> (String, String, String) {
+        let status = self.last();
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    pub fn degraded(&self) -> (String, String) {
+        let status = self.last();
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .unwrap();
+        (c.status.clone(), c.reason.clone())
+    }
+
+    /// Installs v1 and returns the agent.
+    pub async fn with_v1(&self) -> Agent {
+        let mut agent = self.agent().await;
+        agent
+            .handle(Some(&self.plan("OK v1", "kubectl v1", "Active")))
+            .await
+            .unwrap();
+        assert_eq!(self.last().phase, Some(Phase::Succeeded));
+        agent
+    }
+}
