@@ -122,7 +122,8 @@ impl Table {
         if rv < self.compacted {
             return None;
         }
-        Some(self.history.iter().filter(|c| c.rv > rv).cloned().collect())
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        Some(self.history.range(start..).cloned().collect())
     }
 
     /// Number of registered watchers.
