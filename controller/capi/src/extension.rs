@@ -396,6 +396,12 @@ impl Extension {
                         )));
                     }
                     DrainStatus::Failed(message) => {
+                        // Nothing on the node changed (the plan is still Staged): give it
+                        // back to the scheduler before reporting the failure.
+                        let message = match self.drainer.uncordon(&client, &target.node).await {
+                            Ok(()) => message,
+                            Err(error) => format!("{message} (uncordoning failed too: {error})"),
+                        };
                         return Err(Error::Drain {
                             node: target.node.clone(),
                             message,
@@ -420,13 +426,15 @@ impl Extension {
         };
 
         let answer = progress::answer(&target.node, &release.name, &release.revision, &plan);
+        // Done, or failed back onto the previous (verified) revision: either way the node
+        // is fit to run pods again.
         if self.settings.drain
-            && matches!(answer, Answer::Done(_))
+            && !matches!(answer, Answer::InProgress(_))
             && let Err(message) = self.drainer.uncordon(&client, &target.node).await
         {
             return Ok(Answer::InProgress(format!(
-                "node {} runs {}; uncordoning failed, retrying: {message}",
-                target.node, release.name
+                "{}; uncordoning failed, retrying: {message}",
+                answer.message()
             )));
         }
         Ok(answer)

@@ -432,3 +432,29 @@ async fn with_drain_the_plan_stays_staged_until_the_node_is_drained() {
     );
     bed.stop().await;
 }
+
+#[tokio::test]
+async fn with_drain_a_rolled_back_node_is_uncordoned_and_fails() {
+    let drainer = Arc::new(SlowDrainer {
+        rounds: 1,
+        calls: AtomicUsize::new(0),
+        uncordons: AtomicUsize::new(0),
+        seen_active_while_draining: AtomicUsize::new(0),
+    });
+    let bed = Bed::start_with(true, drainer.clone(), 30).await;
+    let agent = SimAgent::new(bed.workload_client.clone());
+    let desired = machine("v1.31.2", Some("fail-node"));
+    let mut last = Value::Null;
+    for _ in 0..15 {
+        last = bed.update_machine(&desired).await;
+        if last["status"] == "Failure" {
+            break;
+        }
+        agent.step().await;
+    }
+    assert_eq!(last["status"], "Failure", "{last}");
+    assert!(message(&last).contains("HealthCheckFailed"), "{last}");
+    assert_eq!(drainer.calls.load(Ordering::SeqCst), 1);
+    assert!(drainer.uncordons.load(Ordering::SeqCst) >= 1);
+    bed.stop().await;
+}
