@@ -34,6 +34,9 @@ enum Command {
     Run,
     /// Validate the configuration and print the merged settings.
     CheckConfig,
+    /// After a person repaired a node whose rollback failed: allow automatic action again.
+    /// Takes the single-instance lock, so stop the service first.
+    ClearDegraded,
 }
 
 fn hostname() -> Option<String> {
@@ -65,6 +68,11 @@ fn main() -> std::process::ExitCode {
     init_logging();
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig => check_config(&cli.config),
+        Command::ClearDegraded => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the runtime")
+            .and_then(|rt| rt.block_on(clear_degraded(&cli.config))),
         Command::Run => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -89,6 +97,21 @@ fn check_config(path: &Path) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = writeln!(out, "# read (when present): {files:?}\n{settings:#?}");
+    Ok(())
+}
+
+async fn clear_degraded(config: &Path) -> anyhow::Result<()> {
+    let settings = settings::load(config, hostname)?;
+    let _lock = take_lock(&settings.paths.lock_file)?;
+    let file = inplace_agent::journal::JournalFile::new(&settings.state_dir);
+    let mut journal = file.load().await?;
+    match journal.degraded.take() {
+        Some(failure) => {
+            file.save(&journal).await?;
+            println!("cleared: {}", failure.message);
+        }
+        None => println!("the node is not degraded"),
+    }
     Ok(())
 }
 

@@ -94,6 +94,8 @@ struct Shown {
     artifacts: Vec<ArtifactProgress>,
     conditions: Vec<Condition>,
     started_at: Option<Time>,
+    /// When download progress was last published (at most about once a second).
+    progress_published: Option<std::time::Instant>,
 }
 
 impl Agent {
@@ -301,12 +303,21 @@ impl Agent {
         }
     }
 
-    fn set_bytes(&self, index: usize, done: u64) {
-        if let Ok(mut shown) = self.shown.lock()
-            && let Some(a) = shown.artifacts.get_mut(index)
-        {
+    /// Records download progress; returns whether it is time to publish it.
+    fn set_bytes(&self, index: usize, done: u64) -> bool {
+        let Ok(mut shown) = self.shown.lock() else {
+            return false;
+        };
+        if let Some(a) = shown.artifacts.get_mut(index) {
             a.bytes_done = i64::try_from(done).unwrap_or(i64::MAX);
         }
+        let due = shown
+            .progress_published
+            .is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(1));
+        if due {
+            shown.progress_published = Some(std::time::Instant::now());
+        }
+        due
     }
 
     /// Builds and publishes the status. Without a plan there is nothing to write to.
@@ -513,7 +524,9 @@ impl Agent {
     ) -> Result<Vec<Link>, Failure> {
         let settings = &self.settings;
         let progress = |done: u64| {
-            self.set_bytes(index, done);
+            if self.set_bytes(index, done) {
+                self.report(Some(view), self.downloading_report(view));
+            }
         };
         let fetch_failure = |e: FetchError| Failure {
             reason: e.reason(),
@@ -950,6 +963,8 @@ impl Agent {
                 self.save().await?;
                 self.collect(flight.links.iter().map(|l| l.target.clone()).collect())
                     .await;
+                let backups = store::backup_dir(&self.settings, &flight.revision);
+                let _ = tokio::fs::remove_dir_all(backups).await;
                 if failure.is_some() {
                     self.report(
                         view,

@@ -1,0 +1,89 @@
+//! The binary: check-config, the single-instance lock, clear-degraded.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use inplace_agent::journal::{Failure, Journal, JournalFile};
+use inplace_proto::Reason;
+use nix::fcntl::{Flock, FlockArg};
+
+fn agent(config: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_inplace-agent"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn config(dir: &Path, extra: &str) -> std::path::PathBuf {
+    let root = dir.display();
+    let path = dir.join("agent.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "node_name = \"worker-1\"\nstate_dir = \"{root}/state\"\n[paths]\nlock_file = \"{root}/run/agent.lock\"\n{extra}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn check_config_reports_unknown_keys_with_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "");
+    let (ok, text) = agent(&path, &["check-config"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("worker-1"), "{text}");
+    std::fs::create_dir(dir.path().join("agent.d")).unwrap();
+    std::fs::write(
+        dir.path().join("agent.d/10-x.toml"),
+        "[policy]\nallow_htps = true\n",
+    )
+    .unwrap();
+    let (ok, text) = agent(&path, &["check-config"]);
+    assert!(!ok);
+    assert!(
+        text.contains("10-x.toml") && text.contains("allow_htps"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn second_instance_exits_with_a_clear_message_and_clear_degraded_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "");
+    let file = JournalFile::new(&dir.path().join("state"));
+    file.save(&Journal {
+        degraded: Some(Failure {
+            reason: Reason::RollbackFailed,
+            message: "kubelet did not come back".into(),
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    std::fs::create_dir_all(dir.path().join("run")).unwrap();
+    let held = std::fs::File::create(dir.path().join("run/agent.lock")).unwrap();
+    let lock = Flock::lock(held, FlockArg::LockExclusiveNonblock).unwrap();
+    let (ok, text) = agent(&path, &["clear-degraded"]);
+    assert!(!ok);
+    assert!(text.contains("another inplace-agent is running"), "{text}");
+    assert!(file.load().await.unwrap().degraded.is_some());
+
+    drop(lock);
+    let (ok, text) = agent(&path, &["clear-degraded"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("kubelet did not come back"), "{text}");
+    assert!(file.load().await.unwrap().degraded.is_none());
+}
