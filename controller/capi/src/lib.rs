@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use drain::{DrainStatus, Drainer, NoDrain};
+pub use drain::{CordonAndEvict, DrainPass, DrainStatus, Drainer, EvictionPass, NoDrain};
 pub use error::Error;
 pub use extension::{Extension, FIELD_MANAGER, HookSettings};
 pub use server::Server;
@@ -47,6 +47,8 @@ pub struct Config {
     pub update_machine_timeout_seconds: i32,
     /// Drain nodes after staging and before activation (Cluster API does not).
     pub drain: bool,
+    /// Give a drain up after this long (the update then fails, naming what blocks it).
+    pub drain_timeout: std::time::Duration,
 }
 
 impl Config {
@@ -59,6 +61,7 @@ impl Config {
             retry_after_seconds: 5,
             update_machine_timeout_seconds: 30,
             drain: false,
+            drain_timeout: std::time::Duration::from_secs(600),
         }
     }
 
@@ -75,6 +78,9 @@ impl Config {
                 "update-machine-timeout-seconds {} must be from 1 to 30",
                 self.update_machine_timeout_seconds
             ));
+        }
+        if self.drain && self.drain_timeout.is_zero() {
+            return Err("drain-timeout must be positive".into());
         }
         Ok(())
     }
@@ -107,17 +113,38 @@ pub fn extension(
     )
 }
 
-/// Serves the hooks until `shutdown` completes. The entry point of
-/// `inplace-controller capi`. Fails at start when the configuration is out of range, the
-/// certificate cannot be loaded or the address cannot be bound.
+/// Serves the hooks until `shutdown` completes: the entry point of
+/// `inplace-controller capi`. With `config.drain`, nodes are drained by [`CordonAndEvict`]
+/// over `eviction_pass` (the controller's Eviction-API drain pass), which is then required.
+/// Fails at start when the configuration is out of range, the certificate cannot be loaded
+/// or the address cannot be bound.
 pub async fn run(
     config: Config,
     management: kube::Client,
-    drainer: Arc<dyn Drainer>,
+    eviction_pass: Option<EvictionPass>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     config.validate().map_err(Error::Config)?;
+    let drainer: Arc<dyn Drainer> = match (config.drain, eviction_pass) {
+        (false, _) => Arc::new(NoDrain),
+        (true, Some(pass)) => Arc::new(CordonAndEvict::new(pass, config.drain_timeout)),
+        (true, None) => {
+            return Err(Error::Config(
+                "drain is on but no eviction pass was given".into(),
+            ));
+        }
+    };
     let extension = Arc::new(extension(&config, management, drainer));
+    serve(config, extension, shutdown).await
+}
+
+/// Serves an [`Extension`] built by the caller (custom edges) until `shutdown` completes.
+pub async fn serve(
+    config: Config,
+    extension: Arc<Extension>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
+    config.validate().map_err(Error::Config)?;
     let server = Server::bind(
         config.listen,
         &config.cert_file,

@@ -371,3 +371,59 @@ async fn a_changed_certificate_is_served_on_the_next_handshake() {
     assert_eq!(response.status().as_u16(), 200);
     bed.stop().await;
 }
+
+#[tokio::test]
+async fn the_entry_point_checks_its_config_serves_and_stops() {
+    install_crypto_provider();
+    let management = inplace_api_emulator::Emulator::start(Default::default())
+        .await
+        .unwrap();
+    let client = management.client().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed("entry point");
+    std::fs::write(dir.path().join("tls.crt"), &cert).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &key).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = inplace_capi::Config::new(
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+    );
+
+    let mut draining = config.clone();
+    draining.drain = true;
+    let error = inplace_capi::run(draining, client.clone(), None, async {})
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), "Config", "{error}");
+
+    let mut no_cert = config.clone();
+    no_cert.cert_file = dir.path().join("missing.crt");
+    let error = inplace_capi::run(no_cert, client.clone(), None, async {})
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), "Tls", "{error}");
+    assert!(error.to_string().contains("missing.crt"), "{error}");
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(inplace_capi::run(config, client, None, async {
+        let _ = stopped.await;
+    }));
+    let http = https_client(&cert);
+    let url = format!("https://localhost:{port}{HOOKS}/discovery");
+    let mut answer = None;
+    for _ in 0..50 {
+        if let Ok(response) = http.post(&url).json(&json!({})).send().await {
+            answer = Some(response.json::<Value>().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(answer.unwrap()["kind"], "DiscoveryResponse");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
