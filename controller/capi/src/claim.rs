@@ -117,24 +117,22 @@ pub fn claim(
     version_pointer: &str,
     lookup: Option<&ReleaseLookup>,
 ) -> Claim {
-    let mut unclaimed = Vec::new();
-    for pair in std::iter::once(&main).chain(others) {
-        let mut paths = Vec::new();
-        differences(
-            pair.current.pointer(pair.compared).unwrap_or(&Value::Null),
-            pair.desired.pointer(pair.compared).unwrap_or(&Value::Null),
-            pair.compared,
-            &mut paths,
-        );
+    let change = version_change(main.current, main.desired, version_pointer);
+    // Every difference but a version change is unclaimed (the version change is reported
+    // on its own below, claimed or not).
+    let mut unclaimed: Vec<String> = pair_differences(&main)
+        .into_iter()
+        .filter(|path| change.is_none() || path != version_pointer)
+        .map(|path| format!("{}{path}", main.label))
+        .collect();
+    for pair in others {
         unclaimed.extend(
-            paths
+            pair_differences(pair)
                 .into_iter()
-                .filter(|path| !(std::ptr::eq(pair, &main) && path == version_pointer))
-                .map(|path| format!("{}{}", pair.label, path)),
+                .map(|path| format!("{}{path}", pair.label)),
         );
     }
 
-    let change = version_change(main.current, main.desired, version_pointer);
     let mut operations = Vec::new();
     let mut said = Vec::new();
     match (&change, lookup) {
@@ -192,6 +190,18 @@ pub fn claim(
         operations,
         message: said.join("; "),
     }
+}
+
+/// The differing paths within the compared part of one object pair.
+fn pair_differences(pair: &ObjectPair<'_>) -> Vec<String> {
+    let mut paths = Vec::new();
+    differences(
+        pair.current.pointer(pair.compared).unwrap_or(&Value::Null),
+        pair.desired.pointer(pair.compared).unwrap_or(&Value::Null),
+        pair.compared,
+        &mut paths,
+    );
+    paths
 }
 
 /// `/spec/template/spec/version` → `spec.template.spec.version`.
@@ -378,6 +388,23 @@ mod tests {
         let (main, others) = pairs(&current, &desired, &i1, &i2);
         let claim = claim(main, &others, MACHINE_VERSION, Some(&found()));
         assert_eq!(claim.operations[0]["op"], "add");
+    }
+
+    #[test]
+    fn a_removed_version_is_not_claimed() {
+        let current = machine("v1.31.1");
+        let mut desired = machine("v1.31.1");
+        desired["spec"].as_object_mut().unwrap().remove("version");
+        let (i1, i2) = (infra(1), infra(1));
+        let (main, others) = pairs(&current, &desired, &i1, &i2);
+        let claim = claim(main, &others, MACHINE_VERSION, None);
+        assert!(claim.operations.is_empty());
+        assert!(!claim.covers_everything);
+        assert!(
+            claim.message.contains("machine spec.version"),
+            "{}",
+            claim.message
+        );
     }
 
     #[test]
