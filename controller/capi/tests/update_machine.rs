@@ -107,6 +107,59 @@ async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
 }
 
 #[tokio::test]
+async fn the_cluster_api_sequence_claim_then_update_to_done() {
+    let bed = Bed::start().await;
+    let agent = SimAgent::new(bed.workload_client.clone());
+    let current = machine("v1.31.1", Some("node-2"));
+    let desired = machine("v1.31.2", Some("node-2"));
+    let infra = fixture("vspheremachine.json");
+
+    // 1. The MachineDeployment/KCP controller asks; the version is claimed.
+    let (_, claim) = bed
+        .post(
+            &format!("{HOOKS}/canupdatemachine/can-update-machine"),
+            &can_update_machine_request(&current, &desired, &infra, &infra),
+        )
+        .await;
+    let patch = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        claim["machinePatch"]["patch"].as_str().unwrap(),
+    )
+    .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    // 2. Cluster API applies the claim to the current Machine and finds it covers the change.
+    let mut updated = current.clone();
+    json_patch::patch(&mut updated, &patch).unwrap();
+    assert_eq!(updated["spec"], desired["spec"]);
+
+    // 3. The Machine controller calls UpdateMachine until done.
+    let mut answers = Vec::new();
+    loop {
+        let answer = bed.update_machine(&updated).await;
+        answers.push(message(&answer).to_owned());
+        if done(&answer) {
+            break;
+        }
+        assert!(in_progress(&answer) && answers.len() < 12, "{answers:?}");
+        agent.step().await;
+    }
+    assert_eq!(
+        answers.last().unwrap(),
+        &format!(
+            "node node-2 runs kubernetes-v1.31.2 (revision {})",
+            bed.plans()
+                .get("node-2")
+                .await
+                .unwrap()
+                .spec
+                .revision
+                .unwrap()
+        )
+    );
+    bed.stop().await;
+}
+
+#[tokio::test]
 async fn repeated_calls_without_progress_change_nothing() {
     let bed = Bed::start().await;
     let desired = machine("v1.31.2", Some("node-2"));
