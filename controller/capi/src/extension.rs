@@ -180,71 +180,86 @@ impl Extension {
         }
     }
 
+    /// The claim for one request: `main` holds the version at `version_pointer`, `others`
+    /// are the provider objects. `Err` is a message for a `Failure` answer (a broken
+    /// request, or a release lookup that could not be made).
+    async fn decide_claim(
+        &self,
+        hook: &str,
+        main: ObjectPair<'_>,
+        others: &[ObjectPair<'_>],
+        version_pointer: &str,
+    ) -> Result<claim::Claim, String> {
+        if !main.current.is_object() || !main.desired.is_object() {
+            return Err(format!(
+                "the request needs current.{0} and desired.{0} objects",
+                main.label
+            ));
+        }
+        let change = claim::version_change(main.current, main.desired, version_pointer);
+        let lookup = self
+            .lookup_if_changed(change.as_ref(), main.desired)
+            .await
+            .map_err(|error| error.to_string())?;
+        let claim = claim::claim(main, others, version_pointer, lookup.as_ref());
+        tracing::info!(
+            object = %object_key(main.desired),
+            claimed = !claim.operations.is_empty(),
+            "{hook}: {}",
+            claim.message
+        );
+        Ok(claim)
+    }
+
     /// `CanUpdateMachine`: claims `spec.version` when a valid release brings it.
     pub async fn can_update_machine(
         &self,
         request: &CanUpdateMachineRequest,
     ) -> CanUpdateMachineResponse {
-        let mut response = CanUpdateMachineResponse {
+        let (current, desired) = (&request.current, &request.desired);
+        let pair = |label, current, desired| ObjectPair {
+            label,
+            current,
+            desired,
+            compared: claim::MACHINE_SPEC,
+        };
+        let decision = self
+            .decide_claim(
+                "CanUpdateMachine",
+                pair("machine", &current.machine, &desired.machine),
+                &[
+                    pair(
+                        "infrastructureMachine",
+                        &current.infrastructure_machine,
+                        &desired.infrastructure_machine,
+                    ),
+                    pair(
+                        "bootstrapConfig",
+                        &current.bootstrap_config,
+                        &desired.bootstrap_config,
+                    ),
+                ],
+                claim::MACHINE_VERSION,
+            )
+            .await;
+        let (status, message, machine_patch) = match decision {
+            Ok(claim) => (
+                ResponseStatus::Success,
+                claim.message.clone(),
+                claim.patch_bytes().map(json_patch),
+            ),
+            Err(message) => (ResponseStatus::Failure, message, None),
+        };
+        CanUpdateMachineResponse {
             api_version: HOOKS_API_VERSION.to_owned(),
             kind: "CanUpdateMachineResponse".to_owned(),
-            status: ResponseStatus::Success,
-            message: String::new(),
-            machine_patch: None,
+            status,
+            message,
+            machine_patch,
             infrastructure_machine_patch: None,
             bootstrap_config_patch: None,
             affects_availability: None,
-        };
-        let (current, desired) = (&request.current, &request.desired);
-        if !current.machine.is_object() || !desired.machine.is_object() {
-            response.status = ResponseStatus::Failure;
-            response.message =
-                "the request needs current.machine and desired.machine objects".into();
-            return response;
         }
-        let change =
-            claim::version_change(&current.machine, &desired.machine, claim::MACHINE_VERSION);
-        let lookup = match self
-            .lookup_if_changed(change.as_ref(), &desired.machine)
-            .await
-        {
-            Ok(lookup) => lookup,
-            Err(error) => {
-                response.status = ResponseStatus::Failure;
-                response.message = error.to_string();
-                return response;
-            }
-        };
-        let main = ObjectPair {
-            label: "machine",
-            current: &current.machine,
-            desired: &desired.machine,
-            compared: claim::MACHINE_SPEC,
-        };
-        let others = [
-            ObjectPair {
-                label: "infrastructureMachine",
-                current: &current.infrastructure_machine,
-                desired: &desired.infrastructure_machine,
-                compared: claim::MACHINE_SPEC,
-            },
-            ObjectPair {
-                label: "bootstrapConfig",
-                current: &current.bootstrap_config,
-                desired: &desired.bootstrap_config,
-                compared: claim::MACHINE_SPEC,
-            },
-        ];
-        let claim = claim::claim(main, &others, claim::MACHINE_VERSION, lookup.as_ref());
-        tracing::info!(
-            machine = %object_key(&desired.machine),
-            claimed = !claim.operations.is_empty(),
-            "CanUpdateMachine: {}",
-            claim.message
-        );
-        response.machine_patch = claim.patch_bytes().map(json_patch);
-        response.message = claim.message;
-        response
     }
 
     /// `CanUpdateMachineSet`: claims `spec.template.spec.version` when a valid release
@@ -253,69 +268,50 @@ impl Extension {
         &self,
         request: &CanUpdateMachineSetRequest,
     ) -> CanUpdateMachineSetResponse {
-        let mut response = CanUpdateMachineSetResponse {
+        let (current, desired) = (&request.current, &request.desired);
+        let pair = |label, current, desired| ObjectPair {
+            label,
+            current,
+            desired,
+            compared: claim::TEMPLATE_SPEC,
+        };
+        let decision = self
+            .decide_claim(
+                "CanUpdateMachineSet",
+                pair("machineSet", &current.machine_set, &desired.machine_set),
+                &[
+                    pair(
+                        "infrastructureMachineTemplate",
+                        &current.infrastructure_machine_template,
+                        &desired.infrastructure_machine_template,
+                    ),
+                    pair(
+                        "bootstrapConfigTemplate",
+                        &current.bootstrap_config_template,
+                        &desired.bootstrap_config_template,
+                    ),
+                ],
+                claim::MACHINE_SET_VERSION,
+            )
+            .await;
+        let (status, message, machine_set_patch) = match decision {
+            Ok(claim) => (
+                ResponseStatus::Success,
+                claim.message.clone(),
+                claim.patch_bytes().map(json_patch),
+            ),
+            Err(message) => (ResponseStatus::Failure, message, None),
+        };
+        CanUpdateMachineSetResponse {
             api_version: HOOKS_API_VERSION.to_owned(),
             kind: "CanUpdateMachineSetResponse".to_owned(),
-            status: ResponseStatus::Success,
-            message: String::new(),
-            machine_set_patch: None,
+            status,
+            message,
+            machine_set_patch,
             infrastructure_machine_template_patch: None,
             bootstrap_config_template_patch: None,
             affects_availability: None,
-        };
-        let (current, desired) = (&request.current, &request.desired);
-        if !current.machine_set.is_object() || !desired.machine_set.is_object() {
-            response.status = ResponseStatus::Failure;
-            response.message =
-                "the request needs current.machineSet and desired.machineSet objects".into();
-            return response;
         }
-        let change = claim::version_change(
-            &current.machine_set,
-            &desired.machine_set,
-            claim::MACHINE_SET_VERSION,
-        );
-        let lookup = match self
-            .lookup_if_changed(change.as_ref(), &desired.machine_set)
-            .await
-        {
-            Ok(lookup) => lookup,
-            Err(error) => {
-                response.status = ResponseStatus::Failure;
-                response.message = error.to_string();
-                return response;
-            }
-        };
-        let main = ObjectPair {
-            label: "machineSet",
-            current: &current.machine_set,
-            desired: &desired.machine_set,
-            compared: claim::TEMPLATE_SPEC,
-        };
-        let others = [
-            ObjectPair {
-                label: "infrastructureMachineTemplate",
-                current: &current.infrastructure_machine_template,
-                desired: &desired.infrastructure_machine_template,
-                compared: claim::TEMPLATE_SPEC,
-            },
-            ObjectPair {
-                label: "bootstrapConfigTemplate",
-                current: &current.bootstrap_config_template,
-                desired: &desired.bootstrap_config_template,
-                compared: claim::TEMPLATE_SPEC,
-            },
-        ];
-        let claim = claim::claim(main, &others, claim::MACHINE_SET_VERSION, lookup.as_ref());
-        tracing::info!(
-            machine_set = %object_key(&desired.machine_set),
-            claimed = !claim.operations.is_empty(),
-            "CanUpdateMachineSet: {}",
-            claim.message
-        );
-        response.machine_set_patch = claim.patch_bytes().map(json_patch);
-        response.message = claim.message;
-        response
     }
 
     /// `UpdateMachine`: ensures the node's plan for the release (drained first when

@@ -309,6 +309,25 @@ async fn malformed_json_gets_a_400_with_a_message() {
             "{answer}"
         );
     }
+    // Well-formed JSON without the objects: a Failure that says what is missing.
+    for (hook, missing) in [
+        (
+            "canupdatemachine/can-update-machine",
+            "current.machine and desired.machine",
+        ),
+        (
+            "canupdatemachineset/can-update-machineset",
+            "current.machineSet and desired.machineSet",
+        ),
+    ] {
+        let (status, answer) = bed.post(&format!("{HOOKS}/{hook}"), &json!({})).await;
+        assert_eq!(status, 200);
+        assert_eq!(answer["status"], "Failure");
+        assert!(
+            answer["message"].as_str().unwrap().contains(missing),
+            "{answer}"
+        );
+    }
     // Wrong types are malformed too, not a panic.
     let (status, answer) = bed
         .post(
