@@ -1057,6 +1057,7 @@ fn write(
         ));
     }
     let stored = inner.put(&res, key, new);
+    mirror_event(inner, ty, Some(&stored), &ns, &name);
     if ty.plural == "customresourcedefinitions"
         && let Some(rt) = ResourceType::from_crd(&stored)
     {
@@ -1496,6 +1497,19 @@ fn after_removal(
     policy: &str,
 ) {
     let Some(gone) = gone else { return };
+    if ty.plural == "events" {
+        let ns = gone
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let name = gone
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        mirror_event(inner, ty, None, &ns, &name);
+    }
     if ty.plural == "customresourcedefinitions"
         && let Some(rt) = ResourceType::from_crd(gone)
     {
@@ -1522,30 +1536,18 @@ fn orphan_dependents(inner: &mut Inner, uid: &str) {
 }
 
 fn dependents(inner: &Inner, uid: &str) -> Vec<(ResKey, ObjKey, Arc<Value>)> {
-    let mut out = Vec::new();
-    for (res, tb) in &inner.tables {
-        for (k, o) in &tb.objects {
-            let owned = o
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|refs| {
-                    refs.iter()
-                        .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-                });
-            if owned {
-                out.push((res.clone(), k.clone(), o.clone()));
-            }
-        }
-    }
-    out
+    inner
+        .owned_by(uid)
+        .into_iter()
+        .filter_map(|(res, key)| {
+            let obj = inner.tables.get(&res)?.objects.get(&key)?.clone();
+            Some((res, key, obj))
+        })
+        .collect()
 }
 
 fn uid_exists(inner: &Inner, uid: &str) -> bool {
-    inner.tables.values().any(|tb| {
-        tb.objects
-            .values()
-            .any(|o| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
-    })
+    inner.locate_uid(uid).is_some()
 }
 
 /// The garbage collector: runs after the response, like kube-controller-manager's.
@@ -1608,11 +1610,9 @@ fn collect(st: &Arc<State>, uid: &str, policy: &str) {
     }
     if policy == "Foreground" {
         // The owner waits for its dependents, then loses the foregroundDeletion finalizer.
-        let found = inner.tables.iter().find_map(|(res, tb)| {
-            tb.objects
-                .iter()
-                .find(|(_, o)| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
-                .map(|(k, o)| (res.clone(), k.clone(), o.clone()))
+        let found = inner.locate_uid(uid).and_then(|(res, key)| {
+            let obj = inner.tables.get(&res)?.objects.get(&key)?.clone();
+            Some((res, key, obj))
         });
         if let Some((res, key, obj)) = found {
             let mut o = (*obj).clone();
@@ -1803,3 +1803,103 @@ fn evict(st: &Arc<State>, t: &Target, req: &Request) -> Result<Reply, ApiError> 
 
 /// Kinds of watch events, re-exported for tests.
 pub type Kind = EventKind;
+
+/// core/v1 and events.k8s.io/v1 Events are one resource in kube-apiserver, seen in two shapes:
+/// a write to one is mirrored, converted, into the other.
+fn mirror_event(
+    inner: &mut Inner,
+    ty: &ResourceType,
+    stored: Option<&Value>,
+    ns: &str,
+    name: &str,
+) {
+    if ty.plural != "events" {
+        return;
+    }
+    let (other, convert): (&str, fn(&Value) -> Value) = match ty.group.as_str() {
+        "" => ("events.k8s.io", core_to_events_v1),
+        "events.k8s.io" => ("", events_v1_to_core),
+        _ => return,
+    };
+    let res = (other.to_string(), "events".to_string());
+    let key = (ns.to_string(), name.to_string());
+    match stored {
+        Some(obj) => {
+            inner.put(&res, key, convert(obj));
+        }
+        None => {
+            inner.remove(&res, &key);
+        }
+    }
+}
+
+fn copy_fields(from: &Value, to: &mut Value, pairs: &[(&str, &str)]) {
+    for (a, b) in pairs {
+        if let Some(v) = from.get(*a).filter(|v| !v.is_null()) {
+            to[*b] = v.clone();
+        }
+    }
+}
+
+fn events_v1_to_core(e: &Value) -> Value {
+    let mut meta = e.get("metadata").cloned().unwrap_or(json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("managedFields");
+        m.remove("resourceVersion");
+    }
+    let mut c = json!({"apiVersion": "v1", "kind": "Event", "metadata": meta});
+    copy_fields(
+        e,
+        &mut c,
+        &[
+            ("regarding", "involvedObject"),
+            ("note", "message"),
+            ("reason", "reason"),
+            ("type", "type"),
+            ("action", "action"),
+            ("related", "related"),
+            ("eventTime", "eventTime"),
+            ("series", "series"),
+            ("reportingController", "reportingComponent"),
+            ("reportingInstance", "reportingInstance"),
+            ("deprecatedSource", "source"),
+            ("deprecatedCount", "count"),
+            ("deprecatedFirstTimestamp", "firstTimestamp"),
+            ("deprecatedLastTimestamp", "lastTimestamp"),
+        ],
+    );
+    if c.get("involvedObject").is_none() {
+        c["involvedObject"] = json!({});
+    }
+    c
+}
+
+fn core_to_events_v1(c: &Value) -> Value {
+    let mut meta = c.get("metadata").cloned().unwrap_or(json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("managedFields");
+        m.remove("resourceVersion");
+    }
+    let mut e = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta});
+    copy_fields(
+        c,
+        &mut e,
+        &[
+            ("involvedObject", "regarding"),
+            ("message", "note"),
+            ("reason", "reason"),
+            ("type", "type"),
+            ("action", "action"),
+            ("related", "related"),
+            ("eventTime", "eventTime"),
+            ("series", "series"),
+            ("reportingComponent", "reportingController"),
+            ("reportingInstance", "reportingInstance"),
+            ("source", "deprecatedSource"),
+            ("count", "deprecatedCount"),
+            ("firstTimestamp", "deprecatedFirstTimestamp"),
+            ("lastTimestamp", "deprecatedLastTimestamp"),
+        ],
+    );
+    e
+}

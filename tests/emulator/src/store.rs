@@ -142,6 +142,27 @@ pub struct Inner {
     pub tables: HashMap<ResKey, Table>,
     history_window: usize,
     next_watcher: u64,
+    /// Where each uid lives.
+    uids: HashMap<String, (ResKey, ObjKey)>,
+    /// Owner uid → the objects that name it in ownerReferences.
+    owned: HashMap<String, HashSet<(ResKey, ObjKey)>>,
+}
+
+fn owner_uids(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn uid_of(obj: &Value) -> Option<String> {
+    obj.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 /// The emulator's storage. Cheap to clone.
@@ -159,6 +180,8 @@ impl Store {
             tables: HashMap::new(),
             history_window: history_window.max(1),
             next_watcher: 1,
+            uids: HashMap::new(),
+            owned: HashMap::new(),
         };
         for t in builtins() {
             inner.register(t);
@@ -231,7 +254,19 @@ impl Inner {
     pub fn unregister(&mut self, group: &str, plural: &str) {
         let key = (group.to_string(), plural.to_string());
         self.types.remove(&key);
-        self.tables.remove(&key);
+        if let Some(t) = self.tables.remove(&key) {
+            for (k, o) in t.objects {
+                let entry = (key.clone(), k);
+                if let Some(uid) = uid_of(&o) {
+                    self.uids.remove(&uid);
+                }
+                for owner in owner_uids(&o) {
+                    if let Some(set) = self.owned.get_mut(&owner) {
+                        set.remove(&entry);
+                    }
+                }
+            }
+        }
     }
 
     /// Find a type by group and plural.
@@ -254,7 +289,22 @@ impl Inner {
         let obj = Arc::new(obj);
         let window = self.history_window;
         let table = self.tables.entry(res.clone()).or_default();
-        let old = table.objects.insert(key, obj.clone());
+        let old = table.objects.insert(key.clone(), obj.clone());
+        let entry = (res.clone(), key);
+        if let Some(o) = &old {
+            for owner in owner_uids(o) {
+                if let Some(set) = self.owned.get_mut(&owner) {
+                    set.remove(&entry);
+                }
+            }
+        }
+        for owner in owner_uids(&obj) {
+            self.owned.entry(owner).or_default().insert(entry.clone());
+        }
+        if let Some(uid) = uid_of(&obj) {
+            self.uids.insert(uid, entry);
+        }
+        let table = self.tables.entry(res.clone()).or_default();
         let kind = if old.is_some() {
             EventKind::Modified
         } else {
@@ -278,6 +328,19 @@ impl Inner {
         let window = self.history_window;
         let table = self.tables.get_mut(res)?;
         let old = table.objects.remove(key)?;
+        let entry = (res.clone(), key.clone());
+        for owner in owner_uids(&old) {
+            if let Some(set) = self.owned.get_mut(&owner) {
+                set.remove(&entry);
+                if set.is_empty() {
+                    self.owned.remove(&owner);
+                }
+            }
+        }
+        if let Some(uid) = uid_of(&old) {
+            self.uids.remove(&uid);
+        }
+        let table = self.tables.get_mut(res)?;
         let mut last = (*old).clone();
         last["metadata"]["resourceVersion"] = Value::String(rv.to_string());
         let last = Arc::new(last);
@@ -291,6 +354,19 @@ impl Inner {
             window,
         );
         Some(last)
+    }
+
+    /// Where the object with this uid is stored.
+    pub fn locate_uid(&self, uid: &str) -> Option<(ResKey, ObjKey)> {
+        self.uids.get(uid).cloned()
+    }
+
+    /// The objects whose ownerReferences name this uid.
+    pub fn owned_by(&self, uid: &str) -> Vec<(ResKey, ObjKey)> {
+        self.owned
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Register a watcher; returns its id.

@@ -1091,3 +1091,50 @@ async fn crds_registered_through_the_api_are_served_and_removed() {
         404
     );
 }
+
+#[tokio::test]
+async fn events_are_one_resource_in_two_shapes() {
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let (_h, c) = started().await;
+    let created = plans(&c)
+        .create(&PostParams::default(), &dyn_obj(plan("w1")))
+        .await
+        .unwrap();
+    let reporter = Reporter {
+        controller: "inplace-controller".into(),
+        instance: Some("test".into()),
+    };
+    let recorder = Recorder::new(c.clone(), reporter);
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("inplace.dev/v1alpha1".into()),
+        kind: Some("NodeUpdatePlan".into()),
+        name: created.metadata.name.clone(),
+        uid: created.metadata.uid.clone(),
+        ..Default::default()
+    };
+    recorder
+        .publish(
+            &Event {
+                type_: EventType::Normal,
+                reason: "Staged".into(),
+                note: Some("staged r1".into()),
+                action: "Stage".into(),
+                secondary: None,
+            },
+            &reference,
+        )
+        .await
+        .unwrap();
+    // `kubectl get events` reads core/v1.
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(c.clone(), "default");
+    let list = core
+        .list(&ListParams::default().fields("involvedObject.name=w1"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].message.as_deref(), Some("staged r1"));
+    assert_eq!(
+        list.items[0].reporting_component.as_deref(),
+        Some("inplace-controller")
+    );
+}
