@@ -40,6 +40,9 @@ impl Default for ReconcileSettings {
 pub struct Context {
     /// The API client.
     pub client: Client,
+    /// A client that does not retry 429 answers itself: an eviction refused by a
+    /// PodDisruptionBudget is retried by the drain, on the rollout's schedule.
+    pub eviction_client: Client,
     /// Publishes Events.
     pub recorder: Recorder,
     /// The metrics.

@@ -71,6 +71,7 @@ pub async fn drain_pass(
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
         .map_err(Error::kube(format!("listing the pods on node {node}")))?;
+    tracing::debug!(node, pods = pods.items.len(), "drain pass");
     let mut progress = DrainProgress::default();
     for pod in &pods.items {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
@@ -81,14 +82,25 @@ pub async fn drain_pass(
             PodDisposition::Evict => {
                 let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
                 metrics.wrote("eviction");
+                tracing::debug!(node, pod = name, "evicting");
                 match api.evict(name, &EvictParams::default()).await {
                     Ok(_) => progress.remaining += 1,
                     Err(kube::Error::Api(status)) if status.is_not_found() => {}
                     Err(kube::Error::Api(status)) if status.code == 429 => {
                         progress.remaining += 1;
-                        progress
-                            .blocked
-                            .push(format!("{namespace}/{name}: {}", status.message));
+                        let causes: Vec<String> = status
+                            .details
+                            .iter()
+                            .flat_map(|d| d.causes.iter())
+                            .map(|c| c.message.clone())
+                            .filter(|m| !m.is_empty())
+                            .collect();
+                        let why = if causes.is_empty() {
+                            status.message.clone()
+                        } else {
+                            format!("{} ({})", status.message, causes.join("; "))
+                        };
+                        progress.blocked.push(format!("{namespace}/{name}: {why}"));
                     }
                     Err(source) => {
                         return Err(Error::Kube {

@@ -43,6 +43,10 @@ enum Command {
         /// Run without leader election (only ever one replica).
         #[arg(long)]
         no_leader_election: bool,
+        /// Publish Events only for failures and rollout-level transitions, not for every
+        /// node that starts or finishes (for very large fleets).
+        #[arg(long)]
+        no_node_events: bool,
     },
 }
 
@@ -55,6 +59,7 @@ fn main() -> anyhow::Result<()> {
             lease_namespace,
             identity,
             no_leader_election,
+            no_node_events,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -64,13 +69,16 @@ fn main() -> anyhow::Result<()> {
                 .init();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
-                let client = client(kubeconfig).await?;
+                let config = config(kubeconfig).await?;
                 let identity = identity.unwrap_or_else(default_identity);
                 let settings = Settings {
                     metrics_addr: Some(metrics_addr),
                     lease: (!no_leader_election)
                         .then(|| LeaseSettings::new(&lease_namespace, &identity)),
-                    reconcile: ReconcileSettings::default(),
+                    reconcile: ReconcileSettings {
+                        node_events: !no_node_events,
+                        ..ReconcileSettings::default()
+                    },
                 };
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
                 tokio::spawn(async move {
@@ -78,24 +86,23 @@ fn main() -> anyhow::Result<()> {
                     tracing::info!("stopping");
                     let _ = stop_tx.send(true);
                 });
-                run(client, settings, Arc::new(Metrics::default()), stop_rx).await
+                run(config, settings, Arc::new(Metrics::default()), stop_rx).await
             })
         }
     }
 }
 
-async fn client(kubeconfig: Option<PathBuf>) -> anyhow::Result<kube::Client> {
+async fn config(kubeconfig: Option<PathBuf>) -> anyhow::Result<kube::Config> {
     let Some(path) = kubeconfig else {
-        return kube::Client::try_default()
+        return kube::Config::infer()
             .await
-            .context("connecting to the Kubernetes API");
+            .context("finding the Kubernetes API (in-cluster or ~/.kube/config)");
     };
     let config = kube::config::Kubeconfig::read_from(&path)
         .with_context(|| format!("reading {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+    kube::Config::from_custom_kubeconfig(config, &Default::default())
         .await
-        .with_context(|| format!("using {}", path.display()))?;
-    kube::Client::try_from(config).context("building the Kubernetes client")
+        .with_context(|| format!("using {}", path.display()))
 }
 
 fn default_identity() -> String {

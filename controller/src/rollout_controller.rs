@@ -236,7 +236,7 @@ async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result
         .map(|i| {
             let node = input.nodes[i].name.clone();
             async move {
-                drain_pass(&ctx.client, &node, &ctx.metrics)
+                drain_pass(&ctx.eviction_client, &node, &ctx.metrics)
                     .await
                     .map(|p| (i, p))
             }

@@ -47,18 +47,30 @@ pub enum RunError {
 /// Runs until `stop` turns true; then stops the controllers (letting running reconciles
 /// finish), releases the Lease and returns. Returns an error when leadership is lost.
 pub async fn run(
-    client: kube::Client,
+    config: kube::Config,
     settings: Settings,
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    let client = kube::Client::try_from(config.clone()).context("building the API client")?;
+    let mut no_retry = config;
+    no_retry.default_retry = false;
+    let eviction_client =
+        kube::Client::try_from(no_retry).context("building the eviction client")?;
     let server = settings
         .metrics_addr
         .map(|addr| tokio::spawn(serve_http(addr, metrics.clone(), stop.clone())));
     // A standby replica is ready: it serves probes and waits for the Lease.
     metrics.set_ready(true);
 
-    let result = lead(client, &settings, metrics.clone(), &mut stop).await;
+    let result = lead(
+        client,
+        eviction_client,
+        &settings,
+        metrics.clone(),
+        &mut stop,
+    )
+    .await;
     metrics.set_leader(false);
     if let Some(server) = server {
         server.abort();
@@ -68,6 +80,7 @@ pub async fn run(
 
 async fn lead(
     client: kube::Client,
+    eviction_client: kube::Client,
     settings: &Settings,
     metrics: Arc<Metrics>,
     stop: &mut watch::Receiver<bool>,
@@ -85,7 +98,7 @@ async fn lead(
                 Err(error) => tracing::warn!(%error, "leader election attempt failed"),
             }
             tokio::select! {
-                _ = stop.wait_for(|s| *s) => return Ok(()),
+                () = stopped(stop.clone()) => return Ok(()),
                 () = tokio::time::sleep(lease.renew_every) => {}
             }
         }
@@ -96,6 +109,7 @@ async fn lead(
     let (stop_controllers, controllers_stop) = watch::channel(false);
     let mut controllers = tokio::spawn(run_controllers(
         client.clone(),
+        eviction_client,
         metrics.clone(),
         settings.reconcile.clone(),
         controllers_stop,
@@ -107,7 +121,7 @@ async fn lead(
         .map_or(Duration::from_secs(3600), |l| l.renew_every);
     loop {
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => {
+            () = stopped(stop.clone()) => {
                 let _ = stop_controllers.send(true);
                 let _ = (&mut controllers).await;
                 if let Some((elector, _)) = &elector
@@ -152,6 +166,7 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 /// The watch caches and both controllers, until `stop` turns true.
 pub async fn run_controllers(
     client: kube::Client,
+    eviction_client: kube::Client,
     metrics: Arc<Metrics>,
     reconcile: ReconcileSettings,
     stop: watch::Receiver<bool>,
@@ -200,6 +215,7 @@ pub async fn run_controllers(
     );
     let ctx = Arc::new(Context {
         client: client.clone(),
+        eviction_client,
         recorder,
         metrics,
         nodes,

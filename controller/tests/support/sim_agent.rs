@@ -1,0 +1,340 @@
+//! Simulated agents: a test double that follows the agent's status protocol on every
+//! node's NodeUpdatePlan, with configurable timings and failures.
+//!
+//! Protocol (what the real agent reports, reduced to its phases):
+//! a plan with a new revision → `Downloading` → `Staged` (target = the plan's revision);
+//! `desiredState: Active` on a staged plan → `Activating` → `Verifying` → `Succeeded`
+//! (current = target), or, for a node configured to fail, `RolledBack` / `Failed` with a
+//! `Ready=False` condition carrying the reason. One fleet watches all plans (one watch), and
+//! each node's steps run in their own task, so 30,000 nodes cost one watch and a timer each.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use inplace_proto::{DesiredState, NodeUpdatePlan, Phase};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use serde_json::json;
+
+/// How a simulated node fails.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// `RolledBack` or `Failed`.
+    pub phase: Phase,
+    /// The `Ready` condition's reason.
+    pub reason: String,
+}
+
+/// Timings and failures of the fleet.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Time from seeing a new revision to `Staged`.
+    pub download: Duration,
+    /// Time in `Activating`.
+    pub activate: Duration,
+    /// Time in `Verifying` before the final phase.
+    pub verify: Duration,
+    /// Per-node overrides of `activate + verify`.
+    pub slow: HashMap<String, Duration>,
+    /// Nodes that fail after activation, and how.
+    pub failures: HashMap<String, Failure>,
+    /// Report `Downloading` and `Verifying` too (the full protocol); off for scale runs.
+    pub every_phase: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            download: Duration::from_millis(50),
+            activate: Duration::from_millis(150),
+            verify: Duration::from_millis(150),
+            slow: HashMap::new(),
+            failures: HashMap::new(),
+            every_phase: true,
+        }
+    }
+}
+
+/// What the agent knows of its node.
+#[derive(Debug, Clone, Default)]
+struct Local {
+    target: Option<String>,
+    current: Option<String>,
+    phase: Option<Phase>,
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    revision: Option<String>,
+    desired: DesiredState,
+    generation: Option<i64>,
+}
+
+#[derive(Default)]
+struct Shared {
+    seen: HashMap<String, Seen>,
+    local: HashMap<String, Local>,
+    running: HashSet<String>,
+}
+
+/// Observations of the whole fleet.
+#[derive(Default)]
+pub struct FleetStats {
+    /// Nodes between `Activating` and a final phase right now.
+    pub activating_now: AtomicUsize,
+    /// The most nodes ever activating at once.
+    pub max_activating: AtomicUsize,
+    /// Status writes made.
+    pub status_writes: AtomicUsize,
+    /// Nodes that reached `Succeeded`.
+    pub succeeded: AtomicUsize,
+    /// Order in which nodes started activating.
+    pub activation_order: Mutex<Vec<String>>,
+}
+
+/// A running fleet of simulated agents.
+pub struct Fleet {
+    /// What it saw.
+    pub stats: Arc<FleetStats>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Fleet {
+    /// Starts simulated agents for every plan the client can see.
+    pub fn start(client: kube::Client, config: SimConfig) -> Fleet {
+        let stats = Arc::new(FleetStats::default());
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let config = Arc::new(config);
+        let api: Api<NodeUpdatePlan> = Api::all(client.clone());
+        let task = {
+            let stats = stats.clone();
+            tokio::spawn(async move {
+                let mut events = watcher(api.clone(), watcher::Config::default())
+                    .default_backoff()
+                    .boxed();
+                loop {
+                    let (plan, deleted) = match events.try_next().await {
+                        Ok(Some(watcher::Event::Apply(plan) | watcher::Event::InitApply(plan))) => {
+                            (plan, false)
+                        }
+                        Ok(Some(watcher::Event::Delete(plan))) => (plan, true),
+                        Ok(Some(_)) => continue,
+                        Ok(None) => return,
+                        Err(_) => continue,
+                    };
+                    let Some(name) = plan.metadata.name.clone() else {
+                        continue;
+                    };
+                    let start = {
+                        let mut s = lock(&shared);
+                        if deleted || plan.metadata.deletion_timestamp.is_some() {
+                            s.seen.remove(&name);
+                        } else {
+                            s.seen.insert(
+                                name.clone(),
+                                Seen {
+                                    revision: plan.spec.revision.clone(),
+                                    desired: plan.spec.desired_state,
+                                    generation: plan.metadata.generation,
+                                },
+                            );
+                        }
+                        s.running.insert(name.clone())
+                    };
+                    if start {
+                        tokio::spawn(drive(
+                            name,
+                            api.clone(),
+                            shared.clone(),
+                            config.clone(),
+                            stats.clone(),
+                        ));
+                    }
+                }
+            })
+        };
+        Fleet { stats, task }
+    }
+
+    /// The most nodes ever activating at once.
+    pub fn max_activating(&self) -> usize {
+        self.stats.max_activating.load(Ordering::SeqCst)
+    }
+}
+
+/// The next step of one node, or None when it waits for the plan to change.
+fn next_step(
+    local: &Local,
+    seen: &Seen,
+    config: &SimConfig,
+    node: &str,
+) -> Option<(Duration, Local)> {
+    let revision = seen.revision.clone()?;
+    let mut next = local.clone();
+    if local.target.as_ref() != Some(&revision) {
+        next.target = Some(revision);
+        next.phase = Some(if config.every_phase {
+            Phase::Downloading
+        } else {
+            Phase::Staged
+        });
+        let delay = if config.every_phase {
+            Duration::ZERO
+        } else {
+            config.download
+        };
+        return Some((delay, next));
+    }
+    let (activate, verify) = match config.slow.get(node) {
+        Some(total) => (*total / 2, *total / 2),
+        None => (config.activate, config.verify),
+    };
+    match local.phase? {
+        Phase::Downloading => {
+            next.phase = Some(Phase::Staged);
+            Some((config.download, next))
+        }
+        Phase::Staged if seen.desired == DesiredState::Active => {
+            next.phase = Some(Phase::Activating);
+            Some((Duration::ZERO, next))
+        }
+        Phase::Activating => {
+            if config.every_phase {
+                next.phase = Some(Phase::Verifying);
+                return Some((activate, next));
+            }
+            next.phase = Some(final_phase(config, node));
+            if next.phase == Some(Phase::Succeeded) {
+                next.current = next.target.clone();
+            }
+            Some((activate + verify, next))
+        }
+        Phase::Verifying => {
+            next.phase = Some(final_phase(config, node));
+            if next.phase == Some(Phase::Succeeded) {
+                next.current = next.target.clone();
+            }
+            Some((verify, next))
+        }
+        _ => None,
+    }
+}
+
+fn final_phase(config: &SimConfig, node: &str) -> Phase {
+    config
+        .failures
+        .get(node)
+        .map_or(Phase::Succeeded, |f| f.phase)
+}
+
+async fn drive(
+    node: String,
+    api: Api<NodeUpdatePlan>,
+    shared: Arc<Mutex<Shared>>,
+    config: Arc<SimConfig>,
+    stats: Arc<FleetStats>,
+) {
+    loop {
+        let step = {
+            let mut s = lock(&shared);
+            let local = s.local.get(&node).cloned().unwrap_or_default();
+            let step = s.seen.get(&node).and_then(|seen| {
+                next_step(&local, seen, &config, &node).map(|st| (st, seen.generation))
+            });
+            if step.is_none() {
+                s.running.remove(&node);
+            }
+            step
+        };
+        let Some(((delay, next), generation)) = step else {
+            return;
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let phase = next.phase.unwrap_or(Phase::Pending);
+        let (ready, reason, message) = match phase {
+            Phase::Succeeded => ("True", "Succeeded".to_owned(), "committed".to_owned()),
+            Phase::RolledBack | Phase::Failed => {
+                let reason = config
+                    .failures
+                    .get(&node)
+                    .map_or("RolledBack".to_owned(), |f| f.reason.clone());
+                let message = format!("simulated {reason} on {node}");
+                ("False", reason, message)
+            }
+            other => ("False", format!("{other:?}"), format!("{other:?}")),
+        };
+        let status = json!({
+            "status": {
+                "observedGeneration": generation,
+                "phase": phase,
+                "targetRevision": next.target,
+                "currentRevision": next.current,
+                "conditions": [{
+                    "type": "Ready", "status": ready, "reason": reason, "message": message,
+                    "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+                }],
+            }
+        });
+        let mut written = false;
+        for _ in 0..20 {
+            match api
+                .patch_status(&node, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+            {
+                Ok(_) => {
+                    written = true;
+                    break;
+                }
+                Err(kube::Error::Api(s)) if s.is_not_found() => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        stats.status_writes.fetch_add(1, Ordering::Relaxed);
+        if !written {
+            // The plan is gone (its node was deleted): this agent stops.
+            let mut s = lock(&shared);
+            s.running.remove(&node);
+            let was = s.local.remove(&node).and_then(|l| l.phase);
+            if matches!(was, Some(Phase::Activating | Phase::Verifying)) {
+                stats.activating_now.fetch_sub(1, Ordering::SeqCst);
+            }
+            return;
+        }
+        let before = lock(&shared)
+            .local
+            .insert(node.clone(), next)
+            .and_then(|l| l.phase);
+        if phase == Phase::Activating && before != Some(Phase::Activating) {
+            let now = stats.activating_now.fetch_add(1, Ordering::SeqCst) + 1;
+            stats.max_activating.fetch_max(now, Ordering::SeqCst);
+            lock(&stats.activation_order).push(node.clone());
+        }
+        if phase.is_final() {
+            stats.activating_now.fetch_sub(1, Ordering::SeqCst);
+            if phase == Phase::Succeeded {
+                stats.succeeded.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Locks, ignoring poisoning (a panicked test has already failed).
+pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
