@@ -132,29 +132,43 @@ impl HttpFetcher {
     /// A fetcher that follows redirects only within `policy`.
     pub fn new(settings: &DownloadSettings, policy: &Policy) -> Result<Self, reqwest::Error> {
         install_crypto_provider();
-        let redirect_policy = policy.clone();
-        let redirect = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() >= 5 {
-                return attempt.error("more than 5 redirects");
-            }
-            match crate::policy::url_problem(attempt.url().as_str(), &redirect_policy) {
-                Some(problem) => attempt.error(problem),
-                None => attempt.follow(),
-            }
-        });
-        let client = reqwest::Client::builder()
-            .redirect(redirect)
-            .connect_timeout(settings.connect_timeout)
-            .read_timeout(settings.stall_timeout)
-            .user_agent(concat!("inplace-agent/", env!("CARGO_PKG_VERSION")))
-            .no_proxy()
-            .build()?;
+        let redirect = || {
+            let policy = policy.clone();
+            reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() >= 5 {
+                    return attempt.error("more than 5 redirects");
+                }
+                match crate::policy::url_problem(attempt.url().as_str(), &policy) {
+                    Some(problem) => attempt.error(problem),
+                    None => attempt.follow(),
+                }
+            })
+        };
+        let client = build_client(|| {
+            reqwest::Client::builder()
+                .redirect(redirect())
+                .connect_timeout(settings.connect_timeout)
+                .read_timeout(settings.stall_timeout)
+                .user_agent(concat!("inplace-agent/", env!("CARGO_PKG_VERSION")))
+                .no_proxy()
+        })?;
         Ok(HttpFetcher {
             client,
             settings: settings.clone(),
             max_size: policy.max_artifact_size,
         })
     }
+}
+
+/// Builds a client with the system's trust roots. A host without any (a minimal image)
+/// still gets a client: plain-http requests work and every https request fails closed.
+pub fn build_client(
+    builder: impl Fn() -> reqwest::ClientBuilder,
+) -> Result<reqwest::Client, reqwest::Error> {
+    builder().build().or_else(|e| {
+        tracing::warn!(error = %error_chain(&e), "no usable system trust roots; https requests will fail");
+        builder().tls_certs_only(Vec::new()).build()
+    })
 }
 
 /// What one attempt ended with.

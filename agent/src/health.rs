@@ -211,11 +211,12 @@ impl RealProbes {
     ) -> Result<Self, reqwest::Error> {
         crate::fetch::install_crypto_provider();
         Ok(RealProbes {
-            http: reqwest::Client::builder()
-                .timeout(timeout)
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .build()?,
+            http: crate::fetch::build_client(|| {
+                reqwest::Client::builder()
+                    .timeout(timeout)
+                    .redirect(reqwest::redirect::Policy::none())
+                    .no_proxy()
+            })?,
             nodes: client.map(kube::Api::all),
             node_name: node_name.to_owned(),
         })

@@ -42,8 +42,14 @@ pub async fn client(auth: &KubeAuth) -> Result<kube::Client, ClientError> {
             serde_json::from_value(value).map_err(|e| ClientError::Kubeconfig(e.to_string()))?
         }
     };
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| ClientError::Kubeconfig(e.to_string()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| ClientError::Kubeconfig(e.to_string()))?;
+    // A plain-http server (tests) needs no trust roots; without this, kube would ask the
+    // platform verifier for the system's CA store, which a minimal host may not have.
+    if config.cluster_url.scheme() == Some(&http::uri::Scheme::HTTP) && config.root_cert.is_none() {
+        config.root_cert = Some(Vec::new());
+    }
     Ok(kube::Client::try_from(config)?)
 }
