@@ -957,6 +957,9 @@ fn write(
             {
                 m.remove("status");
             }
+            if ty.group.is_empty() && ty.plural == "pods" {
+                new["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+            }
             if ty.plural == "namespaces" {
                 new["status"] = json!({"phase": "Active"});
                 new["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);

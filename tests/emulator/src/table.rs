@@ -113,6 +113,28 @@ fn column(name: &str, ty: &str, format: &str, description: &str, priority: i64) 
 
 /// The column definitions for a type.
 pub fn columns(t: &ResourceType) -> Vec<Value> {
+    if t.plural == "events" && t.group.is_empty() {
+        return vec![
+            column(
+                "Last Seen",
+                "string",
+                "",
+                "Time since the most recent occurrence",
+                0,
+            ),
+            column("Type", "string", "", "Type of this event", 0),
+            column("Reason", "string", "", "Why the action was taken", 0),
+            column("Object", "string", "", "The object this event is about", 0),
+            column("Message", "string", "", "A human-readable description", 0),
+            column(
+                "Name",
+                "string",
+                "name",
+                "Name must be unique within a namespace.",
+                1,
+            ),
+        ];
+    }
     let mut cols = vec![column(
         "Name",
         "string",
@@ -149,6 +171,19 @@ pub fn columns(t: &ResourceType) -> Vec<Value> {
                 "Kubelet Version reported by the node.",
                 0,
             ));
+        }
+        "customresourcedefinitions" => {
+            cols.push(column("Created At", "date", "", "CreationTimestamp", 0));
+        }
+        "namespaces" => {
+            cols.push(column(
+                "Status",
+                "string",
+                "",
+                "The status of the namespace",
+                0,
+            ));
+            cols.push(column("Age", "string", "", "CreationTimestamp", 0));
         }
         "pods" => {
             cols.push(column(
@@ -215,6 +250,34 @@ fn node_status(obj: &Value) -> String {
 
 /// One row's cells.
 pub fn cells(t: &ResourceType, obj: &Value) -> Vec<Value> {
+    if t.plural == "events" && t.group.is_empty() {
+        let when = [
+            "/lastTimestamp",
+            "/eventTime",
+            "/metadata/creationTimestamp",
+        ]
+        .iter()
+        .find_map(|p| obj.pointer(p).and_then(Value::as_str))
+        .unwrap_or_default();
+        let field = |p: &str| obj.pointer(p).cloned().unwrap_or(json!(""));
+        let kind = obj
+            .pointer("/involvedObject/kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_lowercase();
+        let oname = obj
+            .pointer("/involvedObject/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        return vec![
+            human_age(&json!({"metadata": {"creationTimestamp": when}})),
+            field("/type"),
+            field("/reason"),
+            json!(format!("{kind}/{oname}")),
+            field("/message"),
+            field("/metadata/name"),
+        ];
+    }
     let name = obj
         .pointer("/metadata/name")
         .cloned()
@@ -269,6 +332,21 @@ pub fn cells(t: &ResourceType, obj: &Value) -> Vec<Value> {
                     .cloned()
                     .unwrap_or(json!("")),
             );
+        }
+        "customresourcedefinitions" => {
+            out.push(
+                obj.pointer("/metadata/creationTimestamp")
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            );
+        }
+        "namespaces" => {
+            out.push(
+                obj.pointer("/status/phase")
+                    .cloned()
+                    .unwrap_or(json!("Active")),
+            );
+            out.push(human_age(obj));
         }
         "pods" => {
             let total = obj
