@@ -38,10 +38,47 @@ impl Drop for Running {
 /// Starts the emulator and an agent (watch + status writer + coordinator) for `NODE`,
 /// connected as the node's kubelet would be.
 async fn start(bed: &Bed) -> Running {
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
-    emulator.apply_crd_dir(&crds).await.unwrap();
-    let admin: kube::Api<NodeUpdatePlan> = kube::Api::all(emulator.client().await.unwrap());
+    start_with(bed, EmulatorConfig::default()).await
+}
+
+/// Creates every object of a multi-document YAML file as the admin (kinds via discovery).
+async fn apply_manifest(client: &kube::Client, path: &Path) {
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    let text = std::fs::read_to_string(path).unwrap();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        if value.is_null() {
+            continue;
+        }
+        let object: kube::core::DynamicObject = serde_json::from_value(value).unwrap();
+        let types = object.types.clone().unwrap();
+        let gvk = kube::core::GroupVersionKind::try_from(&types).unwrap();
+        let (resource, _) = discovery.resolve_gvk(&gvk).unwrap();
+        let api: kube::Api<kube::core::DynamicObject> =
+            kube::Api::all_with(client.clone(), &resource);
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+}
+
+async fn start_with(bed: &Bed, config: EmulatorConfig) -> Running {
+    let rbac = config.authz == inplace_api_emulator::AuthzMode::Rbac;
+    let emulator = Emulator::start(config).await.unwrap();
+    let packaging = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes");
+    emulator
+        .apply_crd_dir(&packaging.join("crds"))
+        .await
+        .unwrap();
+    let admin_client = emulator.client().await.unwrap();
+    if rbac {
+        // The shipped least-privilege manifests for the agent.
+        apply_manifest(&admin_client, &packaging.join("agent/rbac.yaml")).await;
+        apply_manifest(
+            &admin_client,
+            &packaging.join("agent/node-restriction-policy.yaml"),
+        )
+        .await;
+    }
+    let admin: kube::Api<NodeUpdatePlan> = kube::Api::all(admin_client);
 
     // The agent's own client, from a kubeconfig file, as in production.
     let kubeconfig = bed.root().join("kubelet.conf");
@@ -207,4 +244,41 @@ async fn deleted_plan_leaves_the_committed_revision() {
     run.admin.create(&PostParams::default(), &v1).await.unwrap();
     wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v1)).await;
     assert_eq!(bed.link(), "OK v1");
+}
+
+#[tokio::test]
+async fn works_with_the_shipped_rbac_and_admission_policy_only() {
+    let bed = Bed::new();
+    let config = EmulatorConfig {
+        authz: inplace_api_emulator::AuthzMode::Rbac,
+        ..EmulatorConfig::default()
+    };
+    let run = start_with(&bed, config).await;
+    let plan = bed.plan("OK v1", "kubectl v1", "Active");
+    run.admin
+        .create(&PostParams::default(), &plan)
+        .await
+        .unwrap();
+    wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&plan)).await;
+
+    // The same identity may not write another node's plan status.
+    let mut other = bed.plan("OK v1", "kubectl v1", "Active");
+    other.metadata.name = Some("worker-2".into());
+    other.spec.node_name = "worker-2".into();
+    run.admin
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    let node_client = run.emulator.client_as_node(NODE).await.unwrap();
+    let as_node: kube::Api<NodeUpdatePlan> = kube::Api::all(node_client);
+    let status = serde_json::json!({"status": {"phase": "Succeeded"}});
+    let err = as_node
+        .patch_status("worker-2", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err}"
+    );
+    assert!(run.admin.get("worker-2").await.unwrap().status.is_none());
 }
