@@ -2,10 +2,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps
+.PHONY: test lint unit crds docs deps fuzz-short
 
 ## Every check CI runs: formatting, lints, and every test.
-test: deps lint unit
+test: deps lint unit fuzz-short
 
 deps:
 	@./scripts/install-deps.sh
@@ -17,6 +17,15 @@ lint:
 
 unit:
 	$(CARGO) nextest run --workspace --no-fail-fast
+
+FUZZ_SECONDS ?= 20
+FUZZ_TARGETS := plan agent_config archive
+## Run every fuzz target for FUZZ_SECONDS (nightly toolchain, cargo-fuzz).
+fuzz-short:
+	@for target in $(FUZZ_TARGETS); do \
+		echo "fuzz: $$target for $(FUZZ_SECONDS)s"; \
+		(cd tests/fuzz && set -o pipefail && cargo +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | tail -n 3) || exit 1; \
+	done
 
 ## Regenerate the committed CRDs from the Rust types.
 crds:

@@ -15,3 +15,5 @@ if ((${#need_apt[@]})); then
 fi
 command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
 command -v cargo-deny >/dev/null || cargo install cargo-deny --locked
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+rustup toolchain list | grep -q ^nightly || rustup toolchain install nightly --profile minimal
