@@ -1138,3 +1138,41 @@ async fn events_are_one_resource_in_two_shapes() {
         Some("inplace-controller")
     );
 }
+
+#[tokio::test]
+async fn streaming_list_watch_sends_initial_events_then_changes() {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let (_h, c) = started().await;
+    let api = plans(&c);
+    for n in ["w1", "w2"] {
+        api.create(&PostParams::default(), &dyn_obj(plan(n)))
+            .await
+            .unwrap();
+    }
+    let cfg = watcher::Config::default().streaming_lists();
+    let mut stream = watcher::watcher(api.clone(), cfg).boxed();
+    let mut init = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(o) => init.push(o.metadata.name.unwrap()),
+            watcher::Event::InitDone => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    init.sort();
+    assert_eq!(init, vec!["w1", "w2"]);
+    api.delete("w2", &DeleteParams::default()).await.unwrap();
+    let mut rest = stream.touched_objects().boxed();
+    let o = tokio::time::timeout(Duration::from_secs(30), rest.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(o.metadata.name.as_deref(), Some("w2"));
+}
