@@ -428,3 +428,46 @@ async fn stalled_transfer_times_out_and_is_retried() {
     assert!(matches!(err, FetchError::Transport { .. }), "{err}");
     assert_eq!(err.reason(), inplace_proto::Reason::DownloadFailed);
 }
+
+/// Mounts a tiny tmpfs (needs root, like the real-host tests) and unmounts it on drop.
+struct TinyFs(tempfile::TempDir);
+
+impl TinyFs {
+    fn new(bytes: u64) -> TinyFs {
+        let dir = tempfile::tempdir().unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={bytes}").as_str()),
+        )
+        .expect("mounting a tmpfs needs root (run the tests as root)");
+        TinyFs(dir)
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount(self.0.path());
+    }
+}
+
+#[tokio::test]
+async fn disk_full_aborts_cleanly_and_removes_the_temp_file() {
+    let big: Vec<u8> = (0..=255u8).cycle().take(512 * 1024).collect();
+    let body = big.clone();
+    let (base, seen) = serve(Arc::new(move |_, _: &str| reply("200 OK", &body))).await;
+    let fs = TinyFs::new(64 * 1024);
+    let err = run(
+        &fetcher(&base, 3),
+        &artifact(&base, &big, None),
+        fs.0.path(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, FetchError::DiskFull { .. }), "{err}");
+    assert_eq!(err.reason(), inplace_proto::Reason::DiskFull);
+    assert!(err.to_string().contains("no space left"), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), 1, "a full disk is not retried");
+}
