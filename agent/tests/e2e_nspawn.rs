@@ -55,6 +55,17 @@ fn plan(
     img: &SysextImage,
     kubectl: &[u8],
 ) -> NodeUpdatePlan {
+    plan_with_window(node, server, tag, img, kubectl, "3s")
+}
+
+fn plan_with_window(
+    node: &str,
+    server: &ArtifactServer,
+    tag: &str,
+    img: &SysextImage,
+    kubectl: &[u8],
+    window: &str,
+) -> NodeUpdatePlan {
     use sha2::Digest;
     serde_json::from_value(serde_json::json!({
         "apiVersion": "inplace.dev/v1alpha1",
@@ -73,7 +84,7 @@ fn plan(
                  "path": "/opt/bin/kubectl"},
             ],
             "activation": {"restartUnits": ["kubelet.service"]},
-            "healthChecks": {"units": ["kubelet.service"], "window": "3s", "timeout": "60s"},
+            "healthChecks": {"units": ["kubelet.service"], "window": window, "timeout": "120s"},
         }
     }))
     .unwrap()
@@ -286,6 +297,48 @@ async fn real_node_installs_rolls_back_and_refuses_incompatible_images() {
     assert!(node.is_active("kubelet.service").await.unwrap());
     let status = api.get(&name).await.unwrap().status.unwrap();
     assert_eq!(status.current_revision.as_deref(), Some(r1.as_str()));
+
+    // v4: the agent is killed (SIGKILL) in the middle of the health window; systemd
+    // restarts it, it resumes from its journal and commits only after a full window.
+    let v4 = image(work.path(), "v4", true, None).await;
+    server.put_bytes("/v4/kubernetes-v4.raw", v4.bytes().await.unwrap());
+    server.put_bytes("/v4/kubectl", b"#!/bin/sh\necho kubectl-v4\n".to_vec());
+    let p4 = plan_with_window(
+        &name,
+        &server,
+        "v4",
+        &v4,
+        b"#!/bin/sh\necho kubectl-v4\n",
+        "20s",
+    );
+    let r4 = inplace_proto::revision_of(&p4.spec.content);
+    let patch = serde_json::json!({"spec": p4.spec});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(&api, &node, Phase::Verifying, &r4).await;
+    node.systemctl(&["kill", "--signal=SIGKILL", "inplace-agent.service"])
+        .await
+        .unwrap();
+    wait_for(&api, &node, Phase::Succeeded, &r4).await;
+    let status = api.get(&name).await.unwrap().status.unwrap();
+    assert_eq!(status.current_revision.as_deref(), Some(r4.as_str()));
+    assert_eq!(
+        status.attempts,
+        Some(2),
+        "the interrupted activation counts"
+    );
+    let link = node
+        .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
+        .await
+        .unwrap();
+    assert_eq!(link.trim(), "/opt/extensions/kubernetes/kubernetes-v4.raw");
+    assert!(
+        node.exists("/opt/extensions/kubernetes/kubernetes-v1.raw")
+            .await
+            .unwrap(),
+        "previous revision kept"
+    );
 
     node.poweroff().await.unwrap();
 }
