@@ -148,3 +148,131 @@ async fn poll_get(node: &Node, url: &str) -> String {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_boot_at_once_and_merge_sysexts_concurrently() {
+    let names: Vec<String> = (0..3).map(|_| Node::unique_name("fleet")).collect();
+    let boots = names.iter().map(|n| Node::boot(n, NodeOptions::default()));
+    let nodes: Vec<Node> = futures_join_all(boots).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = inplace_tests::sysext::SysextBuilder::new("hello")
+        .file(
+            "usr/bin/hello-sysext",
+            b"#!/bin/sh\necho hello\n".to_vec(),
+            0o755,
+        )
+        .build(&dir.path().join("hello.raw"))
+        .await
+        .expect("image");
+    for node in &nodes {
+        node.copy_from_host(&image.path, "/var/lib/extensions/hello.raw", 0o644)
+            .await
+            .expect("copy");
+    }
+    // All three attach a loop device at the same time.
+    let refreshes = nodes
+        .iter()
+        .map(|n| n.systemctl(&["restart", "systemd-sysext"]));
+    for result in futures_join_all_results(refreshes).await {
+        result.expect("sysext refresh");
+    }
+    for (node, name) in nodes.iter().zip(&names) {
+        assert_eq!(
+            node.exec_ok(&["hostname"]).await.expect("hostname").trim(),
+            name
+        );
+        assert_eq!(
+            node.exec_ok(&["hello-sysext"])
+                .await
+                .expect("merged binary"),
+            "hello\n"
+        );
+    }
+    for node in nodes {
+        node.poweroff().await.expect("poweroff");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_of_killed_test_processes_are_swept() {
+    let name = Node::unique_name("orphan");
+    let mut owner = tokio::process::Command::new(env!("CARGO_BIN_EXE_inplace-testbed"))
+        .args(["boot", &name])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("inplace-testbed boot");
+    let mut stdout = owner.stdout.take().expect("stdout");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("is up") {
+        let n = tokio::time::timeout(
+            Duration::from_secs(300),
+            tokio::io::AsyncReadExt::read(&mut stdout, &mut buf),
+        )
+        .await
+        .expect("node up in time")
+        .expect("read");
+        assert!(
+            n > 0,
+            "inplace-testbed boot exited: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    owner.kill().await.expect("SIGKILL the owner");
+    let dir = format!("/var/tmp/inplace-testbed/nodes/{name}");
+    assert!(
+        std::path::Path::new(&dir).exists(),
+        "left behind by the killed owner"
+    );
+    // Another test's boot may sweep it first; either way it must be gone afterwards.
+    let swept = inplace_tests::nspawn::sweep_stale_nodes()
+        .await
+        .expect("sweep");
+    eprintln!("swept {swept:?}");
+    assert!(!std::path::Path::new(&dir).exists());
+    assert!(
+        !std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .contains(&name)
+    );
+}
+
+async fn futures_join_all<F, T>(futures: impl IntoIterator<Item = F>) -> Vec<T>
+where
+    F: std::future::Future<Output = inplace_tests::Result<T>>,
+{
+    futures_join_all_results(futures)
+        .await
+        .into_iter()
+        .map(|r| r.expect("node boots"))
+        .collect()
+}
+
+/// Runs futures concurrently on this task (no extra dependency) and keeps their order.
+async fn futures_join_all_results<F, T>(futures: impl IntoIterator<Item = F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T>,
+{
+    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut results: Vec<Option<T>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (fut, slot) in pinned.iter_mut().zip(results.iter_mut()) {
+            if slot.is_none() {
+                match fut.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *slot = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results.into_iter().flatten().collect()
+}
