@@ -66,19 +66,27 @@ async fn real_systemd_sysext_merges_the_kubernetes_image_and_skips_incompatible_
         .await
         .expect("node boots");
 
-    let stored = format!(
-        "/opt/extensions/kubernetes/{}",
-        kubernetes_image_file_name("v1.31.2")
+    let stored = node.install_sysext(&image).await.expect("install image");
+    assert_eq!(
+        stored,
+        format!(
+            "/opt/extensions/kubernetes/{}",
+            kubernetes_image_file_name("v1.31.2")
+        )
     );
-    node.copy_from_host(&image.path, &stored, 0o644)
-        .await
-        .expect("copy image");
-    node.symlink(&stored, "/etc/extensions/kubernetes.raw")
-        .await
-        .expect("link");
+    assert_eq!(
+        node.exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
+            .await
+            .expect("link")
+            .trim(),
+        stored
+    );
+    assert!(node.merged_extensions().await.expect("list").is_empty());
     let started = Instant::now();
-    node.systemctl(&["restart", "systemd-sysext"])
+    node.refresh_sysext()
         .await
+        .expect("systemctl runs")
+        .checked()
         .expect("sysext refresh");
     eprintln!(
         "systemctl restart systemd-sysext took {:.3} s",
@@ -89,6 +97,10 @@ async fn real_systemd_sysext_merges_the_kubernetes_image_and_skips_incompatible_
         .await
         .expect("status");
     assert!(status.contains("kubernetes"), "{status}");
+    assert_eq!(
+        node.merged_extensions().await.expect("list"),
+        vec!["kubernetes".to_owned()]
+    );
     let release = node
         .read_file("/usr/lib/extension-release.d/extension-release.kubernetes")
         .await
@@ -163,6 +175,7 @@ async fn real_systemd_sysext_merges_the_kubernetes_image_and_skips_incompatible_
             .await
             .expect("status");
         assert!(!status.contains("kubernetes"), "{how:?}: {status}");
+        assert!(node.merged_extensions().await.expect("list").is_empty());
     }
     node.poweroff().await.expect("poweroff");
 }

@@ -12,6 +12,7 @@ use tokio::process::{Child, Command};
 use super::rootfs::{ensure_rootfs, tail};
 use super::{NODES_DIR, host};
 use crate::error::IoContext;
+use crate::sysext::SysextImage;
 use crate::{Error, Result, prereq};
 
 /// The `PATH` commands inside a node run with.
@@ -753,6 +754,46 @@ unset INPLACE_CGROUPS; exec "$@""#,
         Ok(())
     }
 
+    /// Installs a sysext image the way the agent does on Flatcar: the file goes to
+    /// `/opt/extensions/<name>/<file name>` and `/etc/extensions/<name>.raw` links to it.
+    /// Returns the stored path. Call [`Node::refresh_sysext`] to merge it.
+    pub async fn install_sysext(&self, image: &SysextImage) -> Result<String> {
+        let file_name = image
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| Error::Invalid(format!("image path {}", image.path.display())))?;
+        let stored = format!("/opt/extensions/{}/{file_name}", image.name);
+        self.copy_from_host(&image.path, &stored, 0o644).await?;
+        self.symlink(&stored, format!("/etc/extensions/{}.raw", image.name))
+            .await?;
+        Ok(stored)
+    }
+
+    /// `systemctl restart systemd-sysext` (unmerge + merge by PID 1); the output tells
+    /// whether the job succeeded. Note: systemd 252 fails the job for an image without a
+    /// matching `extension-release.<name>`, but skips an image whose release file does not
+    /// match the host (ID, VERSION_ID, ARCHITECTURE) and succeeds.
+    pub async fn refresh_sysext(&self) -> Result<ExecOutput> {
+        self.exec(&["systemctl", "restart", "systemd-sysext.service"])
+            .await
+    }
+
+    /// Names of the extensions merged now (from the merged
+    /// `/usr/lib/extension-release.d/extension-release.<name>` files).
+    pub async fn merged_extensions(&self) -> Result<Vec<String>> {
+        let out = self
+            .sh_ok("ls -1 /usr/lib/extension-release.d/ 2>/dev/null || true")
+            .await?;
+        let mut names: Vec<String> = out
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("extension-release."))
+            .map(str::to_owned)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Reboots the node (`systemctl reboot`), keeps its writable layer, boots it again and
     /// waits until systemd is up. Returns how long that took.
     pub async fn reboot_and_wait(&mut self) -> Result<Duration> {
@@ -850,6 +891,21 @@ async fn sweep_stale_nodes_in(nodes_dir: &Path) -> Result<Vec<String>> {
             }
             teardown(&dir, &host::node_cgroups(&name))?;
             swept.push(name);
+        }
+        // Groups whose node directory is gone (a teardown that died half-way).
+        for base in host::cgroup_bases() {
+            let Ok(groups) = std::fs::read_dir(&base) else {
+                continue;
+            };
+            for group in groups.flatten() {
+                let name = group.file_name().to_string_lossy().into_owned();
+                if group.path().is_dir() && !nodes_dir.join(&name).exists() {
+                    host::kill_cgroup_trees(&[group.path()], Duration::from_secs(20))?;
+                    if !swept.contains(&name) {
+                        swept.push(name);
+                    }
+                }
+            }
         }
         Ok(swept)
     })
