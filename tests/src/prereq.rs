@@ -51,3 +51,17 @@ pub fn require_nspawn() -> Result<()> {
 pub fn require_squashfs_tools() -> Result<()> {
     require_tools(&["mksquashfs", "unsquashfs"])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_tools_name_what_to_install() {
+        let err = require_tools(&["sh", "no-such-tool-inplace"]).expect_err("missing");
+        let text = err.to_string();
+        assert!(text.contains("no-such-tool-inplace"), "{text}");
+        assert!(text.contains("install-deps.sh"), "{text}");
+        assert!(require_tools(&["sh"]).is_ok());
+    }
+}
