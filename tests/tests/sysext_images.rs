@@ -125,6 +125,48 @@ async fn real_systemd_sysext_merges_the_kubernetes_image_and_skips_incompatible_
     assert!(version.contains("v1.31.2"), "{version}");
     node.systemctl(&["stop", "kubelet"]).await.expect("stop");
 
+    // A kubelet "built to crash" is only different image content: it crash-loops.
+    let crashing = kubernetes_sysext(
+        FAKE_KUBELET.as_ref(),
+        &FakeKubeletConfig::crashing("v1.31.3"),
+    )
+    .await
+    .expect("tree")
+    .build(&dir.path().join(kubernetes_image_file_name("v1.31.3")))
+    .await
+    .expect("crashing image");
+    node.install_sysext(&crashing).await.expect("install");
+    node.refresh_sysext()
+        .await
+        .expect("systemctl runs")
+        .checked()
+        .expect("refresh");
+    node.systemctl(&["daemon-reload"]).await.expect("reload");
+    node.systemctl(&["start", "kubelet"]).await.expect("start");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let restarts = node
+            .exec_ok(&["systemctl", "show", "-P", "NRestarts", "kubelet.service"])
+            .await
+            .expect("show");
+        if restarts.trim().parse::<u32>().unwrap_or(0) >= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no crash loop; restarts {restarts}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        node.exec_ok(&["kubelet", "--version"])
+            .await
+            .expect("version")
+            .trim(),
+        "Kubernetes v1.31.3"
+    );
+    node.systemctl(&["stop", "kubelet"]).await.expect("stop");
+
     // Each incompatible variant merges nothing. An image whose release file does not match
     // the host (ID, VERSION_ID, ARCHITECTURE) is skipped and systemd-sysext still exits 0;
     // in systemd 252 one whose release file is missing or named for another extension makes
