@@ -84,6 +84,38 @@ pub struct Agent {
     boot_id: Option<String>,
     /// What the status shows about the plan being handled.
     shown: Mutex<Shown>,
+    /// The plan channel, when following one (lets a long staging notice a new plan).
+    plans: Option<tokio::sync::watch::Receiver<crate::watch::PlanState>>,
+}
+
+/// How staging ended.
+enum Staging {
+    Done,
+    Failed(Failure),
+    Superseded,
+}
+
+/// Returns when the plan on `plans` no longer asks for `revision`; never without a channel.
+async fn moved_on(
+    plans: Option<&mut tokio::sync::watch::Receiver<crate::watch::PlanState>>,
+    revision: &str,
+) {
+    let Some(plans) = plans else {
+        return std::future::pending().await;
+    };
+    loop {
+        if plans.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let wanted = match &*plans.borrow_and_update() {
+            None => true,
+            Some(None) => false,
+            Some(Some(plan)) => inplace_proto::revision_of(&plan.spec.content) == revision,
+        };
+        if !wanted {
+            return;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -129,6 +161,7 @@ impl Agent {
             journal,
             boot_id,
             shown: Mutex::new(Shown::default()),
+            plans: None,
         })
     }
 
@@ -139,6 +172,7 @@ impl Agent {
         &mut self,
         mut plans: tokio::sync::watch::Receiver<crate::watch::PlanState>,
     ) -> Result<(), AgentError> {
+        self.plans = Some(plans.clone());
         if self
             .journal
             .in_flight
@@ -231,12 +265,17 @@ impl Agent {
                     let Some(view) = view.as_ref() else {
                         return Ok(());
                     };
-                    if let Err(failure) = self.stage(view).await? {
-                        self.report(
-                            Some(view),
-                            Report::new(Phase::Failed, failure.reason, failure.message),
-                        );
-                        return Ok(());
+                    match self.stage(view).await? {
+                        Staging::Done => {}
+                        Staging::Failed(failure) => {
+                            self.report(
+                                Some(view),
+                                Report::new(Phase::Failed, failure.reason, failure.message),
+                            );
+                            return Ok(());
+                        }
+                        // The caller acts on the new plan (and abandons this staging).
+                        Staging::Superseded => return Ok(()),
                     }
                     if !activate {
                         self.report(
@@ -427,9 +466,12 @@ impl Agent {
     /// Removes those of `candidates` that no kept revision references, and leftovers.
     async fn collect(&self, candidates: Vec<PathBuf>) {
         let keep = referenced(&self.journal);
+        // Our partial downloads: the state's temp dir and every sysext image directory.
         let mut partial_dirs = vec![store::tmp_dir(&self.settings)];
-        for artifact in self.all_sysexts() {
-            partial_dirs.push(store::sysext_dir(&self.settings.paths, &artifact));
+        if let Ok(mut entries) = tokio::fs::read_dir(&self.settings.paths.images_dir).await {
+            while let Ok(Some(entry)) = entries.next_entry().await {
+                partial_dirs.push(entry.path());
+            }
         }
         let _ = tokio::task::spawn_blocking(move || {
             store::remove_unreferenced(&candidates, &keep);
@@ -438,25 +480,11 @@ impl Agent {
         .await;
     }
 
-    fn all_sysexts(&self) -> Vec<String> {
-        let j = &self.journal;
-        let contents = [
-            j.committed.as_ref().map(|c| &c.content),
-            j.previous.as_ref().map(|c| &c.content),
-            j.in_flight.as_ref().map(|c| &c.content),
-        ];
-        contents
-            .into_iter()
-            .flatten()
-            .flat_map(|c| c.artifacts.iter())
-            .filter(|a| a.kind == ArtifactType::Sysext)
-            .map(|a| a.name.clone())
-            .collect()
-    }
-
-    /// Downloads, verifies and stores every artifact of the plan's revision. `Ok(Err)` is
-    /// a failure of this revision (reported, denied); `Err` stops the agent.
-    async fn stage(&mut self, view: &PlanView) -> Result<Result<(), Failure>, AgentError> {
+    /// Downloads, verifies and stores every artifact of the plan's revision. A failure of
+    /// the revision is reported and denied; `Err` stops the agent. When the plan moves to
+    /// another revision (or goes away) meanwhile, staging stops at once: downloads are
+    /// not worth finishing for a revision nobody wants.
+    async fn stage(&mut self, view: &PlanView) -> Result<Staging, AgentError> {
         let fresh = self
             .journal
             .in_flight
@@ -488,8 +516,16 @@ impl Agent {
             ),
         );
         let mut staged_links = Vec::new();
+        let mut plans = self.plans.clone();
         for (index, artifact) in view.content.artifacts.iter().enumerate() {
-            match self.stage_artifact(view, index, artifact).await {
+            let staged = tokio::select! {
+                staged = self.stage_artifact(view, index, artifact) => staged,
+                () = moved_on(plans.as_mut(), &view.revision) => {
+                    tracing::info!(revision = %view.revision, "plan changed during staging; stopping");
+                    return Ok(Staging::Superseded);
+                }
+            };
+            match staged {
                 Ok(links) => staged_links.extend(links),
                 Err(failure) => {
                     tracing::warn!(artifact = %artifact.name, reason = %failure.reason, message = %failure.message, "staging failed");
@@ -502,7 +538,7 @@ impl Agent {
                         .deny(&view.revision, failure.clone(), Utc::now());
                     self.save().await?;
                     self.collect(candidates).await;
-                    return Ok(Err(failure));
+                    return Ok(Staging::Failed(failure));
                 }
             }
         }
@@ -513,7 +549,7 @@ impl Agent {
             }
         }
         self.save().await?;
-        Ok(Ok(()))
+        Ok(Staging::Done)
     }
 
     async fn stage_artifact(

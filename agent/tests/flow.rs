@@ -363,3 +363,38 @@ async fn first_install_over_a_plain_file_restores_it_on_rollback() {
             .exists()
     );
 }
+
+#[tokio::test]
+async fn plan_changed_during_a_download_stops_it_and_stages_the_new_one() {
+    let bed = Bed::new();
+    let mut stuck = bed.plan("OK v1", "kubectl v1", "Active");
+    stuck.spec.content.artifacts[0].url = "https://dl.example/hang/kubernetes.raw".into();
+    let (tx, rx) = tokio::sync::watch::channel(Some(Some(stuck)));
+    let mut agent = bed.agent().await;
+    let follow = tokio::spawn(async move {
+        agent.follow(rx).await.unwrap();
+        agent
+    });
+    // Wait until the stuck download started.
+    let images = bed.settings.paths.images_dir.join("kubernetes");
+    while !images.join(".kubernetes.hang.partial").exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let wanted = bed.plan("OK v2", "kubectl v2", "Active");
+    tx.send_replace(Some(Some(wanted.clone())));
+    let revision = inplace_proto::revision_of(&wanted.spec.content);
+    while bed.status.last().and_then(|s| s.current_revision) != Some(revision.clone()) {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    drop(tx);
+    let agent = follow.await.unwrap();
+    assert_eq!(bed.link(), "OK v2");
+    assert!(
+        !images.join(".kubernetes.hang.partial").exists(),
+        "the abandoned download is cleaned up"
+    );
+    assert!(
+        agent.journal().failed.is_empty(),
+        "a superseded revision is not denied"
+    );
+}

@@ -39,6 +39,16 @@ impl Fetcher for FakeFetcher {
         progress: Progress<'_>,
     ) -> Result<PathBuf, FetchError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        if artifact.url.contains("/hang/") {
+            // A download that never ends; leaves a partial file like a real one would.
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(
+                dir.join(format!(".{}.hang.partial", artifact.name)),
+                b"part",
+            )
+            .unwrap();
+            futures::future::pending::<()>().await;
+        }
         let bytes = self.objects.lock().unwrap().get(&artifact.url).cloned();
         let Some(bytes) = bytes else {
             return Err(FetchError::Http {
