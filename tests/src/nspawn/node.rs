@@ -38,8 +38,6 @@ pub struct NodeOptions {
     pub enable_units: Vec<String>,
     /// Extra `systemd-nspawn` arguments (e.g. `--bind=/host/dir:/in/node`).
     pub extra_nspawn_args: Vec<String>,
-    /// Where node directories live (default [`NODES_DIR`]).
-    pub nodes_dir: PathBuf,
 }
 
 impl Default for NodeOptions {
@@ -52,7 +50,6 @@ impl Default for NodeOptions {
             files: Vec::new(),
             enable_units: Vec::new(),
             extra_nspawn_args: Vec::new(),
-            nodes_dir: PathBuf::from(NODES_DIR),
         }
     }
 }
@@ -239,14 +236,14 @@ impl Node {
     pub async fn boot(name: &str, options: NodeOptions) -> Result<Node> {
         prereq::require_nspawn()?;
         validate_name(name)?;
-        if let Err(e) = sweep_stale_nodes_in(&options.nodes_dir).await {
+        if let Err(e) = sweep_stale_nodes().await {
             tracing::warn!("sweeping stale nodes: {e}");
         }
         let rootfs = match &options.rootfs {
             Some(path) => path.clone(),
             None => ensure_rootfs().await?,
         };
-        let dir = options.nodes_dir.join(name);
+        let dir = Path::new(NODES_DIR).join(name);
         if dir.exists() {
             return Err(Error::Node {
                 node: name.to_owned(),
@@ -860,12 +857,10 @@ fn teardown(dir: &Path, cgroups: &[PathBuf]) -> Result<()> {
 
 /// Tears down nodes left by test processes that no longer run (crashed, killed). Returns
 /// their names. [`Node::boot`] calls this first.
+/// A node that another process is tearing down at the same moment may fail to go here; it is
+/// logged and skipped.
 pub async fn sweep_stale_nodes() -> Result<Vec<String>> {
-    sweep_stale_nodes_in(Path::new(NODES_DIR)).await
-}
-
-async fn sweep_stale_nodes_in(nodes_dir: &Path) -> Result<Vec<String>> {
-    let nodes_dir = nodes_dir.to_path_buf();
+    let nodes_dir = PathBuf::from(NODES_DIR);
     tokio::task::spawn_blocking(move || {
         let mut swept = Vec::new();
         let Ok(entries) = std::fs::read_dir(&nodes_dir) else {
@@ -889,8 +884,10 @@ async fn sweep_stale_nodes_in(nodes_dir: &Path) -> Result<Vec<String>> {
                     }
                 }
             }
-            teardown(&dir, &host::node_cgroups(&name))?;
-            swept.push(name);
+            match teardown(&dir, &host::node_cgroups(&name)) {
+                Ok(()) => swept.push(name),
+                Err(e) => tracing::warn!("sweeping node {name}: {e}"),
+            }
         }
         // Groups whose node directory is gone (a teardown that died half-way).
         for base in host::cgroup_bases() {
@@ -900,8 +897,11 @@ async fn sweep_stale_nodes_in(nodes_dir: &Path) -> Result<Vec<String>> {
             for group in groups.flatten() {
                 let name = group.file_name().to_string_lossy().into_owned();
                 if group.path().is_dir() && !nodes_dir.join(&name).exists() {
-                    host::kill_cgroup_trees(&[group.path()], Duration::from_secs(20))?;
-                    if !swept.contains(&name) {
+                    if let Err(e) =
+                        host::kill_cgroup_trees(&[group.path()], Duration::from_secs(20))
+                    {
+                        tracing::warn!("sweeping cgroup {}: {e}", group.path().display());
+                    } else if !swept.contains(&name) {
                         swept.push(name);
                     }
                 }
