@@ -529,6 +529,11 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
             );
         }
     }
+    // For each node, its rank among this round's grants (1-based), if granted now.
+    let mut grant_rank: Vec<Option<usize>> = vec![None; owned.len()];
+    for (rank, &i) in granted_now.iter().enumerate() {
+        grant_rank[i] = Some(rank + 1);
+    }
     for &i in &granted_now {
         states[i] = NodeState::Updating;
         let intent = &mut intents[i];
@@ -543,7 +548,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     for (i, node) in owned.iter().enumerate() {
         let state = &states[i];
         let intent = &mut intents[i];
-        let newly_granted = granted_now.contains(&i);
+        let newly_granted = grant_rank[i].is_some();
         let wants_cordon = *state == NodeState::Updating
             && intent.granted_at.is_some()
             && input.spec.disruption != Disruption::None;
@@ -599,7 +604,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
                 format!(
                     "node {} granted an activation slot ({} of {slots} in use)",
                     node.name,
-                    holders + granted_now.iter().position(|&g| g == i).unwrap_or(0) + 1
+                    holders + grant_rank[i].unwrap_or(1)
                 ),
                 node,
             ));

@@ -139,6 +139,20 @@ struct Written {
     uid: String,
     generation: i64,
     view: PlanView,
+    at: std::time::Instant,
+}
+
+/// How long a remembered write may stand in for the cache at most (a safety net: the
+/// watch delivers our own writes within moments).
+const REMEMBER_AT_MOST: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether two views agree on every field the controller writes.
+fn same_controller_fields(a: &PlanView, b: &PlanView) -> bool {
+    a.revision == b.revision
+        && a.desired_state == b.desired_state
+        && a.granted_at == b.granted_at
+        && a.cordoned == b.cordoned
+        && a.drain_timeout == b.drain_timeout
 }
 
 /// Plans the controller wrote whose new state the watch cache may not show yet. Without
@@ -152,11 +166,8 @@ pub struct RecentWrites {
 impl RecentWrites {
     /// Records the plan the API server returned after an apply.
     pub fn record(&self, written: &NodeUpdatePlan) {
-        let (Some(name), Some(uid), Some(generation)) = (
-            written.metadata.name.clone(),
-            written.metadata.uid.clone(),
-            written.metadata.generation,
-        ) else {
+        let (Some(name), Some(uid)) = (written.metadata.name.clone(), written.metadata.uid.clone())
+        else {
             return;
         };
         let view = plan_view(written);
@@ -164,39 +175,36 @@ impl RecentWrites {
             name,
             Written {
                 uid,
-                generation,
+                generation: written.metadata.generation.unwrap_or(0),
                 view,
+                at: std::time::Instant::now(),
             },
         );
     }
 
-    /// The plan as the decision should see it: the cached one, unless a newer write of
-    /// ours is not in the cache yet (then the written spec with the cached report).
+    /// The plan as the decision should see it: the cached one once it shows our last
+    /// write (annotation-only writes do not bump the generation, so the written fields
+    /// themselves are compared), else the written fields with the cached agent report.
     pub fn view(&self, name: &str, cached: Option<&NodeUpdatePlan>) -> Option<PlanView> {
         let mut plans = self.lock();
         let Some(written) = plans.get(name) else {
             return cached.map(plan_view);
         };
-        match cached {
-            Some(plan)
-                if plan.metadata.uid.as_deref() == Some(written.uid.as_str())
-                    && plan.metadata.generation.unwrap_or(0) >= written.generation =>
-            {
-                plans.remove(name);
-                Some(plan_view(plan))
-            }
-            Some(plan) if plan.metadata.uid.as_deref() == Some(written.uid.as_str()) => {
-                let mut view = written.view.clone();
-                view.report = plan_view(plan).report;
-                Some(view)
-            }
-            Some(plan) => {
-                // Deleted and created again since: the cache is newer.
-                plans.remove(name);
-                Some(plan_view(plan))
-            }
-            None => Some(written.view.clone()),
+        let Some(plan) = cached else {
+            return Some(written.view.clone());
+        };
+        let seen = plan_view(plan);
+        let caught_up = plan.metadata.uid.as_deref() != Some(written.uid.as_str())
+            || plan.metadata.generation.unwrap_or(0) > written.generation
+            || same_controller_fields(&seen, &written.view)
+            || written.at.elapsed() > REMEMBER_AT_MOST;
+        if caught_up {
+            plans.remove(name);
+            return Some(seen);
         }
+        let mut view = written.view.clone();
+        view.report = seen.report;
+        Some(view)
     }
 
     /// Forgets a plan (its node is gone).

@@ -426,7 +426,7 @@ async fn create_running_pod(client: &kube::Client, body: serde_json::Value) {
 async fn drain_evicts_pods_and_a_blocking_pdb_is_reported_as_drain_timeout() {
     use k8s_openapi::api::core::v1::Pod;
     let bed = Bed::start().await;
-    let _fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let fleet = Fleet::start(bed.client.clone(), SimConfig::default());
     for name in workers(2) {
         create_node(&bed.client, &name, &[]).await;
     }
@@ -564,4 +564,37 @@ async fn drain_evicts_pods_and_a_blocking_pdb_is_reported_as_drain_timeout() {
 async fn condition_status(bed: &Bed, rollout: &str, type_: &str) -> String {
     let r = bed.rollouts().get(rollout).await.unwrap();
     condition(&r, type_).map(|c| c.0).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_mode_never_exceeds_its_slots() {
+    let bed = Bed::start().await;
+    let fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    for name in workers(6) {
+        create_node(&bed.client, &name, &[]).await;
+    }
+    create_release(&bed.client, "rel", "v9").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": "34%", "disruption": "Drain"}),
+    )
+    .await;
+    rollout_when(&bed.client, "ro", "Complete=True", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    assert!(fleet.max_activating() <= 2, "{}", fleet.max_activating());
+    for name in workers(6) {
+        let node: Node = bed.nodes().get(&name).await.unwrap();
+        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        if cordoned {
+            // The last uncordon may still be in flight.
+            eventually(&format!("{name} uncordoned"), || async {
+                let node: Node = bed.nodes().get(&name).await.ok()?;
+                (!node.spec?.unschedulable.unwrap_or(false)).then_some(())
+            })
+            .await;
+        }
+    }
 }

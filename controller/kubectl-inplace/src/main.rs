@@ -1,5 +1,103 @@
-//! `kubectl-inplace`: the fleet at a glance.
+//! `kubectl-inplace`: the kubectl plugin. `kubectl inplace status [rollout]` shows rollouts
+//! with a progress bar and every node's phase and reason; `kubectl inplace plan <node>`
+//! explains one node's plan, its last error and what to do next. `--watch` re-renders on
+//! watch events.
 
-fn main() {
-    println!("kubectl-inplace {}", env!("CARGO_PKG_VERSION"));
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use kubectl_inplace::view::Style;
+use kubectl_inplace::{Watched, client, plan, status, watch};
+
+#[derive(Parser)]
+#[command(name = "kubectl-inplace", version, about = "In-place node updates: rollouts and plans at a glance")]
+struct Cli {
+    /// A kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// Colours: auto (when stdout is a terminal), always, never.
+    #[arg(long, global = true, default_value = "auto")]
+    color: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Rollouts with a progress bar, and every node's phase, download progress and reason.
+    Status {
+        /// Only this NodeRollout.
+        rollout: Option<String>,
+        /// Re-render on every change (watch events, no polling).
+        #[arg(short, long)]
+        watch: bool,
+    },
+    /// Explain a node's plan: release, revision, artifacts, phase, conditions, what next.
+    Plan {
+        /// The node (its plan has the node's name).
+        node: String,
+        /// Re-render on every change (watch events, no polling).
+        #[arg(short, long)]
+        watch: bool,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let tty = std::io::stdout().is_terminal();
+    let color = match cli.color.as_str() {
+        "always" => true,
+        "never" => false,
+        _ => tty,
+    };
+    let style = Style::for_terminal(color);
+    let client = client(cli.kubeconfig.as_deref()).await?;
+    let (watched, follow) = match cli.command {
+        Command::Status { rollout, watch } => (Watched::Status(rollout), watch),
+        Command::Plan { node, watch } => (Watched::Plan(node), watch),
+    };
+    if !follow {
+        let lines = match &watched {
+            Watched::Status(only) => status(&client, only.as_deref(), &style).await?,
+            Watched::Plan(node) => plan(&client, node, &style).await?,
+        };
+        print_lines(&lines);
+        return Ok(());
+    }
+    watch(&client, watched, style, |lines| {
+        if tty {
+            print!("\x1b[H\x1b[2J");
+        } else {
+            println!("---");
+        }
+        print_lines(&lines);
+        true
+    })
+    .await
+}
+
+fn print_lines(lines: &[String]) {
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
+    let _ = out.flush();
 }
