@@ -550,6 +550,7 @@ async fn drain_evicts_pods_and_a_blocking_pdb_is_reported_as_drain_timeout() {
         DesiredState::Staged,
         "never activated"
     );
+    assert_eq!(fleet.max_activating(), 1);
     let events = events_for(&bed.client, "ro").await;
     assert!(
         events.iter().any(|(r, _)| r == "EvictionBlocked"),
