@@ -17,6 +17,7 @@ use inplace_agent::{kube_client, notify, status, watch};
 use inplace_proto::NodeUpdatePlan;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::signal::unix::{SignalKind, signal};
+use tracing::Instrument;
 
 #[derive(Parser)]
 #[command(version, about = "Applies this node's NodeUpdatePlan")]
@@ -53,7 +54,11 @@ fn init_logging() {
     // Under systemd, log to journald with structured fields; otherwise to stderr.
     let journald = std::env::var_os("JOURNAL_STREAM")
         .and_then(|_| tracing_journald::layer().ok())
-        .map(|l| l.with_syslog_identifier("inplace-agent".into()));
+        .map(|l| {
+            // Plain field names (NODE, REVISION, PHASE, ...) for `journalctl NODE=worker-7`.
+            l.with_syslog_identifier("inplace-agent".into())
+                .with_field_prefix(None)
+        });
     let registry = tracing_subscriber::registry().with(filter);
     match journald {
         Some(layer) => registry.with(layer).init(),
@@ -141,6 +146,7 @@ async fn run(config: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("configuration {}", config.display()))?;
     let _lock = take_lock(&settings.paths.lock_file)?;
     let node = settings.node_name.clone();
+    let node_name = node.clone();
     tracing::info!(%node, version = env!("CARGO_PKG_VERSION"), "starting");
     notify::status("connecting");
 
@@ -175,8 +181,9 @@ async fn run(config: &Path) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
 
+    let span = tracing::info_span!("agent", node = %node_name);
     let work = async {
-        agent.follow(rx).await?;
+        agent.follow(rx).instrument(span).await?;
         bail!("the plan watch ended")
     };
     // Stopping mid-step is as safe as a crash: the journal says where to resume.

@@ -200,8 +200,20 @@ impl Agent {
     /// Acts on the plan (or its absence) until the node is at a stable point: the plan's
     /// revision committed, staged, refused, or rolled back.
     pub async fn handle(&mut self, plan: Option<&NodeUpdatePlan>) -> Result<(), AgentError> {
+        use tracing::Instrument;
         let plan = plan.filter(|p| p.metadata.name.as_deref() == Some(&self.settings.node_name));
         let view = plan.map(|p| PlanView::new(p, &self.settings.policy));
+        // Every log line of this pass carries the plan's revision and generation (journald
+        // fields REVISION, GENERATION).
+        let span = tracing::info_span!(
+            "plan",
+            revision = view.as_ref().map_or("", |v| v.revision.as_str()),
+            generation = view.as_ref().and_then(|v| v.generation),
+        );
+        self.handle_view(view).instrument(span).await
+    }
+
+    async fn handle_view(&mut self, view: Option<PlanView>) -> Result<(), AgentError> {
         self.show_plan(view.as_ref());
         loop {
             if machine::staging_is_stale(view.as_ref(), &self.journal) {
@@ -212,7 +224,7 @@ impl Agent {
                 &self.journal,
                 self.settings.activation.max_attempts,
             );
-            tracing::info!(action = ?action_name(&action), revision = view.as_ref().map(|v| v.revision.as_str()), "decided");
+            tracing::info!(action = action_name(&action), "decided");
             match action {
                 Action::Idle => return Ok(()),
                 Action::StayDegraded(failure) => {

@@ -247,6 +247,18 @@ async fn real_node_installs_rolls_back_and_refuses_incompatible_images() {
         .await
         .unwrap();
     assert!(status_text.contains("Succeeded"), "{status_text}");
+    // Structured journald fields: the node and the revision are searchable.
+    let logs = node
+        .exec_ok(&[
+            "journalctl",
+            "--no-pager",
+            "-q",
+            &format!("NODE={name}"),
+            &format!("REVISION={r1}"),
+        ])
+        .await
+        .unwrap();
+    assert!(logs.contains("committed"), "{logs}");
 
     // v2: kubelet dies after start → rolled back to v1, verified healthy.
     let v2 = image(work.path(), "v2", false, None).await;
