@@ -169,3 +169,40 @@ async fn a_leader_that_cannot_renew_steps_down() {
     );
     assert!(!metrics.is_leader());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_survives_conflicts_cut_watches_and_an_outage() {
+    use inplace_api_emulator::OutageKind;
+    let bed = Bed::start().await;
+    let mut config = SimConfig::default();
+    config.activate = Duration::from_millis(400);
+    let fleet = Fleet::start(bed.client.clone(), config);
+    for i in 1..=4 {
+        create_node(&bed.client, &format!("worker-{i}"), &[]).await;
+    }
+    create_release(&bed.client, "rel", "v1").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 1}),
+    )
+    .await;
+    bed.emulator.faults().conflict_next_writes(5);
+    rollout_when(&bed.client, "ro", "one node updated", |r| {
+        r.status.as_ref().is_some_and(|s| s.nodes.succeeded >= 1)
+    })
+    .await;
+    // Watches end with 410 Gone and must relist; then the API is down for a while.
+    bed.emulator.faults().gone_next_watches(4);
+    bed.emulator.faults().cut_watches();
+    bed.emulator
+        .faults()
+        .outage(Duration::from_secs(3), OutageKind::Unavailable);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rollout = rollout_when(&bed.client, "ro", "Complete=True after the faults", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    assert_eq!(rollout.status.unwrap().nodes.succeeded, 4);
+    assert_eq!(fleet.max_activating(), 1, "no double grant across relists");
+}
