@@ -103,6 +103,11 @@ pub async fn run_writer(
                 let patch = Patch::Merge(status_patch(&status));
                 match api.patch_status(&name, &params, &patch).await {
                     Ok(_) => break,
+                    // The plan is gone: nothing to report to. A new plan brings a new status.
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
+                        tracing::info!("plan deleted; dropping its status");
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "status write failed; retrying");
                         tokio::time::sleep(delay).await;

@@ -282,3 +282,43 @@ async fn works_with_the_shipped_rbac_and_admission_policy_only() {
     );
     assert!(run.admin.get("worker-2").await.unwrap().status.is_none());
 }
+
+#[tokio::test]
+async fn real_probes_read_the_nodes_kubelet_version() {
+    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let admin = emulator.client().await.unwrap();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin);
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let status = serde_json::json!({"status": {"nodeInfo": {
+        "kubeletVersion": "v1.31.2", "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
+        "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+        "osImage": "", "systemUUID": ""}}});
+    nodes
+        .patch_status(NODE, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let client = emulator.client_as_node(NODE).await.unwrap();
+    let probes =
+        inplace_agent::health::RealProbes::new(Some(client), NODE, Duration::from_secs(5)).unwrap();
+    use inplace_agent::health::Probes;
+    assert_eq!(
+        probes.kubelet_version().await.unwrap().as_deref(),
+        Some("v1.31.2")
+    );
+    // HTTP checks: 2xx passes, anything else names the status.
+    assert!(
+        probes
+            .http_ok(&format!("{}/version", emulator.url()))
+            .await
+            .is_ok()
+    );
+    let err = probes
+        .http_ok(&format!("{}/no/such/path", emulator.url()))
+        .await
+        .unwrap_err();
+    assert!(err.contains("404"), "{err}");
+}
