@@ -174,8 +174,10 @@ async fn a_leader_that_cannot_renew_steps_down() {
 async fn a_rollout_survives_conflicts_cut_watches_and_an_outage() {
     use inplace_api_emulator::OutageKind;
     let bed = Bed::start().await;
-    let mut config = SimConfig::default();
-    config.activate = Duration::from_millis(400);
+    let config = SimConfig {
+        activate: Duration::from_millis(400),
+        ..SimConfig::default()
+    };
     let fleet = Fleet::start(bed.client.clone(), config);
     for i in 1..=4 {
         create_node(&bed.client, &format!("worker-{i}"), &[]).await;
