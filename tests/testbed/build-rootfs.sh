@@ -12,7 +12,7 @@ set -euo pipefail
 dest=${1:?usage: build-rootfs.sh DEST [MIRROR]}
 mirror=${2:-http://deb.debian.org/debian}
 suite=bookworm
-packages=systemd,systemd-sysv,dbus,udev,procps,iproute2,curl,less,util-linux
+packages=systemd,systemd-sysv,dbus,udev,procps,iproute2,curl,less,util-linux,ca-certificates
 
 for tool in debootstrap systemd-nspawn; do
     command -v "$tool" >/dev/null || {
