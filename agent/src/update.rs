@@ -356,15 +356,23 @@ impl Agent {
 
     /// Records download progress; returns whether it is time to publish it.
     fn set_bytes(&self, index: usize, done: u64) -> bool {
+        if let Ok(mut shown) = self.shown.lock()
+            && let Some(a) = shown.artifacts.get_mut(index)
+        {
+            a.bytes_done = i64::try_from(done).unwrap_or(i64::MAX);
+        }
+        self.progress_due(std::time::Duration::from_secs(1))
+    }
+
+    /// Whether at least `every` passed since progress was last published (and if so,
+    /// notes that it is being published now).
+    fn progress_due(&self, every: std::time::Duration) -> bool {
         let Ok(mut shown) = self.shown.lock() else {
             return false;
         };
-        if let Some(a) = shown.artifacts.get_mut(index) {
-            a.bytes_done = i64::try_from(done).unwrap_or(i64::MAX);
-        }
         let due = shown
             .progress_published
-            .is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(1));
+            .is_none_or(|at| at.elapsed() >= every);
         if due {
             shown.progress_published = Some(std::time::Instant::now());
         }
@@ -502,6 +510,9 @@ impl Agent {
             .in_flight
             .as_ref()
             .is_none_or(|f| f.revision != view.revision);
+        // Partial downloads of an earlier run (a crash, a stopped staging) are never resumed
+        // across processes: sweep them.
+        self.collect(Vec::new()).await;
         if fresh {
             self.journal.in_flight = Some(InFlight {
                 revision: view.revision.clone(),
@@ -852,11 +863,14 @@ impl Agent {
             self.settings.activation.health_interval,
         );
         let result = {
+            // The status shows the health clock, but writes at most every 5 s per node.
             let progress = |line: String| {
-                self.report(
-                    Some(view),
-                    Report::new(Phase::Verifying, Reason::Verifying, line),
-                );
+                if self.progress_due(std::time::Duration::from_secs(5)) {
+                    self.report(
+                        Some(view),
+                        Report::new(Phase::Verifying, Reason::Verifying, line),
+                    );
+                }
             };
             health::verify(
                 &checks,
