@@ -13,6 +13,17 @@ pub const CONFIG_PATH: &str = "/usr/lib/fake-kubelet/config";
 /// The kubelet's default healthz port.
 pub const DEFAULT_PORT: u16 = 10248;
 
+/// Finds the built `fake-kubelet` binary for code that is not an integration test of this
+/// crate (those use `env!("CARGO_BIN_EXE_fake-kubelet")`): next to the running executable,
+/// or one directory up (cargo puts test binaries in `target/<profile>/deps/`).
+pub fn binary_path() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("fake-kubelet"), dir.parent()?.join("fake-kubelet")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
 /// How `/healthz` answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Healthz {
