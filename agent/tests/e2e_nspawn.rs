@@ -66,8 +66,40 @@ fn plan_with_window(
     kubectl: &[u8],
     window: &str,
 ) -> NodeUpdatePlan {
+    plan_with_checks(node, server, tag, img, kubectl, window, "120s", None)
+}
+
+/// `expect_kubelet`: a `kubernetesVersion` whose match the node's `nodeInfo` must report.
+#[allow(clippy::too_many_arguments)]
+fn plan_with_checks(
+    node: &str,
+    server: &ArtifactServer,
+    tag: &str,
+    img: &SysextImage,
+    kubectl: &[u8],
+    window: &str,
+    timeout: &str,
+    expect_kubelet: Option<&str>,
+) -> NodeUpdatePlan {
+    let mut plan = plan_json(node, server, tag, img, kubectl, window, timeout);
+    if let Some(version) = expect_kubelet {
+        plan["spec"]["kubernetesVersion"] = version.into();
+        plan["spec"]["healthChecks"]["nodeKubeletVersion"] = true.into();
+    }
+    serde_json::from_value(plan).unwrap()
+}
+
+fn plan_json(
+    node: &str,
+    server: &ArtifactServer,
+    tag: &str,
+    img: &SysextImage,
+    kubectl: &[u8],
+    window: &str,
+    timeout: &str,
+) -> serde_json::Value {
     use sha2::Digest;
-    serde_json::from_value(serde_json::json!({
+    serde_json::json!({
         "apiVersion": "inplace.dev/v1alpha1",
         "kind": "NodeUpdatePlan",
         "metadata": {"name": node},
@@ -84,10 +116,9 @@ fn plan_with_window(
                  "path": "/opt/bin/kubectl"},
             ],
             "activation": {"restartUnits": ["kubelet.service"]},
-            "healthChecks": {"units": ["kubelet.service"], "window": window, "timeout": "120s"},
+            "healthChecks": {"units": ["kubelet.service"], "window": window, "timeout": timeout},
         }
-    }))
-    .unwrap()
+    })
 }
 
 async fn wait_for(api: &kube::Api<NodeUpdatePlan>, node: &Node, phase: Phase, revision: &str) {
@@ -350,6 +381,73 @@ async fn real_node_installs_rolls_back_and_refuses_incompatible_images() {
             .await
             .unwrap(),
         "previous revision kept"
+    );
+
+    // v5: the Node object must report the plan's kubelet version. The API says v1.31.2
+    // (written by the test in the kubelet's place); a plan expecting v1.32.0 is rolled
+    // back after its timeout, one expecting v1.31.2 commits.
+    let admin = emulator.client().await.unwrap();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin);
+    let node_object = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+    }))
+    .unwrap();
+    nodes
+        .create(&PostParams::default(), &node_object)
+        .await
+        .unwrap();
+    let info = serde_json::json!({"status": {"nodeInfo": {
+        "kubeletVersion": "v1.31.2", "architecture": "amd64", "bootID": "",
+        "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
+        "machineID": "", "operatingSystem": "linux", "osImage": "", "systemUUID": ""}}});
+    nodes
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&info))
+        .await
+        .unwrap();
+    let kubectl5 = b"#!/bin/sh\necho kubectl-v5\n";
+    server.put_bytes("/v4/kubectl5", kubectl5.to_vec());
+    let mut p5 = plan_with_checks(
+        &name,
+        &server,
+        "v4",
+        &v4,
+        kubectl5,
+        "1s",
+        "6s",
+        Some("v1.32.0"),
+    );
+    p5.spec.content.artifacts[1].url = server.url("/v4/kubectl5");
+    let r5 = inplace_proto::revision_of(&p5.spec.content);
+    let patch = serde_json::json!({"spec": p5.spec});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(&api, &node, Phase::RolledBack, &r5).await;
+    let (_, message) = ready_message(&api, &name).await;
+    assert!(
+        message.contains("kubelet v1.31.2, expected v1.32.0"),
+        "{message}"
+    );
+    let mut p6 = plan_with_checks(
+        &name,
+        &server,
+        "v4",
+        &v4,
+        kubectl5,
+        "1s",
+        "60s",
+        Some("v1.31.2"),
+    );
+    p6.spec.content.artifacts[1].url = server.url("/v4/kubectl5");
+    let r6 = inplace_proto::revision_of(&p6.spec.content);
+    let patch = serde_json::json!({"spec": p6.spec});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for(&api, &node, Phase::Succeeded, &r6).await;
+    assert_eq!(
+        node.exec_ok(&["/opt/bin/kubectl"]).await.unwrap().trim(),
+        "kubectl-v5"
     );
 
     node.poweroff().await.unwrap();
