@@ -67,3 +67,34 @@ pub async fn run(api: kube::Api<NodeUpdatePlan>, node: String, tx: watch::Sender
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(uid: &str, generation: i64, desired: &str) -> NodeUpdatePlan {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeUpdatePlan",
+            "metadata": {"name": "n", "uid": uid, "generation": generation, "resourceVersion": "1"},
+            "spec": {"nodeName": "n", "desiredState": desired, "artifacts": [
+                {"name": "k", "type": "Sysext", "url": "https://x/k.raw", "sha256": "0".repeat(64)}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn status_writes_are_not_new_work_but_spec_and_identity_changes_are() {
+        let a = plan("u1", 1, "Staged");
+        let mut status_only = a.clone();
+        status_only.metadata.resource_version = Some("2".into());
+        status_only.status = Some(Default::default());
+        assert!(same_work(&Some(a.clone()), &Some(status_only)));
+        assert!(!same_work(&Some(a.clone()), &Some(plan("u1", 2, "Active"))));
+        assert!(
+            !same_work(&Some(a.clone()), &Some(plan("u2", 1, "Staged"))),
+            "recreated"
+        );
+        assert!(!same_work(&Some(a.clone()), &None));
+        assert!(same_work(&None, &None));
+    }
+}
