@@ -327,7 +327,9 @@ fn build(
 ) -> Result<Settings, SettingsError> {
     let node_name = match f.node_name {
         Some(name) => name,
+        // The kubelet registers the lowercased hostname.
         None => hostname()
+            .map(|h| h.to_lowercase())
             .ok_or_else(|| invalid("node_name", "not set and the hostname could not be read"))?,
     };
     // Node names are what the kubelet registers: lowercase RFC 1123 names.
@@ -658,6 +660,12 @@ mod tests {
         let s = from_toml(&uncommented, host).unwrap();
         assert_eq!(s.node_name, "worker-7");
         assert_eq!(s.policy.allowed_url_prefixes.len(), 2);
+    }
+
+    #[test]
+    fn hostname_default_is_lowercased_like_the_kubelet_does() {
+        let s = from_toml("", || Some("Worker-7.Example".into())).unwrap();
+        assert_eq!(s.node_name, "worker-7.example");
     }
 
     #[test]

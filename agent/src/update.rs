@@ -126,6 +126,7 @@ struct Shown {
     artifacts: Vec<ArtifactProgress>,
     conditions: Vec<Condition>,
     started_at: Option<Time>,
+    finished_at: Option<Time>,
     /// When download progress was last published (at most about once a second).
     progress_published: Option<std::time::Instant>,
 }
@@ -351,6 +352,7 @@ impl Agent {
                 })
                 .unwrap_or_default();
             shown.started_at = None;
+            shown.finished_at = None;
         }
     }
 
@@ -430,6 +432,13 @@ impl Agent {
         if shown.started_at.is_none() && !report.phase.is_final() {
             shown.started_at = Some(now.clone());
         }
+        // The first time the target reaches a final phase; a later pass (an agent restart,
+        // a relist) keeps that time.
+        if !report.phase.is_final() {
+            shown.finished_at = None;
+        } else if shown.finished_at.is_none() {
+            shown.finished_at = Some(now.clone());
+        }
         let progress = match report.phase {
             Phase::Downloading => {
                 let done: i64 = shown.artifacts.iter().map(|a| a.bytes_done).sum();
@@ -463,7 +472,7 @@ impl Agent {
                 .collect(),
             conditions,
             started_at: shown.started_at.clone(),
-            finished_at: report.phase.is_final().then_some(now),
+            finished_at: shown.finished_at.clone(),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             boot_id: self.boot_id.clone(),
         };
