@@ -108,6 +108,10 @@ async fn serve(handler: Arc<Handler>) -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 fn fetcher(base: &str, attempts: u32) -> HttpFetcher {
+    fetcher_with_limit(base, attempts, 1 << 20)
+}
+
+fn fetcher_with_limit(base: &str, attempts: u32, max_artifact_size: u64) -> HttpFetcher {
     let settings = DownloadSettings {
         attempts,
         connect_timeout: Duration::from_secs(5),
@@ -120,7 +124,7 @@ fn fetcher(base: &str, attempts: u32) -> HttpFetcher {
         allow_http: true,
         allowed_target_dirs: vec![],
         allowed_units: vec![],
-        max_artifact_size: 1 << 20,
+        max_artifact_size,
         allow_remote_health_checks: false,
     };
     HttpFetcher::new(&settings, &policy).unwrap()
@@ -470,4 +474,43 @@ async fn disk_full_aborts_cleanly_and_removes_the_temp_file() {
     assert_eq!(err.reason(), inplace_proto::Reason::DiskFull);
     assert!(err.to_string().contains("no space left"), "{err}");
     assert_eq!(seen.lock().unwrap().len(), 1, "a full disk is not retried");
+}
+
+#[tokio::test]
+async fn sizes_over_4_gib_are_64_bit_and_resumed_at_64_bit_offsets() {
+    // The server announces 5 GB, sends a little, and breaks; then the test checks that
+    // the resume asks for a Range past nothing and that the size survives unmangled.
+    const HUGE: u64 = 5_000_000_000;
+    let (base, seen) = serve(Arc::new(|_, _: &str| {
+        reply("200 OK", b"0123456789")
+            .header("Content-Length", &HUGE.to_string())
+            .header("ETag", "\"big\"")
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = artifact(&base, BODY, Some(HUGE));
+    a.sha256 = "0".repeat(64);
+    let err = run(&fetcher_with_limit(&base, 2, 8 << 30), &a, dir.path())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FetchError::Transport { .. } | FetchError::SizeMismatch { .. }
+        ),
+        "{err}"
+    );
+    let heads = seen.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2);
+    assert!(heads[1].contains("range: bytes=10-"), "{}", heads[1]);
+    // And a declared size over 4 GiB that the server contradicts is caught before the body.
+    let (base, _) = serve(Arc::new(|_, _: &str| reply("200 OK", BODY))).await;
+    let err = run(
+        &fetcher_with_limit(&base, 1, 8 << 30),
+        &artifact(&base, BODY, Some(HUGE)),
+        dir.path(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("5000000000"), "{err}");
 }
