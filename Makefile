@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed
 
 ## Every check CI runs: formatting, lints, and every test.
 test: deps lint unit fuzz-short
@@ -10,13 +10,21 @@ test: deps lint unit fuzz-short
 deps:
 	@./scripts/install-deps.sh
 
+## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
+demo:
+	@./scripts/demo.sh
+
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) deny --log-level error check bans licenses sources
 
-unit:
+unit: testbed
 	$(CARGO) nextest run --workspace --no-fail-fast
+
+## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.
+testbed:
+	$(CARGO) run -q -p inplace-tests --bin inplace-testbed -- build-rootfs
 
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := plan agent_config archive

@@ -8,6 +8,8 @@ command -v kubectl >/dev/null || need_apt+=(kubernetes-client)
 command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v mksquashfs >/dev/null || need_apt+=(squashfs-tools)
+command -v nsenter >/dev/null || need_apt+=(util-linux)
+command -v systemctl >/dev/null || need_apt+=(systemd)
 if ((${#need_apt[@]})); then
     echo "installing: ${need_apt[*]}"
     apt-get update -qq
