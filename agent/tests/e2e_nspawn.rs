@@ -366,6 +366,11 @@ async fn real_node_installs_rolls_back_and_refuses_incompatible_images() {
     wait_for(&api, &node, Phase::Succeeded, &r4).await;
     let status = api.get(&name).await.unwrap().status.unwrap();
     assert_eq!(status.current_revision.as_deref(), Some(r4.as_str()));
+    // The sandboxed agent can read a boot ID. (Not compared with the node's: nspawn
+    // overlays the container's boot_id, and ProtectKernelTunables' remount of /proc/sys
+    // shows the kernel's own, which is what a real host has anyway.)
+    let boot_id = status.boot_id.clone().unwrap_or_default();
+    assert_eq!(boot_id.len(), 36, "{boot_id:?}");
     assert_eq!(
         status.attempts,
         Some(2),
