@@ -12,7 +12,7 @@ use futures::StreamExt;
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -74,9 +74,12 @@ pub async fn serve(
                         let st = st.clone();
                         async move { Ok::<_, Infallible>(route(st, req).await) }
                     });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .keep_alive(true)
-                        .serve_connection(TokioIo::new(stream), service);
+                    // HTTP/1.1, or HTTP/2 with prior knowledge (h2c), like kube-apiserver's
+                    // 1000 streams per connection.
+                    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    builder.http1().keep_alive(true);
+                    builder.http2().max_concurrent_streams(1000);
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
                     tokio::select! {
                         _ = conn => {}
                         _ = conn_changes.changed() => {}
