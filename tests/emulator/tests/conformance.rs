@@ -1176,3 +1176,27 @@ async fn streaming_list_watch_sends_initial_events_then_changes() {
         .unwrap();
     assert_eq!(o.metadata.name.as_deref(), Some("w2"));
 }
+
+#[tokio::test]
+async fn http2_prior_knowledge_is_served() {
+    use http_body_util::BodyExt;
+    let (h, _c) = started().await;
+    let stream = tokio::net::TcpStream::connect(h.addr()).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(format!("{}/apis/inplace.dev/v1alpha1", h.url()))
+        .header("Authorization", "Bearer admin-token")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["kind"], "APIResourceList");
+}
