@@ -398,3 +398,42 @@ async fn plan_changed_during_a_download_stops_it_and_stages_the_new_one() {
         "a superseded revision is not denied"
     );
 }
+
+#[tokio::test]
+async fn crash_during_download_changes_nothing_and_restages_on_restart() {
+    let bed = Bed::new();
+    drop(bed.with_v1().await);
+    let plan = bed.plan("OK v2", "kubectl v2", "Active");
+    bed.fetcher.hang.store(true, Ordering::SeqCst);
+    {
+        let mut agent = bed.agent().await;
+        let run = agent.handle(Some(&plan));
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), run)
+                .await
+                .is_err()
+        );
+    }
+    // "kill -9" mid-download: nothing visible changed.
+    assert_eq!(bed.link(), "OK v1");
+    assert_eq!(bed.kubectl(), "kubectl v1");
+    let partial = bed
+        .settings
+        .paths
+        .images_dir
+        .join("kubernetes/.kubernetes.hang.partial");
+    assert!(partial.exists());
+    bed.fetcher.hang.store(false, Ordering::SeqCst);
+    let mut agent = bed.agent().await;
+    assert_eq!(
+        agent.journal().in_flight.as_ref().unwrap().step,
+        Step::Staging
+    );
+    agent.handle(Some(&plan)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert_eq!(bed.link(), "OK v2");
+    assert!(
+        !partial.exists(),
+        "the interrupted download's leftovers are swept"
+    );
+}

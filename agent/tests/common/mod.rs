@@ -28,6 +28,8 @@ pub const NODE: &str = "worker-1";
 pub struct FakeFetcher {
     pub objects: Mutex<HashMap<String, Vec<u8>>>,
     pub calls: AtomicUsize,
+    /// Every download hangs (to simulate a crash in the middle of one).
+    pub hang: AtomicBool,
 }
 
 #[async_trait]
@@ -39,7 +41,7 @@ impl Fetcher for FakeFetcher {
         progress: Progress<'_>,
     ) -> Result<PathBuf, FetchError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        if artifact.url.contains("/hang/") {
+        if artifact.url.contains("/hang/") || self.hang.load(Ordering::SeqCst) {
             // A download that never ends; leaves a partial file like a real one would.
             std::fs::create_dir_all(dir).unwrap();
             std::fs::write(
@@ -216,6 +218,7 @@ lock_file = "{root}/run/lock"
             fetcher: Arc::new(FakeFetcher {
                 objects: Mutex::new(HashMap::new()),
                 calls: AtomicUsize::new(0),
+                hang: AtomicBool::new(false),
             }),
             systemd,
             status: Arc::new(MemorySink::default()),
