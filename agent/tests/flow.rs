@@ -437,3 +437,43 @@ async fn crash_during_download_changes_nothing_and_restages_on_restart() {
         "the interrupted download's leftovers are swept"
     );
 }
+
+#[tokio::test]
+async fn crash_during_rollback_finishes_it_on_restart_whatever_the_plan() {
+    let bed = Bed::new();
+    drop(bed.with_v1().await);
+    let plan = bed.plan("OK v2 unhealthy", "kubectl v2", "Active");
+    let before = bed.systemd.restarts.load(Ordering::SeqCst);
+    {
+        let mut agent = bed.agent().await;
+        let systemd = bed.systemd.clone();
+        // Once v2's kubelet restarted (and fails its check), the rollback's restart hangs.
+        let arm = tokio::spawn(async move {
+            while systemd.restarts.load(Ordering::SeqCst) <= before {
+                tokio::task::yield_now().await;
+            }
+            systemd.hang.store(true, Ordering::SeqCst);
+        });
+        let run = agent.handle(Some(&plan));
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_secs(2), run)
+                .await
+                .is_err()
+        );
+        arm.await.unwrap();
+    }
+    let journal = bed.agent().await.journal().clone();
+    assert_eq!(journal.in_flight.as_ref().unwrap().step, Step::RollingBack);
+    bed.systemd.hang.store(false, Ordering::SeqCst);
+    // The plan was deleted meanwhile: the rollback is still finished.
+    let mut agent = bed.agent().await;
+    agent.handle(None).await.unwrap();
+    assert_eq!(bed.link(), "OK v1");
+    assert_eq!(bed.kubectl(), "kubectl v1");
+    assert!(agent.journal().in_flight.is_none());
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    assert!(
+        agent.journal().failure_of(&revision).is_some(),
+        "the failed revision is denied"
+    );
+}
