@@ -107,6 +107,9 @@ reasons! {
     RevisionDenied,
     /// The agent restarted too often in the middle of this update and gave up on it.
     TooManyAttempts,
+    /// The host no longer matches the committed revision (a managed link was changed or
+    /// removed by something else); the message names the path.
+    Drifted,
     /// The release passed validation.
     ValidRelease,
     /// The release breaks a rule (the message names every field).
