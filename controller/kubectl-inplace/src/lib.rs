@@ -83,7 +83,11 @@ pub fn status_lines(
 }
 
 /// `kubectl inplace status [rollout]`, once.
-pub async fn status(client: &Client, only: Option<&str>, style: &Style) -> anyhow::Result<Vec<String>> {
+pub async fn status(
+    client: &Client,
+    only: Option<&str>,
+    style: &Style,
+) -> anyhow::Result<Vec<String>> {
     let rollouts = Api::<NodeRollout>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -132,7 +136,10 @@ pub async fn watch(
     let (plans, plan_writer) = reflector::store::<NodeUpdatePlan>();
     let rollout_events = reflector(
         rollout_writer,
-        watcher(Api::<NodeRollout>::all(client.clone()), watcher::Config::default()),
+        watcher(
+            Api::<NodeRollout>::all(client.clone()),
+            watcher::Config::default(),
+        ),
     )
     .default_backoff()
     .map(|e| e.map(|_| ()));
@@ -146,21 +153,27 @@ pub async fn watch(
     )
     .default_backoff()
     .map(|e| e.map(|_| ()));
-    let mut events = futures::stream::select(rollout_events, plan_events);
+    let mut events = std::pin::pin!(futures::stream::select(rollout_events, plan_events));
     let mut last: Option<Vec<String>> = None;
     while let Some(event) = events.next().await {
         if let Err(e) = event {
             tracing::debug!("watch: {e}");
             continue;
         }
-        let all_rollouts: Vec<NodeRollout> = rollouts.state().iter().map(|r| (**r).clone()).collect();
+        let all_rollouts: Vec<NodeRollout> =
+            rollouts.state().iter().map(|r| (**r).clone()).collect();
         let all_plans: Vec<NodeUpdatePlan> = plans.state().iter().map(|p| (**p).clone()).collect();
         let frame = match &what {
-            Watched::Status(only) => match status_lines(&all_rollouts, &all_plans, only.as_deref(), &style) {
-                Ok(lines) => lines,
-                Err(e) => vec![format!("{e}")],
-            },
-            Watched::Plan(node) => match all_plans.iter().find(|p| p.metadata.name.as_deref() == Some(node)) {
+            Watched::Status(only) => {
+                match status_lines(&all_rollouts, &all_plans, only.as_deref(), &style) {
+                    Ok(lines) => lines,
+                    Err(e) => vec![format!("{e}")],
+                }
+            }
+            Watched::Plan(node) => match all_plans
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(node))
+            {
                 Some(p) => view::plan_explain(p, k8s_openapi::jiff::Timestamp::now(), &style),
                 None => vec![format!("node {node} has no NodeUpdatePlan (yet)")],
             },

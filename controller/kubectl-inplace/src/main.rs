@@ -11,7 +11,11 @@ use kubectl_inplace::view::Style;
 use kubectl_inplace::{Watched, client, plan, status, watch};
 
 #[derive(Parser)]
-#[command(name = "kubectl-inplace", version, about = "In-place node updates: rollouts and plans at a glance")]
+#[command(
+    name = "kubectl-inplace",
+    version,
+    about = "In-place node updates: rollouts and plans at a glance"
+)]
 struct Cli {
     /// A kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long, global = true)]
@@ -45,7 +49,10 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: starting the async runtime: {e}");

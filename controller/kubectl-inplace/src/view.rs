@@ -141,7 +141,10 @@ pub fn download_progress(plan: &NodeUpdatePlan) -> Option<(u64, u64)> {
     let mut total = 0u64;
     for a in &status.artifacts {
         let d = u64::try_from(a.bytes_done).unwrap_or(0);
-        let t = a.bytes_total.and_then(|t| u64::try_from(t).ok()).unwrap_or(d);
+        let t = a
+            .bytes_total
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or(d);
         done += d.min(t);
         total += t;
     }
@@ -162,7 +165,11 @@ pub fn ready_summary(plan: &NodeUpdatePlan) -> String {
 
 /// One line for one node: name, phase, download bar, and what the agent says.
 pub fn plan_line(plan: &NodeUpdatePlan, name_width: usize, style: &Style) -> String {
-    let name = plan.metadata.name.as_deref().unwrap_or(&plan.spec.node_name);
+    let name = plan
+        .metadata
+        .name
+        .as_deref()
+        .unwrap_or(&plan.spec.node_name);
     let phase = effective_phase(plan);
     let phase_text = style.paint(phase_color(phase), &format!("{:<11}", format!("{phase:?}")));
     let stale = phase == Phase::Pending
@@ -177,11 +184,7 @@ pub fn plan_line(plan: &NodeUpdatePlan, name_width: usize, style: &Style) -> Str
         (_, None) => (1, 1),
     };
     let bytes = if total > 1 {
-        format!(
-            "{:>9} / {:<9}",
-            human_bytes(done),
-            human_bytes(total)
-        )
+        format!("{:>9} / {:<9}", human_bytes(done), human_bytes(total))
     } else {
         " ".repeat(21)
     };
@@ -242,7 +245,11 @@ fn condition_line(c: &Condition) -> String {
 }
 
 /// A rollout with its nodes: header, rollout bar, conditions, one line per node.
-pub fn rollout_lines(rollout: &NodeRollout, plans: &[NodeUpdatePlan], style: &Style) -> Vec<String> {
+pub fn rollout_lines(
+    rollout: &NodeRollout,
+    plans: &[NodeUpdatePlan],
+    style: &Style,
+) -> Vec<String> {
     let owned = plans_of(rollout, plans);
     let name = rollout.metadata.name.as_deref().unwrap_or_default();
     let mut lines = Vec::new();
@@ -404,8 +411,15 @@ pub fn plan_explain(plan: &NodeUpdatePlan, now: Timestamp, style: &Style) -> Vec
     lines.push("  artifacts:".to_owned());
     let progress = plan.status.as_ref().map(|s| &s.artifacts);
     for a in &spec.content.artifacts {
-        let size = a.size.map(human_bytes).unwrap_or_else(|| "size ?".to_owned());
-        let target = a.path.as_deref().map(|p| format!(" → {p}")).unwrap_or_default();
+        let size = a
+            .size
+            .map(human_bytes)
+            .unwrap_or_else(|| "size ?".to_owned());
+        let target = a
+            .path
+            .as_deref()
+            .map(|p| format!(" → {p}"))
+            .unwrap_or_default();
         lines.push(format!(
             "    {} ({}, {size}, sha256 {}){target}",
             a.name,
@@ -457,13 +471,13 @@ pub fn plan_explain(plan: &NodeUpdatePlan, now: Timestamp, style: &Style) -> Vec
                 "  phase:         {}",
                 style.paint(phase_color(phase), &format!("{phase:?}"))
             ));
-            if status.phase != Some(phase) {
-                if let Some(p) = status.phase {
-                    lines.push(format!(
-                        "                 (agent reports {p:?} for revision {})",
-                        short_revision(status.target_revision.as_deref().unwrap_or("-"))
-                    ));
-                }
+            if let Some(p) = status.phase
+                && p != phase
+            {
+                lines.push(format!(
+                    "                 (agent reports {p:?} for revision {})",
+                    short_revision(status.target_revision.as_deref().unwrap_or("-"))
+                ));
             }
             lines.push(format!(
                 "  current:       {}",
@@ -495,10 +509,7 @@ pub fn plan_explain(plan: &NodeUpdatePlan, now: Timestamp, style: &Style) -> Vec
                     "  {}",
                     style.paint(
                         "31",
-                        &format!(
-                            "denied revisions: {}",
-                            status.failed_revisions.join(", ")
-                        )
+                        &format!("denied revisions: {}", status.failed_revisions.join(", "))
                     )
                 ));
             }
@@ -558,7 +569,10 @@ mod tests {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(3 * 1024 * 1024), "3.0 MiB");
-        assert_eq!(human_duration(std::time::Duration::from_millis(4200)), "4.2s");
+        assert_eq!(
+            human_duration(std::time::Duration::from_millis(4200)),
+            "4.2s"
+        );
         assert_eq!(human_duration(std::time::Duration::from_secs(65)), "1m05s");
     }
 
@@ -587,18 +601,30 @@ mod tests {
         assert_eq!(effective_phase(&p), Phase::Pending);
         let line = plan_line(&p, 6, &Style::plain());
         assert!(line.contains("Pending"), "{line}");
-        assert!(line.contains("waiting for the agent to pick up revision abcdef01"), "{line}");
-        let done = plan("node-2", json!({"phase": "Succeeded", "targetRevision": "abcdef0123456789", "currentRevision": "abcdef0123456789"}));
+        assert!(
+            line.contains("waiting for the agent to pick up revision abcdef01"),
+            "{line}"
+        );
+        let done = plan(
+            "node-2",
+            json!({"phase": "Succeeded", "targetRevision": "abcdef0123456789", "currentRevision": "abcdef0123456789"}),
+        );
         assert_eq!(effective_phase(&done), Phase::Succeeded);
     }
 
     #[test]
     fn rollout_view_has_a_bar_and_one_line_per_owned_node() {
         let plans = vec![
-            plan("node-2", json!({"phase": "Verifying", "targetRevision": "abcdef0123456789",
+            plan(
+                "node-2",
+                json!({"phase": "Verifying", "targetRevision": "abcdef0123456789",
                 "conditions": [{"type": "Ready", "status": "False", "reason": "Verifying",
-                  "message": "kubelet.service healthy for 2s of 5s", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})),
-            plan("node-1", json!({"phase": "Succeeded", "targetRevision": "abcdef0123456789", "currentRevision": "abcdef0123456789"})),
+                  "message": "kubelet.service healthy for 2s of 5s", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+            ),
+            plan(
+                "node-1",
+                json!({"phase": "Succeeded", "targetRevision": "abcdef0123456789", "currentRevision": "abcdef0123456789"}),
+            ),
         ];
         let r = rollout(json!({"revision": "abcdef0123456789",
             "nodes": {"total": 2, "succeeded": 1, "updating": 1, "staged": 0, "pending": 0, "failed": 0}}));
@@ -607,10 +633,17 @@ mod tests {
             lines[0],
             "NodeRollout demo → release kubelet-v2 (revision abcdef01), maxUnavailable 1, disruption Cordon"
         );
-        assert!(lines[1].contains("[##########----------]  50%  1/2 nodes succeeded"), "{}", lines[1]);
+        assert!(
+            lines[1].contains("[##########----------]  50%  1/2 nodes succeeded"),
+            "{}",
+            lines[1]
+        );
         assert!(lines[2].contains("node-1  Succeeded"), "{lines:?}");
         assert!(lines[3].contains("node-2  Verifying"), "{lines:?}");
-        assert!(lines[3].contains("kubelet.service healthy for 2s of 5s"), "{lines:?}");
+        assert!(
+            lines[3].contains("kubelet.service healthy for 2s of 5s"),
+            "{lines:?}"
+        );
         assert!(lines.iter().all(|l| !l.contains('\x1b')));
         let coloured = rollout_lines(&r, &plans, &Style::for_terminal(true));
         assert!(coloured.iter().any(|l| l.contains("\x1b[32mSucceeded")));

@@ -1,0 +1,221 @@
+//! `kubectl-inplace` against the API emulator: the binary with a kubeconfig, as kubectl runs
+//! a plugin, and `--watch` re-rendering on watch events.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
+use inplace_proto::{NodeRollout, NodeUpdatePlan};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kubectl_inplace::view::Style;
+use kubectl_inplace::{Watched, watch};
+use serde_json::{Value, json};
+
+const REV: &str = "abcdef0123456789abcdef0123456789";
+
+async fn emulator() -> (Handle, kube::Client) {
+    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/crds");
+    emulator.apply_crd_dir(&crds).await.unwrap();
+    let client = emulator.client().await.unwrap();
+    (emulator, client)
+}
+
+fn plan_json(name: &str) -> Value {
+    json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeUpdatePlan",
+        "metadata": {"name": name, "labels": {"inplace.dev/rollout": "workers"}},
+        "spec": {
+            "nodeName": name, "revision": REV, "release": "kubelet-v2", "desiredState": "Active",
+            "artifacts": [{"name": "kubernetes", "type": "Sysext",
+                "url": "http://127.0.0.1:9/kubernetes/kubernetes-v2.raw",
+                "sha256": "b".repeat(64), "size": 4194304}],
+            "activation": {"restartUnits": ["kubelet.service"]},
+            "healthChecks": {"units": ["kubelet.service"], "window": "5s", "timeout": "3m"},
+        }
+    })
+}
+
+async fn set_status(client: &kube::Client, name: &str, status: Value) {
+    Api::<NodeUpdatePlan>::all(client.clone())
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .unwrap();
+}
+
+fn ready(reason: &str, message: &str) -> Value {
+    json!([{"type": "Ready", "status": "False", "reason": reason, "message": message,
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+}
+
+async fn fleet(client: &kube::Client) {
+    let rollout: NodeRollout = serde_json::from_value(json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
+        "metadata": {"name": "workers"},
+        "spec": {"release": "kubelet-v2", "maxUnavailable": 1, "disruption": "Cordon"},
+    }))
+    .unwrap();
+    let rollouts = Api::<NodeRollout>::all(client.clone());
+    rollouts
+        .create(&PostParams::default(), &rollout)
+        .await
+        .unwrap();
+    rollouts
+        .patch_status(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"revision": REV,
+                "nodes": {"total": 2, "succeeded": 0, "updating": 1, "staged": 0, "pending": 1, "failed": 0}}})),
+        )
+        .await
+        .unwrap();
+    let plans = Api::<NodeUpdatePlan>::all(client.clone());
+    for name in ["node-a", "node-b"] {
+        let plan: NodeUpdatePlan = serde_json::from_value(plan_json(name)).unwrap();
+        plans.create(&PostParams::default(), &plan).await.unwrap();
+    }
+    set_status(
+        client,
+        "node-a",
+        json!({"phase": "Downloading", "targetRevision": REV,
+               "artifacts": [{"name": "kubernetes", "bytesDone": 1048576, "bytesTotal": 4194304}],
+               "conditions": ready("Downloading", "kubernetes: 1.0 MiB of 4.0 MiB")}),
+    )
+    .await;
+    set_status(
+        client,
+        "node-b",
+        json!({"phase": "RolledBack", "targetRevision": REV, "currentRevision": "1234567890abcdef",
+               "failedRevisions": [REV], "attempts": 1,
+               "conditions": ready("RolledBack", "HealthCheckFailed: kubelet.service restarted during the window")}),
+    )
+    .await;
+}
+
+fn plugin(emulator: &Handle, dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let kubeconfig = dir.join("kubeconfig");
+    emulator
+        .write_kubeconfig(&kubeconfig, &User::admin())
+        .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
+        .env("KUBECONFIG", &kubeconfig)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_plan_through_the_binary() {
+    let (emulator, client) = emulator().await;
+    fleet(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (em, path) = (&emulator, dir.path().to_owned());
+
+    let (ok, out, err) = tokio::task::block_in_place(|| plugin(em, &path, &["status"]));
+    assert!(ok, "{err}");
+    assert!(out.contains("NodeRollout workers → release kubelet-v2 (revision abcdef01), maxUnavailable 1, disruption Cordon"), "{out}");
+    assert!(
+        out.contains("rollout [--------------------]   0%  0/2 nodes succeeded"),
+        "{out}"
+    );
+    assert!(
+        out.contains("node-a  Downloading  [#####---------------]  25%"),
+        "{out}"
+    );
+    assert!(out.contains("node-b  RolledBack"), "{out}");
+    assert!(
+        out.contains("HealthCheckFailed: kubelet.service restarted"),
+        "{out}"
+    );
+    assert!(
+        !out.contains('\x1b'),
+        "no colours when stdout is not a terminal"
+    );
+
+    let (ok, out, err) = tokio::task::block_in_place(|| plugin(em, &path, &["status", "workers"]));
+    assert!(ok, "{err}");
+    assert!(out.contains("node-a"), "{out}");
+    let (ok, _, err) = tokio::task::block_in_place(|| plugin(em, &path, &["status", "nope"]));
+    assert!(!ok);
+    assert!(err.contains("NodeRollout nope not found"), "{err}");
+
+    let (ok, out, err) = tokio::task::block_in_place(|| plugin(em, &path, &["plan", "node-b"]));
+    assert!(ok, "{err}");
+    for want in [
+        "NodeUpdatePlan node-b",
+        "owner:         NodeRollout workers",
+        "release:       kubelet-v2",
+        "phase:         RolledBack",
+        "current:       1234567890abcdef",
+        "denied revisions: abcdef0123456789abcdef0123456789",
+        "RolledBack means:",
+        "next: The revision is denied on node-b",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
+    }
+    let (ok, _, err) = tokio::task::block_in_place(|| plugin(em, &path, &["plan", "ghost"]));
+    assert!(!ok);
+    assert!(err.contains("node ghost has no NodeUpdatePlan"), "{err}");
+}
+
+async fn wait_for(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<String>>,
+    want: &str,
+) -> Vec<String> {
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let frame = rx.recv().await.unwrap();
+            if frame.iter().any(|l| l.contains(want)) {
+                return frame;
+            }
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no frame with {want:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_redraws_on_changes() {
+    let (_emulator, client) = emulator().await;
+    fleet(&client).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
+    let watcher_client = client.clone();
+    let task = tokio::spawn(async move {
+        watch(
+            &watcher_client,
+            Watched::Status(Some("workers".into())),
+            Style::plain(),
+            move |frame| tx.send(frame).is_ok(),
+        )
+        .await
+    });
+    wait_for(&mut rx, "node-a  Downloading").await;
+    set_status(
+        &client,
+        "node-a",
+        json!({"phase": "Succeeded", "targetRevision": REV, "currentRevision": REV,
+               "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                 "message": "running abcdef01", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    )
+    .await;
+    let frame = wait_for(&mut rx, "node-a  Succeeded").await;
+    assert!(
+        frame
+            .iter()
+            .any(|l| l.contains("Succeeded: running abcdef01")),
+        "{frame:?}"
+    );
+    task.abort();
+}
