@@ -1,5 +1,64 @@
-//! `inplace-demo`: boots a local fleet and rolls a kubelet update across it.
+//! `inplace-demo`: the local demo fleet. Boots nspawn nodes running the real agent unit,
+//! starts the API emulator, the controller and an artifact server, brings the fleet to
+//! kubelet v1, then rolls v2 out with `maxUnavailable: 1` while drawing live progress, and
+//! prints a summary (time per node, kubelet downtime per swap). Cleans up on exit, on an
+//! error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`) builds what it needs.
 
-fn main() {
-    println!("inplace-demo {}", env!("CARGO_PKG_VERSION"));
+mod fleet;
+mod measure;
+mod render;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// The local demo fleet of inplace.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "inplace-demo", version, about)]
+pub struct Args {
+    /// How many nodes to boot.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub nodes: u32,
+    /// Loopback port of the API emulator (0: any free port).
+    #[arg(long, default_value_t = 16443)]
+    pub api_port: u16,
+    /// Node names are `<prefix>-1`, `<prefix>-2`, ...
+    #[arg(long, default_value = "demo")]
+    pub name_prefix: String,
+    /// Where the release binaries are (inplace-agent, inplace-controller, fake-kubelet,
+    /// kubectl-inplace). Default: next to this program.
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+    /// Where kubeconfig, images and logs go.
+    #[arg(long, default_value = "/var/tmp/inplace-demo")]
+    pub work_dir: PathBuf,
+    /// Do not wait for Enter at the end: clean up and exit (CI, tests).
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Seconds each kubelet image download takes (the artifact server throttles so the
+    /// download bars have something to show; 0: full speed).
+    #[arg(long, default_value_t = 4)]
+    pub download_seconds: u64,
+    /// Seconds the kubelet must stay healthy after a swap before the agent commits.
+    #[arg(long, default_value_t = 5)]
+    pub health_window: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("inplace-demo: starting the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(fleet::main(args));
+    // Background tasks (watches, pollers) end with the runtime.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    code
 }

@@ -1,0 +1,796 @@
+//! The demo, step by step: servers, images, nodes, controller, v1, then the v2 rollout.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::StreamExt as _;
+use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
+use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, Phase};
+use inplace_tests::artifact_server::{Artifact, ArtifactServer, Fault};
+use inplace_tests::fake_kubelet::{CONFIG_PATH, FakeKubeletConfig};
+use inplace_tests::nspawn::{Node, NodeFile, NodeOptions};
+use inplace_tests::sysext::{SysextBuilder, SysextImage, kubernetes_image_file_name};
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+use kubectl_inplace::view::{self, Style};
+use serde_json::json;
+
+use crate::Args;
+use crate::measure::{self, KubeletSeen, UnitRestart};
+use crate::render::Screen;
+
+/// The two kubelet versions the demo swaps between.
+const V1: &str = "v1.31.0";
+const V2: &str = "v1.32.0";
+/// The NodeRollout's name.
+const ROLLOUT: &str = "kubelet";
+/// The label that selects the demo's nodes.
+const FLEET_LABEL: &str = "inplace.dev/demo-fleet";
+/// Each node's kubelet listens on its own host-loopback port: the nodes share the host's
+/// network, so one port each (node configuration, like a real kubelet's config file).
+const FIRST_KUBELET_PORT: u16 = 31248;
+/// Patience for any one phase of the demo (a loaded 2-core machine is slow).
+const PATIENCE: Duration = Duration::from_secs(600);
+
+/// The kubelet unit shipped in the demo's sysext images: the image decides the kubelet
+/// (binary, version), the node decides its port (`/etc/default/kubelet`).
+const KUBELET_UNIT: &str = "[Unit]
+Description=kubelet (inplace demo stand-in, from the kubernetes sysext)
+StartLimitIntervalSec=0
+
+[Service]
+Type=simple
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=/bin/sh -c 'sed \"s/^port=.*/port=$${KUBELET_PORT:-10248}/\" /usr/lib/fake-kubelet/config > /run/kubelet-demo.conf && exec /usr/bin/kubelet --config /run/kubelet-demo.conf'
+Restart=always
+RestartSec=1
+";
+
+/// Runs the demo; every path out (success, error, Ctrl-C) cleans up.
+pub async fn main(args: Args) -> ExitCode {
+    let fleet = Arc::new(Mutex::new(Vec::<Node>::new()));
+    let mut keep = Keep::default();
+    let outcome = tokio::select! {
+        r = run(&args, &fleet, &mut keep) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (Ctrl-C)")),
+    };
+    let code = match &outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\ninplace-demo: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
+    println!("\ncleaning up: powering off the nodes, stopping the controller and the servers ...");
+    let nodes: Vec<Node> = fleet
+        .lock()
+        .map(|mut f| f.drain(..).collect())
+        .unwrap_or_default();
+    let offs = nodes.into_iter().map(|n| async move {
+        let name = n.name().to_owned();
+        if let Err(e) = n.poweroff().await {
+            eprintln!("  powering off {name}: {e}");
+        }
+    });
+    futures::future::join_all(offs).await;
+    if let Some(mut c) = keep.controller.take() {
+        let _ = c.start_kill();
+        let _ = c.wait().await;
+    }
+    drop(keep.artifacts.take());
+    if let Some(e) = keep.emulator.take() {
+        e.shutdown().await;
+    }
+    println!("done.");
+    code
+}
+
+/// What must outlive `run` until cleanup.
+#[derive(Default)]
+struct Keep {
+    emulator: Option<Handle>,
+    artifacts: Option<ArtifactServer>,
+    controller: Option<tokio::process::Child>,
+}
+
+/// Where the demo finds its programs and the repository's files.
+struct Paths {
+    agent: PathBuf,
+    controller: PathBuf,
+    fake_kubelet: PathBuf,
+    bin_dir: PathBuf,
+    repo: PathBuf,
+    work: PathBuf,
+}
+
+fn paths(args: &Args) -> anyhow::Result<Paths> {
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => std::env::current_exe()
+            .context("locating this program")?
+            .parent()
+            .context("this program's directory")?
+            .to_path_buf(),
+    };
+    let find = |name: &str| -> anyhow::Result<PathBuf> {
+        let p = bin_dir.join(name);
+        if p.is_file() {
+            Ok(p)
+        } else {
+            bail!(
+                "{} not found: build it first (scripts/demo.sh runs `cargo build --release -p inplace-agent -p inplace-controller -p inplace-tests -p kubectl-inplace --bins`)",
+                p.display()
+            )
+        }
+    };
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    Ok(Paths {
+        agent: find("inplace-agent")?,
+        controller: find("inplace-controller")?,
+        fake_kubelet: find("fake-kubelet")?,
+        bin_dir: bin_dir.clone(),
+        repo: repo.canonicalize().unwrap_or(repo),
+        work: args.work_dir.clone(),
+    })
+}
+
+fn step(text: &str) {
+    println!("==> {text}");
+}
+
+/// One node of the fleet, as the demo tracks it.
+#[derive(Debug, Clone)]
+struct Member {
+    name: String,
+    port: u16,
+}
+
+async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> anyhow::Result<()> {
+    let started = Instant::now();
+    inplace_tests::prereq::require_root()?;
+    inplace_tests::prereq::require_nspawn()?;
+    inplace_tests::prereq::require_squashfs_tools()?;
+    let paths = paths(args)?;
+    tokio::fs::create_dir_all(paths.work.join("images"))
+        .await
+        .with_context(|| format!("creating {}", paths.work.display()))?;
+    let tty = std::io::stdout().is_terminal();
+    let style = Style::for_terminal(tty);
+
+    // 1. The API server emulator, with the CRDs, and an admin kubeconfig for people.
+    step("starting the Kubernetes API emulator");
+    let emulator = Emulator::start(EmulatorConfig {
+        listen: ([127, 0, 0, 1], args.api_port).into(),
+        ..EmulatorConfig::default()
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "starting the API emulator on 127.0.0.1:{} (is another demo running? --api-port picks another port)",
+            args.api_port
+        )
+    })?;
+    emulator
+        .apply_crd_dir(&paths.repo.join("packaging/kubernetes/crds"))
+        .await
+        .context("installing the CRDs")?;
+    let kubeconfig = paths.work.join("kubeconfig");
+    emulator.write_kubeconfig(&kubeconfig, &User::admin())?;
+    let client = emulator.client().await?;
+    println!(
+        "    {} (kubeconfig {})",
+        emulator.url(),
+        kubeconfig.display()
+    );
+    keep.emulator = Some(emulator);
+
+    // 2. Kubelet sysext images v1 and v2, served by the artifact server.
+    step(&format!("building kubelet sysext images {V1} and {V2}"));
+    let v1 = kubelet_image(&paths, V1).await?;
+    let v2 = kubelet_image(&paths, V2).await?;
+    let server = ArtifactServer::start().await?;
+    for (version, image) in [(V1, &v1), (V2, &v2)] {
+        let path = format!("/kubernetes/{}", kubernetes_image_file_name(version));
+        server.put(&path, Artifact::file(&image.path)?);
+        if let Some(rate) = image.size.checked_div(args.download_seconds) {
+            server.fault(&path, Fault::Throttle(rate.max(1024)));
+        }
+        println!(
+            "    {} ({}, sha256 {}…)",
+            server.url(&path),
+            view::human_bytes(image.size),
+            &image.sha256[..12]
+        );
+    }
+
+    // 3. Node objects, then the nodes themselves with the agent installed as an image
+    //    builder would: binary, hardened unit (enabled), tmpfiles, config, kubeconfig.
+    let members: Vec<Member> = (1..=args.nodes)
+        .map(|i| Member {
+            name: format!("{}-{i}", args.name_prefix),
+            port: FIRST_KUBELET_PORT + u16::try_from(i).unwrap_or(0),
+        })
+        .collect();
+    let nodes_api: Api<KubeNode> = Api::all(client.clone());
+    for m in &members {
+        let node: KubeNode = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": m.name, "labels": {FLEET_LABEL: "true", "node-role.kubernetes.io/worker": ""}},
+            "spec": {},
+        }))?;
+        nodes_api
+            .create(&PostParams::default(), &node)
+            .await
+            .with_context(|| format!("creating Node {}", m.name))?;
+    }
+    let emulator = keep.emulator.as_ref().context("emulator")?;
+    step(&format!(
+        "booting {} nodes (systemd-nspawn, Debian bookworm; the first run builds the root filesystem, minutes)",
+        members.len()
+    ));
+    let boot_started = Instant::now();
+    let mut boots = Vec::new();
+    for m in &members {
+        let options = node_options(&paths, &server, emulator, m).await?;
+        let name = m.name.clone();
+        let fleet = Arc::clone(fleet);
+        boots.push(async move {
+            let node = Node::boot(&name, options)
+                .await
+                .with_context(|| format!("booting node {name}"))?;
+            println!("    {name} is up");
+            if let Ok(mut f) = fleet.lock() {
+                f.push(node);
+            }
+            anyhow::Ok(())
+        });
+    }
+    futures::future::try_join_all(boots).await?;
+    println!(
+        "    {} nodes up in {}",
+        members.len(),
+        view::human_duration(boot_started.elapsed())
+    );
+    for m in &members {
+        wait_agent(fleet, &m.name).await?;
+    }
+    println!("    inplace-agent.service active on every node");
+
+    // 4. The controller, as a separate process against the emulator.
+    step("starting inplace-controller");
+    let log_path = paths.work.join("controller.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let controller = tokio::process::Command::new(&paths.controller)
+        .args([
+            "run",
+            "--no-leader-election",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", paths.controller.display()))?;
+    keep.controller = Some(controller);
+    println!("    log: {}", log_path.display());
+
+    // 5. The fleet at v1: a release and a rollout that activates every node at once.
+    let releases: Api<NodeRelease> = Api::all(client.clone());
+    let rollouts: Api<NodeRollout> = Api::all(client.clone());
+    releases
+        .create(
+            &PostParams::default(),
+            &release(&server, "kubelet-v1", V1, &v1, args)?,
+        )
+        .await
+        .context("creating NodeRelease kubelet-v1")?;
+    step(&format!(
+        "bringing the fleet to kubelet {V1} (setup: NodeRollout {ROLLOUT}, release kubelet-v1, all nodes at once)"
+    ));
+    let rollout_v1: NodeRollout = serde_json::from_value(json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
+        "metadata": {"name": ROLLOUT},
+        "spec": {"release": "kubelet-v1", "nodeSelector": {"matchLabels": {FLEET_LABEL: "true"}},
+                 "maxUnavailable": "100%", "maxFailures": 0, "disruption": "None"},
+    }))?;
+    rollouts
+        .create(&PostParams::default(), &rollout_v1)
+        .await
+        .context("creating the NodeRollout")?;
+    let watch = Watch::start(&client);
+    follow(&watch, "kubelet-v1", &members, &style, tty, None, fleet).await?;
+    for m in &members {
+        let v = measure::kubelet_version(m.port).await;
+        if v.as_deref() != Some(V1) {
+            bail!("{}: the kubelet answers {v:?}, expected {V1}", m.name);
+        }
+    }
+    println!("    every kubelet answers {V1}");
+
+    // 6. The show: release v2, one node at a time, cordoned while it swaps.
+    releases
+        .create(
+            &PostParams::default(),
+            &release(&server, "kubelet-v2", V2, &v2, args)?,
+        )
+        .await
+        .context("creating NodeRelease kubelet-v2")?;
+    step(&format!(
+        "rolling out kubelet {V2}: NodeRollout {ROLLOUT} → release kubelet-v2, maxUnavailable 1, disruption Cordon"
+    ));
+    let seen: BTreeMap<String, Arc<Mutex<KubeletSeen>>> = members
+        .iter()
+        .map(|m| (m.name.clone(), Arc::new(Mutex::new(KubeletSeen::default()))))
+        .collect();
+    let pollers: Vec<_> = members
+        .iter()
+        .map(|m| measure::poll_kubelet(m.port, V1.into(), V2.into(), Arc::clone(&seen[&m.name])))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rollout_started = Instant::now();
+    rollouts
+        .patch(
+            ROLLOUT,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"release": "kubelet-v2", "maxUnavailable": 1, "disruption": "Cordon"}})),
+        )
+        .await
+        .context("pointing the rollout at kubelet-v2")?;
+    let timings = follow(
+        &watch,
+        "kubelet-v2",
+        &members,
+        &style,
+        tty,
+        Some(&seen),
+        fleet,
+    )
+    .await?;
+    let rollout_took = rollout_started.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for p in pollers {
+        p.abort();
+    }
+
+    // 7. Proof and summary.
+    let mut rows = Vec::new();
+    for m in &members {
+        let answer = measure::kubelet_version(m.port).await;
+        if answer.as_deref() != Some(V2) {
+            bail!("{}: the kubelet answers {answer:?}, expected {V2}", m.name);
+        }
+        let show = node_sh(
+            fleet,
+            &m.name,
+            "systemctl show kubelet.service -p ActiveExitTimestampMonotonic -p ActiveEnterTimestampMonotonic -p NRestarts; readlink /etc/extensions/kubernetes.raw",
+        )
+        .await?;
+        let restart = measure::parse_unit_restart(&show);
+        let link = show.lines().last().unwrap_or("").trim().to_owned();
+        let gap = seen[&m.name].lock().ok().and_then(|s| s.swap_gap());
+        rows.push((m.clone(), timings.get(&m.name).copied(), gap, restart, link));
+    }
+    summary(
+        &rows,
+        rollout_took,
+        started.elapsed(),
+        args.health_window,
+        &style,
+    );
+    let pids: Vec<(String, i32)> = fleet
+        .lock()
+        .map(|f| f.iter().map(|n| (n.name().to_owned(), n.pid1())).collect())
+        .unwrap_or_default();
+    inspect_hints(&paths, &kubeconfig, &members, &pids);
+    if !args.no_wait {
+        println!("\nThe fleet stays up while you look. Press Enter (or Ctrl-C) to clean up.");
+        let mut line = String::new();
+        let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+        let _ = tokio::io::AsyncBufReadExt::read_line(&mut stdin, &mut line).await;
+    }
+    Ok(())
+}
+
+async fn kubelet_image(paths: &Paths, version: &str) -> anyhow::Result<SysextImage> {
+    let binary = tokio::fs::read(&paths.fake_kubelet)
+        .await
+        .with_context(|| format!("reading {}", paths.fake_kubelet.display()))?;
+    let image = SysextBuilder::new("kubernetes")
+        .file("usr/bin/kubelet", binary, 0o755)
+        .file(
+            CONFIG_PATH.trim_start_matches('/'),
+            FakeKubeletConfig::healthy(version).render().into_bytes(),
+            0o644,
+        )
+        .file(
+            "usr/lib/systemd/system/kubelet.service",
+            KUBELET_UNIT.as_bytes().to_vec(),
+            0o644,
+        )
+        .build(
+            &paths
+                .work
+                .join("images")
+                .join(kubernetes_image_file_name(version)),
+        )
+        .await
+        .with_context(|| format!("building the {version} sysext"))?;
+    Ok(image)
+}
+
+fn release(
+    server: &ArtifactServer,
+    name: &str,
+    version: &str,
+    image: &SysextImage,
+    args: &Args,
+) -> anyhow::Result<NodeRelease> {
+    let url = server.url(&format!(
+        "/kubernetes/{}",
+        kubernetes_image_file_name(version)
+    ));
+    let value = json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
+        "metadata": {"name": name},
+        "spec": {
+            "version": version,
+            "artifacts": [{"name": "kubernetes", "type": "Sysext", "url": url,
+                           "sha256": image.sha256, "size": image.size}],
+            "activation": {"restartUnits": ["kubelet.service"]},
+            "healthChecks": {"units": ["kubelet.service"],
+                             "window": format!("{}s", args.health_window), "timeout": "3m"},
+        }
+    });
+    serde_json::from_value(value).with_context(|| format!("NodeRelease {name}"))
+}
+
+async fn node_options(
+    paths: &Paths,
+    server: &ArtifactServer,
+    emulator: &Handle,
+    m: &Member,
+) -> anyhow::Result<NodeOptions> {
+    let config = format!(
+        "# inplace-demo: artifacts come from the demo's artifact server on host loopback\n\
+         [policy]\nallowed_url_prefixes = [\"{}\"]\nallow_http = true\n\
+         [activation]\nhealth_interval = \"200ms\"\n",
+        server.url("/")
+    );
+    Ok(NodeOptions {
+        files: vec![
+            NodeFile::from_host(&paths.agent, "/usr/bin/inplace-agent", 0o755).await?,
+            NodeFile::from_host(
+                paths.repo.join("systemd/inplace-agent.service"),
+                "/etc/systemd/system/inplace-agent.service",
+                0o644,
+            )
+            .await?,
+            NodeFile::from_host(
+                paths.repo.join("systemd/inplace-agent.tmpfiles.conf"),
+                "/usr/lib/tmpfiles.d/inplace-agent.conf",
+                0o644,
+            )
+            .await?,
+            NodeFile::new("/etc/inplace/agent.toml", config, 0o644),
+            NodeFile::new(
+                "/etc/kubernetes/kubelet.conf",
+                emulator.kubeconfig_yaml(&User::node(&m.name)),
+                0o600,
+            ),
+            NodeFile::new(
+                "/etc/default/kubelet",
+                format!("KUBELET_PORT={}\n", m.port),
+                0o644,
+            ),
+        ],
+        enable_units: vec!["inplace-agent.service".to_owned()],
+        ..NodeOptions::default()
+    })
+}
+
+async fn node_sh(
+    fleet: &Arc<Mutex<Vec<Node>>>,
+    name: &str,
+    script: &str,
+) -> anyhow::Result<String> {
+    // Exec needs the node across an await: take it out of the fleet and put it back.
+    let node = {
+        let mut f = fleet.lock().map_err(|_| anyhow::anyhow!("fleet lock"))?;
+        let i = f
+            .iter()
+            .position(|n| n.name() == name)
+            .with_context(|| format!("node {name} is not running"))?;
+        f.swap_remove(i)
+    };
+    let out = node.sh(script).await;
+    if let Ok(mut f) = fleet.lock() {
+        f.push(node);
+    }
+    Ok(out?.stdout_text())
+}
+
+async fn wait_agent(fleet: &Arc<Mutex<Vec<Node>>>, name: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let state = node_sh(
+            fleet,
+            name,
+            "systemctl is-active inplace-agent.service || true",
+        )
+        .await?;
+        if state.trim() == "active" {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let journal = node_sh(
+                fleet,
+                name,
+                "journalctl -u inplace-agent.service -n 40 --no-pager",
+            )
+            .await?;
+            bail!("the agent on {name} is {}:\n{journal}", state.trim());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Caches of rollouts and plans, kept by watches for the rest of the demo.
+struct Watch {
+    rollouts: reflector::Store<NodeRollout>,
+    plans: reflector::Store<NodeUpdatePlan>,
+    _tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Watch {
+    fn start(client: &kube::Client) -> Watch {
+        let (rollouts, rw) = reflector::store::<NodeRollout>();
+        let (plans, pw) = reflector::store::<NodeUpdatePlan>();
+        let r = reflector(
+            rw,
+            watcher(
+                Api::<NodeRollout>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff();
+        let p = reflector(
+            pw,
+            watcher(
+                Api::<NodeUpdatePlan>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff();
+        let tasks = vec![
+            tokio::spawn(async move { r.for_each(|_| async {}).await }),
+            tokio::spawn(async move { p.for_each(|_| async {}).await }),
+        ];
+        Watch {
+            rollouts,
+            plans,
+            _tasks: tasks,
+        }
+    }
+
+    fn snapshot(&self) -> (Option<NodeRollout>, Vec<NodeUpdatePlan>) {
+        let rollout = self
+            .rollouts
+            .state()
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(ROLLOUT))
+            .map(|r| (**r).clone());
+        let plans = self.plans.state().iter().map(|p| (**p).clone()).collect();
+        (rollout, plans)
+    }
+}
+
+/// When a node was granted its slot (plan `desiredState: Active` for the release) and when
+/// it succeeded, as seen by the demo's watch (resolution: the 250 ms redraw).
+#[derive(Debug, Clone, Copy)]
+struct NodeTiming {
+    granted: Option<Instant>,
+    succeeded: Option<Instant>,
+}
+
+/// Draws progress until every member's plan for `release` succeeded; fails when the
+/// rollout halts or a node fails.
+async fn follow(
+    watch: &Watch,
+    release: &str,
+    members: &[Member],
+    style: &Style,
+    tty: bool,
+    seen: Option<&BTreeMap<String, Arc<Mutex<KubeletSeen>>>>,
+    fleet: &Arc<Mutex<Vec<Node>>>,
+) -> anyhow::Result<BTreeMap<String, NodeTiming>> {
+    let mut screen = Screen::new(tty);
+    let started = Instant::now();
+    let mut timings: BTreeMap<String, NodeTiming> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let (rollout, plans) = watch.snapshot();
+        let now = Instant::now();
+        let mut all_done = rollout.is_some();
+        for m in members {
+            let plan = plans.iter().find(|p| {
+                p.metadata.name.as_deref() == Some(m.name.as_str())
+                    && p.spec.release.as_deref() == Some(release)
+            });
+            let t = timings.entry(m.name.clone()).or_insert(NodeTiming {
+                granted: None,
+                succeeded: None,
+            });
+            let Some(plan) = plan else {
+                all_done = false;
+                continue;
+            };
+            if plan.spec.desired_state == inplace_proto::DesiredState::Active && t.granted.is_none()
+            {
+                t.granted = Some(now);
+            }
+            match view::effective_phase(plan) {
+                Phase::Succeeded => {
+                    if t.succeeded.is_none() {
+                        t.succeeded = Some(now);
+                    }
+                }
+                Phase::Failed | Phase::RolledBack => {
+                    let journal = node_sh(
+                        fleet,
+                        &m.name,
+                        "journalctl -u inplace-agent.service -n 30 --no-pager",
+                    )
+                    .await
+                    .unwrap_or_default();
+                    bail!(
+                        "{} ended {:?}: {}\nagent journal:\n{journal}",
+                        m.name,
+                        view::effective_phase(plan),
+                        view::ready_summary(plan)
+                    );
+                }
+                _ => all_done = false,
+            }
+        }
+        let mut frame = Vec::new();
+        if let Some(r) = &rollout {
+            if r.spec.release == release {
+                frame.extend(view::rollout_lines(r, &plans, style));
+            } else {
+                all_done = false;
+            }
+            if r.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Halted" && c.status == "True")
+            }) {
+                screen.draw(&frame, &[]);
+                bail!("the rollout halted");
+            }
+        }
+        if let Some(seen) = seen {
+            let mut kubelets = Vec::new();
+            for m in members {
+                let v = seen[&m.name]
+                    .lock()
+                    .ok()
+                    .and_then(|s| s.version.clone())
+                    .unwrap_or_else(|| "no answer".to_owned());
+                kubelets.push(format!("{}={v}", m.name));
+            }
+            frame.push(format!("  kubelets answering: {}", kubelets.join("  ")));
+        }
+        let clock = vec![format!(
+            "  elapsed {}",
+            view::human_duration(started.elapsed())
+        )];
+        screen.draw(&frame, &clock);
+        if all_done {
+            screen.finish();
+            return Ok(timings);
+        }
+        if started.elapsed() > PATIENCE {
+            bail!(
+                "the rollout did not finish within {}",
+                view::human_duration(PATIENCE)
+            );
+        }
+    }
+}
+
+/// One node's line in the summary: timing, gap seen by the poller, systemd's restart, link.
+type Row = (
+    Member,
+    Option<NodeTiming>,
+    Option<Duration>,
+    Option<UnitRestart>,
+    String,
+);
+
+fn summary(
+    rows: &[Row],
+    rollout_took: Duration,
+    total: Duration,
+    health_window: u64,
+    style: &Style,
+) {
+    let bold = |s: &str| {
+        if style.color {
+            format!("\x1b[1m{s}\x1b[0m")
+        } else {
+            s.to_owned()
+        }
+    };
+    println!("\n{}", bold("Summary"));
+    println!(
+        "  {:<10} {:>16} {:>20} {:>22} {:>9}  sysext link",
+        "node", "slot → success", "kubelet unanswered", "kubelet.service down", "restarts"
+    );
+    for (m, timing, gap, restart, link) in rows {
+        let took = timing
+            .and_then(|t| Some(t.succeeded?.saturating_duration_since(t.granted?)))
+            .map(view::human_duration)
+            .unwrap_or_else(|| "-".to_owned());
+        let gap = gap
+            .map(|g| format!("{} ms", g.as_millis()))
+            .unwrap_or_else(|| "-".to_owned());
+        let (down, restarts) = match restart {
+            Some(r) => (
+                format!("{} ms", r.down.as_millis()),
+                r.n_restarts.to_string(),
+            ),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
+        println!(
+            "  {:<10} {took:>16} {gap:>20} {down:>22} {restarts:>9}  {link}",
+            m.name
+        );
+    }
+    println!(
+        "  rollout of {V2}: {}   whole demo: {}",
+        view::human_duration(rollout_took),
+        view::human_duration(total)
+    );
+    println!(
+        "  slot → success: from the controller granting the node (plan desiredState Active) to the agent\n\
+         \x20   reporting Succeeded, seen by the demo's watch (±250 ms); includes the {health_window}s health window.\n\
+         \x20 kubelet unanswered: last {V1} answer to first {V2} answer to GET /version, polled every {} ms\n\
+         \x20   from the host (the downtime a client saw).\n\
+         \x20 kubelet.service down: systemd's ActiveExit → ActiveEnter timestamps of the restart (the unit's\n\
+         \x20   own downtime); restarts: NRestarts (crashes restarted by systemd; 0 is good).",
+        measure::POLL_EVERY.as_millis()
+    );
+}
+
+fn inspect_hints(paths: &Paths, kubeconfig: &Path, members: &[Member], pids: &[(String, i32)]) {
+    let first = members.first().map(|m| m.name.as_str()).unwrap_or("demo-1");
+    println!("\nLook around (in another shell, while this one waits):");
+    println!("  export KUBECONFIG={}", kubeconfig.display());
+    println!(
+        "  export PATH={}:$PATH   # kubectl-inplace, the kubectl plugin",
+        paths.bin_dir.display()
+    );
+    println!("  kubectl get nodereleases,noderollouts");
+    println!("  kubectl get nodeupdateplans -o wide");
+    println!("  kubectl inplace status");
+    println!("  kubectl inplace plan {first}");
+    println!("  kubectl get events --sort-by=.metadata.creationTimestamp");
+    for (name, pid) in pids {
+        println!("  nsenter -t {pid} -a journalctl -u inplace-agent   # on {name} (or: -a bash)");
+    }
+    println!(
+        "  controller log: {}",
+        paths.work.join("controller.log").display()
+    );
+}
