@@ -110,6 +110,10 @@ pub struct FailedRevision {
     pub failure: Failure,
     /// When.
     pub at: DateTime<Utc>,
+    /// Whether it had been activated and was rolled back (then the status keeps saying
+    /// `RolledBack` for it, also after a restart); false for a staging failure.
+    #[serde(default)]
+    pub rolled_back: bool,
 }
 
 /// Everything the agent remembers across restarts.
@@ -146,6 +150,7 @@ impl Journal {
             revision: revision.to_owned(),
             failure,
             at,
+            rolled_back: false,
         });
         if self.failed.len() > MAX_FAILED {
             let excess = self.failed.len() - MAX_FAILED;

@@ -8,6 +8,7 @@
 //! (sd_notify), and [`update`], which coordinates them.
 
 pub mod archive;
+pub mod failpoints;
 pub mod fetch;
 pub mod health;
 pub mod journal;

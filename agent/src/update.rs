@@ -260,6 +260,22 @@ impl Agent {
                     );
                     return Ok(());
                 }
+                Action::Deny(failed) if failed.rolled_back => {
+                    // What happened to this revision, also after a restart that finished
+                    // an interrupted rollback without a plan to report to.
+                    self.report(
+                        view.as_ref(),
+                        Report::new(
+                            Phase::RolledBack,
+                            Reason::RolledBack,
+                            format!(
+                                "rolled back revision {} ({}: {}); the previous revision runs; not retried until the plan changes",
+                                failed.revision, failed.failure.reason, failed.failure.message
+                            ),
+                        ),
+                    );
+                    return Ok(());
+                }
                 Action::Deny(failed) => {
                     self.report(
                         view.as_ref(),
@@ -323,6 +339,11 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// A crash-injection point (inert without the `failpoints` feature).
+    fn failpoint(&self, name: &str) {
+        crate::failpoints::hit(&self.settings.paths.lock_file, name);
     }
 
     async fn save(&self) -> Result<(), AgentError> {
@@ -535,6 +556,7 @@ impl Agent {
             });
             self.save().await?;
         }
+        self.failpoint("stage.begin");
         self.report(
             Some(view),
             Report::new(
@@ -558,7 +580,10 @@ impl Agent {
                 }
             };
             match staged {
-                Ok(links) => staged_links.extend(links),
+                Ok(links) => {
+                    self.failpoint("stage.artifact");
+                    staged_links.extend(links);
+                }
                 Err(failure) => {
                     tracing::warn!(artifact = %artifact.name, reason = %failure.reason, message = %failure.message, "staging failed");
                     let candidates: Vec<PathBuf> = staged_links
@@ -581,6 +606,7 @@ impl Agent {
             }
         }
         self.save().await?;
+        self.failpoint("stage.done");
         Ok(Staging::Done)
     }
 
@@ -847,8 +873,12 @@ impl Agent {
                 format!("activating revision {revision}"),
             ),
         );
+        self.failpoint("activate.begin");
 
-        if let Err(failure) = self.switch_to(&flight_links, &view.content).await {
+        if let Err(failure) = self
+            .switch_to(&flight_links, &view.content, "activate")
+            .await
+        {
             return self
                 .roll_back(Some(view), RollbackCause::Failed(failure))
                 .await;
@@ -866,6 +896,7 @@ impl Agent {
                 format!("verifying revision {revision}"),
             ),
         );
+        self.failpoint("verify.begin");
         let checks = health::Plan::of(
             &view.content.health_checks,
             view.content.kubernetes_version.as_deref(),
@@ -874,6 +905,7 @@ impl Agent {
         let result = {
             // The status shows the health clock, but writes at most every 5 s per node.
             let progress = |line: String| {
+                self.failpoint("verify.progress");
                 if self.progress_due(std::time::Duration::from_secs(5)) {
                     self.report(
                         Some(view),
@@ -899,11 +931,18 @@ impl Agent {
     }
 
     /// Points every link at its target, refreshes sysext, reloads, restarts units.
-    async fn switch_to(&self, targets: &[Link], content: &UpdateContent) -> Result<(), Failure> {
+    async fn switch_to(
+        &self,
+        targets: &[Link],
+        content: &UpdateContent,
+        stage: &'static str,
+    ) -> Result<(), Failure> {
         let swaps = targets.to_vec();
+        let lock = self.settings.paths.lock_file.clone();
         blocking(move || {
             for link in &swaps {
                 links::swap_symlink(&link.path, &link.target)?;
+                crate::failpoints::hit(&lock, "activate.swap");
             }
             Ok(())
         })
@@ -917,13 +956,20 @@ impl Agent {
             targets
                 .iter()
                 .any(|l| l.path.starts_with(&self.settings.paths.extensions_dir)),
+            stage,
         )
         .await
     }
 
     /// Refreshes sysext (when `sysext_touched`), proves `content`'s extensions merged,
     /// reloads units when asked, restarts `content`'s units in order.
-    async fn refresh(&self, content: &UpdateContent, sysext_touched: bool) -> Result<(), Failure> {
+    /// `stage` ("activate" or "rollback") names the failpoints passed.
+    async fn refresh(
+        &self,
+        content: &UpdateContent,
+        sysext_touched: bool,
+        stage: &'static str,
+    ) -> Result<(), Failure> {
         let systemd = &self.host.systemd;
         if sysext_touched || content.has_sysext() {
             systemd
@@ -951,6 +997,7 @@ impl Agent {
                     });
                 }
             }
+            self.failpoint(&format!("{stage}.sysext_refreshed"));
         }
         if content.daemon_reload() {
             systemd.daemon_reload().await.map_err(|e| Failure {
@@ -963,14 +1010,17 @@ impl Agent {
                 reason: Reason::UnitFailed,
                 message: e.to_string(),
             })?;
+            self.failpoint(&format!("{stage}.unit_restarted"));
         }
         Ok(())
     }
 
     async fn commit(&mut self, view: &PlanView) -> Result<(), AgentError> {
         let revision = view.revision.clone();
+        self.failpoint("commit.before");
         let dropped = self.journal.commit(Utc::now());
         self.save().await?;
+        self.failpoint("commit.saved");
         tracing::info!(%revision, "committed");
         if let Some(dropped) = dropped {
             let candidates = dropped.links.iter().map(|l| l.target.clone()).collect();
@@ -1006,6 +1056,7 @@ impl Agent {
         flight.failure = failure.clone();
         let flight = flight.clone();
         self.save().await?;
+        self.failpoint("rollback.begin");
         // Report only about the revision the plan asks for.
         let view = view.filter(|v| v.revision == flight.revision);
         let why = failure.as_ref().map_or_else(
@@ -1031,7 +1082,17 @@ impl Agent {
         }
         match outcome {
             Ok(()) => {
+                if failure.is_some()
+                    && let Some(entry) = self
+                        .journal
+                        .failed
+                        .iter_mut()
+                        .find(|f| f.revision == flight.revision)
+                {
+                    entry.rolled_back = true;
+                }
                 self.save().await?;
+                self.failpoint("rollback.saved");
                 self.collect(flight.links.iter().map(|l| l.target.clone()).collect())
                     .await;
                 let backups = store::backup_dir(&self.settings, &flight.revision);
@@ -1078,9 +1139,11 @@ impl Agent {
         let sysext_touched = before
             .iter()
             .any(|b| b.path.starts_with(&self.settings.paths.extensions_dir));
+        let lock = self.settings.paths.lock_file.clone();
         blocking(move || {
             for b in before.iter().rev() {
                 links::restore_prior(&b.path, &b.prior)?;
+                crate::failpoints::hit(&lock, "rollback.restore");
             }
             Ok(())
         })
@@ -1099,7 +1162,7 @@ impl Agent {
         content.activation.restart_units = flight.content.activation.restart_units.clone();
         content.activation.daemon_reload =
             Some(flight.content.daemon_reload() || content.daemon_reload());
-        self.refresh(&content, sysext_touched).await?;
+        self.refresh(&content, sysext_touched, "rollback").await?;
         let mut checks = health::Plan::of(
             &content.health_checks,
             content.kubernetes_version.as_deref(),
@@ -1109,7 +1172,10 @@ impl Agent {
             // Nothing committed: the expected kubelet version is unknown.
             checks.kubelet_version = None;
         }
-        let progress = |line: String| (self.host.notify)(&format!("rolling back: {line}"));
+        let progress = |line: String| {
+            self.failpoint("rollback.verify");
+            (self.host.notify)(&format!("rolling back: {line}"));
+        };
         health::verify(
             &checks,
             self.host.systemd.as_ref(),

@@ -128,8 +128,11 @@ async fn rolls_back(image: &str, reason: &str) {
     let fetches = bed.fetcher.calls.load(Ordering::SeqCst);
     agent.handle(Some(&plan)).await.unwrap();
     assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), fetches);
-    assert_eq!(bed.ready().1, "RevisionDenied");
-    assert_eq!(bed.last().phase, Some(Phase::Failed));
+    // The status keeps saying what happened (rolled back), and that it is not retried.
+    let (_, r, message) = bed.ready();
+    assert_eq!(r, "RolledBack");
+    assert!(message.contains("not retried"), "{message}");
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
     // A new revision goes ahead.
     agent
         .handle(Some(&bed.plan("OK v3", "kubectl v3", "Active")))
@@ -476,4 +479,10 @@ async fn crash_during_rollback_finishes_it_on_restart_whatever_the_plan() {
         agent.journal().failure_of(&revision).is_some(),
         "the failed revision is denied"
     );
+    // The finishing pass had no plan to report to; when the plan is seen again the status
+    // says the revision was rolled back (not merely "denied").
+    agent.handle(Some(&plan)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    assert_eq!(bed.ready().1, "RolledBack");
+    assert_eq!(bed.link(), "OK v1");
 }

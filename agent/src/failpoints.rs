@@ -1,0 +1,66 @@
+//! Crash injection for the crash-matrix suite (`agent/tests/crash_matrix.rs`).
+//!
+//! With the cargo feature `failpoints`, [`hit`] reads the file `failpoints` next to the
+//! single-instance lock (by default `/run/inplace/failpoints`); when one of its lines names
+//! the point being passed, the file is removed (the point fires once) and the process
+//! SIGKILLs itself: exactly "kill -9 at step X", no unwinding, no destructors, no flush.
+//! Without the feature [`hit`] is an empty inline function: release builds and the
+//! packaged binary carry no failpoint code (`cargo build --release` never enables it; the
+//! feature is switched on only for this package's own tests through a self
+//! dev-dependency).
+//!
+//! Points (update): `stage.begin`, `stage.artifact`, `stage.done`, `activate.begin`,
+//! `activate.swap`, `activate.sysext_refreshed`, `activate.unit_restarted`,
+//! `verify.begin`, `verify.progress`, `commit.before`, `commit.saved`.
+//! Points (rollback): `rollback.begin`, `rollback.restore`, `rollback.sysext_refreshed`,
+//! `rollback.unit_restarted`, `rollback.verify`, `rollback.saved`.
+
+use std::path::Path;
+
+/// Every named point, in the order an update (then a rollback) passes them.
+pub const POINTS: &[&str] = &[
+    "stage.begin",
+    "stage.artifact",
+    "stage.done",
+    "activate.begin",
+    "activate.swap",
+    "activate.sysext_refreshed",
+    "activate.unit_restarted",
+    "verify.begin",
+    "verify.progress",
+    "commit.before",
+    "commit.saved",
+    "rollback.begin",
+    "rollback.restore",
+    "rollback.sysext_refreshed",
+    "rollback.unit_restarted",
+    "rollback.verify",
+    "rollback.saved",
+];
+
+/// Passes the point `name`; kills the process when it is armed (feature `failpoints`).
+#[cfg(feature = "failpoints")]
+pub fn hit(lock_file: &Path, name: &str) {
+    let Some(dir) = lock_file.parent() else {
+        return;
+    };
+    let file = dir.join("failpoints");
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return;
+    };
+    if text.lines().any(|l| l.trim() == name) {
+        let _ = std::fs::remove_file(&file);
+        tracing::error!(
+            failpoint = name,
+            "failpoint armed: killing the agent (SIGKILL)"
+        );
+        let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
+        // SIGKILL to oneself is delivered before kill(2) returns; never continue.
+        std::process::abort();
+    }
+}
+
+/// Passes the point `name`; without the feature `failpoints` this does nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(_lock_file: &Path, _name: &str) {}

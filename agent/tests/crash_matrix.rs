@@ -1,0 +1,500 @@
+//! Crash matrix on a real systemd host (issue 7, item 1).
+//!
+//! One Debian node booted with systemd-nspawn runs the real agent binary under the
+//! shipped, hardened unit (plus a drop-in `RestartSec=1s`, so a case does not wait the
+//! shipped 10 s for each restart). The binary is this package's test build, which has the
+//! `failpoints` feature (see `src/failpoints.rs`): writing a point's name to
+//! `/run/inplace/failpoints` makes the agent SIGKILL itself when it passes that point.
+//!
+//! Each case starts from a committed, healthy revision, arms one point (or schedules a
+//! SIGKILL from outside after a random delay), and applies a new revision: a healthy one
+//! (update points) or one whose kubelet dies (rollback points). systemd restarts the agent
+//! with the point disarmed (it fires once); the case waits for the final phase and checks
+//! the invariant of faults.md on the host and in the status:
+//! * the sysext link and the managed binary link point at complete files whose sha256 is
+//!   the one of the expected revision (new after an update, old after a rollback); no
+//!   `.inplace-new` temporaries; the staging directory is empty;
+//! * the merged /usr is the healthy image and kubelet.service is active;
+//! * the previous committed revision's image is still on disk;
+//! * the status says `Succeeded` / `RolledBack` with the right `currentRevision`, and a
+//!   revision that was rolled back was never reported `Succeeded`;
+//! * the point really fired (the file is gone, systemd counted one more restart).
+//!
+//! CI (default): every named point once plus two random kills. Long mode:
+//! `INPLACE_CRASH_MATRIX=long cargo nextest run -p inplace-agent --test crash_matrix`
+//! runs every point three times and random kills until at least 100 crashes were injected
+//! (`INPLACE_CRASH_MATRIX_MIN` overrides the 100).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use inplace_api_emulator::{Emulator, EmulatorConfig, User};
+use inplace_proto::{NodeUpdatePlan, Phase};
+use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::nspawn::{Node, NodeOptions};
+use inplace_tests::sysext::{SysextBuilder, SysextImage};
+use kube::api::{Patch, PatchParams, PostParams};
+use sha2::Digest;
+
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Points an update to a healthy revision passes.
+const UPDATE_POINTS: &[&str] = &[
+    "stage.begin",
+    "stage.artifact",
+    "stage.done",
+    "activate.begin",
+    "activate.swap",
+    "activate.sysext_refreshed",
+    "activate.unit_restarted",
+    "verify.begin",
+    "verify.progress",
+    "commit.before",
+    "commit.saved",
+];
+
+/// Points a rollback passes (the new revision's kubelet dies).
+const ROLLBACK_POINTS: &[&str] = &[
+    "rollback.begin",
+    "rollback.restore",
+    "rollback.sysext_refreshed",
+    "rollback.unit_restarted",
+    "rollback.verify",
+    "rollback.saved",
+];
+
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    Point(&'static str),
+    /// SIGKILL from outside this long after the plan changed.
+    After(Duration),
+}
+
+struct Bed {
+    api: kube::Api<NodeUpdatePlan>,
+    server: ArtifactServer,
+    node: Node,
+    healthy: (Vec<u8>, String),
+    broken: (Vec<u8>, String),
+    /// The committed case tag and revision.
+    committed: (String, String),
+    injected: usize,
+    cases: usize,
+}
+
+async fn image(dir: &Path, tag: &str, healthy: bool) -> SysextImage {
+    let kubelet: &[u8] = if healthy {
+        b"#!/bin/sh\nexec sleep infinity\n"
+    } else {
+        b"#!/bin/sh\nsleep 1\nexit 1\n"
+    };
+    let flavor: &[u8] = if healthy { b"healthy\n" } else { b"broken\n" };
+    SysextBuilder::new("kubernetes")
+        .file("usr/bin/kubelet-sim", kubelet.to_vec(), 0o755)
+        .file("usr/lib/kubelet-flavor", flavor.to_vec(), 0o644)
+        .build(&dir.join(format!("kubernetes-{tag}.raw")))
+        .await
+        .expect("mksquashfs")
+}
+
+fn kubectl(tag: &str) -> Vec<u8> {
+    format!("#!/bin/sh\necho kubectl-{tag}\n").into_bytes()
+}
+
+impl Bed {
+    fn plan(&self, tag: &str, healthy: bool) -> NodeUpdatePlan {
+        let name = self.node.name();
+        let (bytes, sha) = if healthy { &self.healthy } else { &self.broken };
+        let plan = serde_json::json!({
+            "apiVersion": "inplace.dev/v1alpha1",
+            "kind": "NodeUpdatePlan",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": name,
+                "desiredState": "Active",
+                "artifacts": [
+                    {"name": "kubernetes", "type": "Sysext",
+                     "url": self.server.url(&format!("/{tag}/kubernetes-{tag}.raw")),
+                     "sha256": sha, "size": bytes.len()},
+                    {"name": "kubectl", "type": "Binary",
+                     "url": self.server.url(&format!("/{tag}/kubectl")),
+                     "sha256": hex::encode(sha2::Sha256::digest(kubectl(tag))),
+                     "path": "/opt/bin/kubectl"},
+                ],
+                "activation": {"restartUnits": ["kubelet.service"]},
+                "healthChecks": {"units": ["kubelet.service"], "window": "1s", "timeout": "60s"},
+            }
+        });
+        serde_json::from_value(plan).unwrap()
+    }
+
+    fn publish(&self, tag: &str, healthy: bool) {
+        let bytes = if healthy {
+            &self.healthy.0
+        } else {
+            &self.broken.0
+        };
+        self.server
+            .put_bytes(&format!("/{tag}/kubernetes-{tag}.raw"), bytes.clone());
+        self.server
+            .put_bytes(&format!("/{tag}/kubectl"), kubectl(tag));
+    }
+
+    async fn restarts(&self) -> u64 {
+        let out = self
+            .node
+            .systemctl(&[
+                "show",
+                "-p",
+                "NRestarts",
+                "--value",
+                "inplace-agent.service",
+            ])
+            .await
+            .unwrap();
+        out.trim().parse().unwrap_or(0)
+    }
+
+    async fn diagnostics(&self) -> String {
+        let status = self
+            .api
+            .get(self.node.name())
+            .await
+            .ok()
+            .and_then(|p| p.status);
+        let journal = self
+            .node
+            .journal("inplace-agent.service", 120)
+            .await
+            .unwrap_or_default();
+        format!("status: {status:?}\nagent journal:\n{journal}")
+    }
+
+    /// Waits until the status reports `want` for `revision`; fails at once if it reports
+    /// `Succeeded` for a revision that must be rolled back.
+    async fn wait_final(&self, want: Phase, revision: &str, label: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(plan) = self.api.get(self.node.name()).await
+                && let Some(status) = plan.status.as_ref()
+                && status.target_revision.as_deref() == Some(revision)
+            {
+                if want == Phase::RolledBack && status.phase == Some(Phase::Succeeded) {
+                    panic!(
+                        "{label}: an unhealthy revision was reported Succeeded\n{}",
+                        self.diagnostics().await
+                    );
+                }
+                if status.phase == Some(want) {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{label}: never reached {want:?}\n{}",
+                    self.diagnostics().await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The invariant of faults.md on the host and in the status, with `tag` / `revision`
+    /// committed and `previous` still on disk.
+    async fn check_invariant(&self, tag: &str, revision: &str, previous: &str, label: &str) {
+        let node = &self.node;
+        let link = node
+            .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
+            .await
+            .unwrap();
+        let expected = format!("/opt/extensions/kubernetes/kubernetes-{tag}.raw");
+        assert_eq!(link.trim(), expected, "{label}: sysext link");
+        let sum = node.exec_ok(&["sha256sum", &expected]).await.unwrap();
+        assert!(
+            sum.starts_with(&self.healthy.1),
+            "{label}: sysext image is complete and verified: {sum}"
+        );
+        let bin = node
+            .exec_ok(&["readlink", "/opt/bin/kubectl"])
+            .await
+            .unwrap();
+        let bin_sum = node.exec_ok(&["sha256sum", bin.trim()]).await.unwrap();
+        assert!(
+            bin_sum.starts_with(&hex::encode(sha2::Sha256::digest(kubectl(tag)))),
+            "{label}: kubectl link → {bin}: {bin_sum}"
+        );
+        assert_eq!(
+            node.exec_ok(&["/opt/bin/kubectl"]).await.unwrap().trim(),
+            format!("kubectl-{tag}"),
+            "{label}"
+        );
+        assert_eq!(
+            node.exec_ok(&["cat", "/usr/lib/kubelet-flavor"])
+                .await
+                .unwrap()
+                .trim(),
+            "healthy",
+            "{label}: the merged /usr is the committed image"
+        );
+        assert!(
+            node.is_active("kubelet.service").await.unwrap(),
+            "{label}: kubelet runs\n{}",
+            self.diagnostics().await
+        );
+        if previous != tag {
+            assert!(
+                node.exists(format!(
+                    "/opt/extensions/kubernetes/kubernetes-{previous}.raw"
+                ))
+                .await
+                .unwrap(),
+                "{label}: the previous revision ({previous}) is still on disk"
+            );
+        }
+        let leftovers = node
+            .sh_ok(
+                "find /etc/extensions /opt/bin /opt/extensions -name '*.inplace-new*'; \
+                 ls -A /var/lib/inplace/tmp 2>/dev/null || true",
+            )
+            .await
+            .unwrap();
+        assert!(
+            leftovers.trim().is_empty(),
+            "{label}: temporaries left: {leftovers}"
+        );
+        let status = self.api.get(node.name()).await.unwrap().status.unwrap();
+        assert_eq!(
+            status.current_revision.as_deref(),
+            Some(revision),
+            "{label}: currentRevision"
+        );
+    }
+
+    /// One case: from the committed revision to a new one, killed once on the way.
+    async fn case(&mut self, kill: Kill, healthy: bool) {
+        self.cases += 1;
+        let tag = format!("c{}", self.cases);
+        let label = format!("case {tag} ({kill:?}, healthy={healthy})");
+        self.publish(&tag, healthy);
+        let plan = self.plan(&tag, healthy);
+        let revision = inplace_proto::revision_of(&plan.spec.content);
+        let restarts = self.restarts().await;
+        if let Kill::Point(point) = kill {
+            self.node
+                .write_file("/run/inplace/failpoints", point.as_bytes(), 0o644)
+                .await
+                .unwrap();
+        }
+        let patch = serde_json::json!({"spec": plan.spec});
+        self.api
+            .patch(
+                self.node.name(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+        if let Kill::After(delay) = kill {
+            tokio::time::sleep(delay).await;
+            self.node
+                .systemctl(&["kill", "--signal=SIGKILL", "inplace-agent.service"])
+                .await
+                .unwrap();
+        }
+        let want = if healthy {
+            Phase::Succeeded
+        } else {
+            Phase::RolledBack
+        };
+        self.wait_final(want, &revision, &label).await;
+        // The point fired exactly when armed: the file is gone and systemd restarted the
+        // agent. (A random kill may land after the final phase: it still must not harm.)
+        assert!(
+            !self.node.exists("/run/inplace/failpoints").await.unwrap(),
+            "{label}: the failpoint was never passed\n{}",
+            self.diagnostics().await
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.restarts().await <= restarts {
+            assert!(
+                Instant::now() < deadline,
+                "{label}: systemd did not restart the agent"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.injected += 1;
+        self.node
+            .wait_active("inplace-agent.service", Duration::from_secs(60))
+            .await
+            .unwrap();
+        // After a random kill, let the restarted agent settle on the final state.
+        self.wait_final(want, &revision, &label).await;
+        let previous = self.committed.clone();
+        if healthy {
+            self.committed = (tag.clone(), revision.clone());
+        }
+        let (ctag, crev) = self.committed.clone();
+        self.check_invariant(&ctag, &crev, &previous.0, &label)
+            .await;
+        let status = self
+            .api
+            .get(self.node.name())
+            .await
+            .unwrap()
+            .status
+            .unwrap();
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        let reason = if healthy { "Succeeded" } else { "RolledBack" };
+        assert_eq!(ready.reason, reason, "{label}: {}", ready.message);
+        eprintln!("{label}: ok");
+    }
+}
+
+async fn boot() -> (inplace_api_emulator::Handle, Bed, tempfile::TempDir) {
+    inplace_tests::prereq::require_nspawn().expect("prerequisites");
+    inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
+    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
+    emulator.apply_crd_dir(&crds).await.unwrap();
+    let api: kube::Api<NodeUpdatePlan> = kube::Api::all(emulator.client().await.unwrap());
+    let server = ArtifactServer::start().await.unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let healthy = image(work.path(), "healthy", true).await;
+    let broken = image(work.path(), "broken", false).await;
+
+    let name = Node::unique_name("crash");
+    let node = Node::boot(&name, NodeOptions::default())
+        .await
+        .expect("node boots");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    node.copy_from_host(
+        env!("CARGO_BIN_EXE_inplace-agent"),
+        "/usr/bin/inplace-agent",
+        0o755,
+    )
+    .await
+    .unwrap();
+    node.copy_from_host(
+        root.join("systemd/inplace-agent.service"),
+        "/etc/systemd/system/inplace-agent.service",
+        0o644,
+    )
+    .await
+    .unwrap();
+    // The shipped unit, restarted after 1 s instead of 10 s.
+    node.write_file(
+        "/etc/systemd/system/inplace-agent.service.d/restart.conf",
+        b"[Service]\nRestartSec=1s\n",
+        0o644,
+    )
+    .await
+    .unwrap();
+    node.copy_from_host(
+        root.join("systemd/inplace-agent.tmpfiles.conf"),
+        "/usr/lib/tmpfiles.d/inplace-agent.conf",
+        0o644,
+    )
+    .await
+    .unwrap();
+    let config = format!(
+        "[policy]\nallowed_url_prefixes = [\"{}\"]\nallow_http = true\n\
+         [activation]\nhealth_interval = \"200ms\"\n",
+        server.url("/")
+    );
+    node.write_file("/etc/inplace/agent.toml", config.as_bytes(), 0o644)
+        .await
+        .unwrap();
+    node.write_file(
+        "/etc/kubernetes/kubelet.conf",
+        emulator.kubeconfig_yaml(&User::node(&name)).as_bytes(),
+        0o600,
+    )
+    .await
+    .unwrap();
+    node.write_file(
+        "/etc/systemd/system/kubelet.service",
+        b"[Unit]\nDescription=kubelet stand-in from the kubernetes sysext\n[Service]\nExecStart=/usr/bin/kubelet-sim\nRestart=no\n",
+        0o644,
+    )
+    .await
+    .unwrap();
+    node.sh_ok("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
+        .await
+        .unwrap();
+    node.wait_active("inplace-agent.service", Duration::from_secs(60))
+        .await
+        .expect("the agent starts under its hardened unit");
+
+    let read = |img: &SysextImage| {
+        let path = img.path.clone();
+        let sha = img.sha256.clone();
+        async move { (tokio::fs::read(&path).await.unwrap(), sha) }
+    };
+    let mut bed = Bed {
+        api,
+        server,
+        node,
+        healthy: read(&healthy).await,
+        broken: read(&broken).await,
+        committed: (String::new(), String::new()),
+        injected: 0,
+        cases: 0,
+    };
+    // First install, no crash.
+    let tag = "c0".to_owned();
+    bed.publish(&tag, true);
+    let plan = bed.plan(&tag, true);
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    bed.api.create(&PostParams::default(), &plan).await.unwrap();
+    bed.wait_final(Phase::Succeeded, &revision, "first install")
+        .await;
+    bed.committed = (tag.clone(), revision.clone());
+    bed.check_invariant(&tag, &revision, &tag, "first install")
+        .await;
+    (emulator, bed, work)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
+    let long = std::env::var("INPLACE_CRASH_MATRIX").is_ok_and(|v| v == "long");
+    let minimum: usize = std::env::var("INPLACE_CRASH_MATRIX_MIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let (_emulator, mut bed, _work) = boot().await;
+    let started = Instant::now();
+    let rounds = if long { 3 } else { 1 };
+    for _ in 0..rounds {
+        for point in UPDATE_POINTS {
+            bed.case(Kill::Point(point), true).await;
+        }
+        for point in ROLLBACK_POINTS {
+            bed.case(Kill::Point(point), false).await;
+        }
+    }
+    let randoms = if long {
+        minimum.saturating_sub(bed.injected)
+    } else {
+        2
+    };
+    for i in 0..randoms {
+        let delay = Duration::from_millis(rand::random_range(0..4000));
+        bed.case(Kill::After(delay), i % 3 != 2).await;
+    }
+    eprintln!(
+        "crash matrix: {} injected crashes ({} cases) in {:?}",
+        bed.injected,
+        bed.cases,
+        started.elapsed()
+    );
+    if long {
+        assert!(bed.injected >= minimum);
+    }
+    bed.node.poweroff().await.unwrap();
+}
