@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench
 
 ## Every check CI runs: formatting, lints, and every test.
 test: deps lint unit fuzz-short
@@ -13,6 +13,10 @@ deps:
 ## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
 demo:
 	@./scripts/demo.sh
+
+## Benchmarks against the machine's limits and the peers: one table, written to docs/benchmarks.md.
+bench:
+	@./scripts/bench.sh $(BENCH_ARGS)
 
 lint:
 	$(CARGO) fmt --all --check
@@ -27,7 +31,7 @@ testbed:
 	$(CARGO) run -q -p inplace-tests --bin inplace-testbed -- build-rootfs
 
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := plan agent_config archive
+FUZZ_TARGETS := plan agent_config archive capi_hooks
 ## Run every fuzz target for FUZZ_SECONDS (nightly toolchain, cargo-fuzz).
 fuzz-short:
 	@for target in $(FUZZ_TARGETS); do \
