@@ -243,14 +243,23 @@ impl Agent {
                         .as_ref()
                         .map(|v| v.revision.clone())
                         .unwrap_or_default();
-                    self.report(
-                        view.as_ref(),
-                        Report::new(
-                            Phase::Succeeded,
-                            Reason::Succeeded,
-                            format!("revision {revision} is committed and healthy"),
-                        ),
+                    let mut report = Report::new(
+                        Phase::Succeeded,
+                        Reason::Succeeded,
+                        format!("revision {revision} is committed and healthy"),
                     );
+                    // Report only: re-applying could fight whoever changed the host; a new
+                    // plan revision (or putting the link back) ends it.
+                    if let Some(drift) = self.drift() {
+                        tracing::warn!(message = %drift, "host drifted from the committed revision");
+                        report.message =
+                            format!("revision {revision} is committed, but the host drifted");
+                        report.degraded = Some(Failure {
+                            reason: Reason::Drifted,
+                            message: drift,
+                        });
+                    }
+                    self.report(view.as_ref(), report);
                     return Ok(());
                 }
                 Action::Refuse(problems) => {
@@ -339,6 +348,35 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// The first managed path that no longer points at the committed revision's file (or
+    /// whose file is gone), described; `None` when the host matches the journal.
+    fn drift(&self) -> Option<String> {
+        let committed = self.journal.committed.as_ref()?;
+        committed.links.iter().find_map(|l| {
+            if !links::points_at(&l.path, &l.target) {
+                let now = std::fs::read_link(&l.path).map_or_else(
+                    |_| "is not a symlink (or is missing)".to_owned(),
+                    |t| format!("points at {}", t.display()),
+                );
+                Some(format!(
+                    "{} {now}, not at {} (committed revision {})",
+                    l.path.display(),
+                    l.target.display(),
+                    committed.revision
+                ))
+            } else if !l.target.exists() {
+                Some(format!(
+                    "{} points at {}, which is missing (committed revision {})",
+                    l.path.display(),
+                    l.target.display(),
+                    committed.revision
+                ))
+            } else {
+                None
+            }
+        })
     }
 
     /// A crash-injection point (inert without the `failpoints` feature).

@@ -486,3 +486,45 @@ async fn crash_during_rollback_finishes_it_on_restart_whatever_the_plan() {
     assert_eq!(bed.ready().1, "RolledBack");
     assert_eq!(bed.link(), "OK v1");
 }
+
+#[tokio::test]
+async fn drift_is_reported_degraded_naming_the_path_and_clears_when_repaired() {
+    let bed = Bed::new();
+    let mut agent = bed.with_v1().await;
+    let plan = bed.plan("OK v1", "kubectl v1", "Active");
+    let kubectl = bed.root().join("opt/bin/kubectl");
+    let target = std::fs::read_link(&kubectl).unwrap();
+    // Someone points the managed binary elsewhere.
+    let elsewhere = bed.root().join("elsewhere");
+    std::fs::write(&elsewhere, "#!/bin/sh\necho not ours\n").unwrap();
+    std::fs::remove_file(&kubectl).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &kubectl).unwrap();
+    agent.handle(Some(&plan)).await.unwrap();
+    let status = bed.last();
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "Drifted")
+    );
+    assert!(
+        degraded.message.contains(&kubectl.display().to_string())
+            && degraded.message.contains("elsewhere"),
+        "{}",
+        degraded.message
+    );
+    // Report only: the host is left as it is.
+    assert_eq!(std::fs::read_link(&kubectl).unwrap(), elsewhere);
+    // Put back: no longer degraded.
+    std::fs::remove_file(&kubectl).unwrap();
+    std::os::unix::fs::symlink(&target, &kubectl).unwrap();
+    agent.handle(Some(&plan)).await.unwrap();
+    assert_eq!(
+        bed.degraded(),
+        ("False".to_owned(), "AsExpected".to_owned())
+    );
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+}
