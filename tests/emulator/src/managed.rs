@@ -484,14 +484,21 @@ pub fn apply(
     let mut list = current.map(entries).unwrap_or_default();
     let mut merged = current.cloned().unwrap_or_else(|| json!({}));
     if let Some(cur) = current {
-        let mut conflicts: Vec<(String, Vec<String>)> = Vec::new();
+        let mut conflicts: Vec<(String, Vec<String>)> = Vec::new(); // (who, field)
         for e in &list {
             if e.manager == manager && e.operation == "Apply" {
                 continue;
             }
             for p in e.fields.intersection(&applied) {
                 if value_at(cur, p) != value_at(config, p) && p.last().is_none_or(|l| l != ".") {
-                    conflicts.push((e.manager.clone(), p.clone()));
+                    conflicts.push((
+                        if e.operation == "Apply" {
+                            format!("conflict with \"{}\" using {}", e.manager, e.api_version)
+                        } else {
+                            format!("conflict with \"{}\"", e.manager)
+                        },
+                        p.clone(),
+                    ));
                 }
             }
         }
@@ -501,13 +508,13 @@ pub fn apply(
                 .iter()
                 .map(|(m, p)| Cause {
                     reason: "FieldManagerConflict".into(),
-                    message: format!("conflict with \"{m}\""),
+                    message: m.clone(),
                     field: render_path(p),
                 })
                 .collect();
             let lines: Vec<String> = conflicts
                 .iter()
-                .map(|(m, p)| format!("conflict with \"{m}\": {}", render_path(p)))
+                .map(|(m, p)| format!("{m}: {}", render_path(p)))
                 .collect();
             let plural = if n == 1 { "" } else { "s" };
             let mut err = ApiError::new(
