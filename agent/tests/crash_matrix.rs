@@ -498,3 +498,117 @@ async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
     }
     bed.node.poweroff().await.unwrap();
 }
+
+/// faults.md § Crashes: "API server unreachable for minutes; watch ends with 410 Gone; 409
+/// on status write — keep the node safe from the local journal, relist, re-apply status;
+/// report within seconds of recovery", on a real node (a 60 s outage stands for minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
+    use inplace_api_emulator::OutageKind;
+    let (emulator, mut bed, _work) = boot().await;
+
+    // An update is under way when the API server goes away for 60 s.
+    bed.cases += 1;
+    let tag = format!("c{}", bed.cases);
+    bed.publish(&tag, true);
+    let plan = bed.plan(&tag, true);
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    let patch = serde_json::json!({"spec": plan.spec});
+    bed.api
+        .patch(
+            bed.node.name(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let status = bed.api.get(bed.node.name()).await.unwrap().status;
+        if status.is_some_and(|s| s.target_revision.as_deref() == Some(revision.as_str())) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent never saw the plan");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let outage = Duration::from_secs(60);
+    let started = Instant::now();
+    emulator
+        .faults()
+        .outage(outage, OutageKind::ConnectionRefused);
+    // The node finishes the update from its journal while the API is gone.
+    let expected = format!("/opt/extensions/kubernetes/kubernetes-{tag}.raw");
+    loop {
+        let link = bed
+            .node
+            .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
+            .await
+            .unwrap();
+        let journal: serde_json::Value = bed
+            .node
+            .read_file("/var/lib/inplace/journal.json")
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        if link.trim() == expected
+            && bed.node.is_active("kubelet.service").await.unwrap()
+            && journal["committed"]["revision"].as_str() == Some(revision.as_str())
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < outage - Duration::from_secs(5),
+            "the update did not finish during the outage: link {link}\n{}",
+            bed.node
+                .journal("inplace-agent.service", 60)
+                .await
+                .unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(outage.saturating_sub(started.elapsed())).await;
+    emulator.faults().end_outage();
+    let recovered = Instant::now();
+    bed.wait_final(Phase::Succeeded, &revision, "after the outage")
+        .await;
+    let catch_up = recovered.elapsed();
+    eprintln!("status caught up {catch_up:?} after a {outage:?} outage");
+    assert!(
+        catch_up < Duration::from_secs(15),
+        "status caught up only after {catch_up:?}"
+    );
+    let previous = bed.committed.0.clone();
+    bed.committed = (tag.clone(), revision.clone());
+    bed.check_invariant(&tag, &revision, &previous, "outage")
+        .await;
+
+    // A 409 storm on status writes, the watch cut and told 410 Gone: the next update is
+    // seen (relist), applied and reported.
+    emulator.faults().gone_next_watches(2);
+    emulator.faults().cut_watches();
+    bed.cases += 1;
+    let tag = format!("c{}", bed.cases);
+    bed.publish(&tag, true);
+    let plan = bed.plan(&tag, true);
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    let patch = serde_json::json!({"spec": plan.spec});
+    bed.api
+        .patch(
+            bed.node.name(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    // The next 8 writes conflict (the agent's status writes; with backoff capped at 5 s
+    // that is about 20 s of 409s).
+    emulator.faults().conflict_next_writes(8);
+    bed.wait_final(Phase::Succeeded, &revision, "after 409s and 410")
+        .await;
+    let previous = bed.committed.0.clone();
+    bed.committed = (tag.clone(), revision.clone());
+    bed.check_invariant(&tag, &revision, &previous, "409 storm")
+        .await;
+    bed.node.poweroff().await.unwrap();
+}
