@@ -141,9 +141,18 @@ pub fn download_progress(plan: &NodeUpdatePlan) -> Option<(u64, u64)> {
     let mut total = 0u64;
     for a in &status.artifacts {
         let d = u64::try_from(a.bytes_done).unwrap_or(0);
+        // The agent may not know the total before the server says; the plan's size does.
+        let planned = plan
+            .spec
+            .content
+            .artifacts
+            .iter()
+            .find(|s| s.name == a.name)
+            .and_then(|s| s.size);
         let t = a
             .bytes_total
             .and_then(|t| u64::try_from(t).ok())
+            .or(planned)
             .unwrap_or(d);
         done += d.min(t);
         total += t;
@@ -205,7 +214,7 @@ pub fn plan_line(plan: &NodeUpdatePlan, name_width: usize, style: &Style) -> Str
 /// Counts of a rollout's nodes: `(succeeded, total)`, from the rollout's status when the
 /// controller has written one, else from the plans.
 pub fn rollout_counts(rollout: &NodeRollout, plans: &[&NodeUpdatePlan]) -> (u64, u64) {
-    if let Some(status) = rollout.status.as_ref()
+    if let Some(status) = current_status(rollout)
         && status.nodes.total > 0
         && status.revision.is_some()
     {
@@ -217,6 +226,16 @@ pub fn rollout_counts(rollout: &NodeRollout, plans: &[&NodeUpdatePlan]) -> (u64,
         .filter(|p| effective_phase(p) == Phase::Succeeded)
         .count();
     (succeeded as u64, plans.len() as u64)
+}
+
+/// The rollout's status when the controller has caught up with its spec (a status written
+/// for an older generation describes the previous release).
+pub fn current_status(rollout: &NodeRollout) -> Option<&inplace_proto::NodeRolloutStatus> {
+    let status = rollout.status.as_ref()?;
+    match (status.observed_generation, rollout.metadata.generation) {
+        (Some(seen), Some(now)) if seen < now => None,
+        _ => Some(status),
+    }
 }
 
 /// The plans a rollout owns (by the controller's label), sorted by name.
@@ -253,9 +272,7 @@ pub fn rollout_lines(
     let owned = plans_of(rollout, plans);
     let name = rollout.metadata.name.as_deref().unwrap_or_default();
     let mut lines = Vec::new();
-    let revision = rollout
-        .status
-        .as_ref()
+    let revision = current_status(rollout)
         .and_then(|s| s.revision.as_deref())
         .map(|r| format!(" (revision {})", short_revision(r)))
         .unwrap_or_default();
@@ -271,9 +288,7 @@ pub fn rollout_lines(
         if rollout.spec.paused { ", PAUSED" } else { "" },
     ));
     let (succeeded, total) = rollout_counts(rollout, &owned);
-    let counts = rollout
-        .status
-        .as_ref()
+    let counts = current_status(rollout)
         .map(|s| {
             format!(
                 "  updating {}, staged {}, pending {}, failed {}",
@@ -285,7 +300,7 @@ pub fn rollout_lines(
         "  rollout {}  {succeeded}/{total} nodes succeeded{counts}",
         bar(succeeded, total, style.bar_width)
     ));
-    if let Some(status) = rollout.status.as_ref() {
+    if let Some(status) = current_status(rollout) {
         for c in &status.conditions {
             if c.status == "True" || c.type_ == "Progressing" {
                 let code = match (c.type_.as_str(), c.status.as_str()) {
@@ -645,6 +660,14 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines.iter().all(|l| !l.contains('\x1b')));
+        let mut moved = r.clone();
+        moved.metadata.generation = Some(2);
+        moved.status.as_mut().unwrap().observed_generation = Some(1);
+        let stale = rollout_lines(&moved, &plans, &Style::plain());
+        assert!(
+            stale[1].contains("1/2 nodes succeeded") && !stale[0].contains("revision"),
+            "a status for an older generation is not shown: {stale:?}"
+        );
         let coloured = rollout_lines(&r, &plans, &Style::for_terminal(true));
         assert!(coloured.iter().any(|l| l.contains("\x1b[32mSucceeded")));
     }

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub nodes: u32,
     /// Loopback port of the API emulator (0: any free port).
-    #[arg(long, default_value_t = 16443)]
+    #[arg(long, default_value_t = 26443)]
     pub api_port: u16,
     /// Node names are `<prefix>-1`, `<prefix>-2`, ...
     #[arg(long, default_value = "demo")]
