@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages
 
 ## Every check CI runs: formatting, lints, and every test.
 test: deps lint unit fuzz-short
@@ -48,3 +48,7 @@ docs:
 	@table=$$($(CARGO) run -q -p inplace-proto --example reasons_table) && \
 	python3 -c 'import sys,re; p="docs/usage/troubleshooting.md"; s=open(p).read(); t=sys.argv[1]+"\n"; \
 	open(p,"w").write(re.sub(r"(<!-- reasons:begin -->\n).*?(<!-- reasons:end -->)", lambda m: m.group(1)+t+m.group(2), s, flags=re.S))' "$$table"
+
+## Node packages from a release build, into target/packages/: the agent sysext image (Flatcar), the .deb, SHA256SUMS.
+packages:
+	@./scripts/package.sh

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds every node package from a release build of the agent into target/packages/:
+#   inplace-agent-<version>-x86-64.raw   systemd-sysext image (Flatcar, any sysext host)
+#   inplace-agent_<version>_amd64.deb    Debian/Ubuntu package (image-builder)
+#   SHA256SUMS
+# usage: scripts/package.sh [BINARY]   (default: cargo build --release -p inplace-agent)
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+target=${CARGO_TARGET_DIR:-$repo/target}
+out=${PACKAGES_DIR:-$repo/target/packages}
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
+if [[ $# -ge 1 ]]; then
+    binary=$1
+else
+    ${CARGO:-cargo} build --release --locked -p inplace-agent --bin inplace-agent
+    binary=$target/release/inplace-agent
+fi
+mkdir -p "$out"
+packaging/node/build-sysext.sh "$binary" "$version" "$out"
+packaging/node/build-deb.sh "$binary" "$version" "$out"
