@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make bench`: install the public tools the benchmarks compare against, build release
+# binaries, run every measurement, print one table and write docs/benchmarks.md.
+# Not a timed test: CI does not gate on it. Arguments go to `inplace-bench all`
+# (e.g. --quick, --size-mib 256, --reps 3, --idle-seconds 60, --fleet-nodes 30000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v nginx >/dev/null || need+=(nginx-light)
+command -v curl >/dev/null || need+=(curl)
+command -v openssl >/dev/null || need+=(openssl)
+command -v hyperfine >/dev/null || need+=(hyperfine)
+[ -x /usr/bin/time ] || need+=(time)
+command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v mksquashfs >/dev/null || need+=(squashfs-tools)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "bench: installing ${need[*]}"
+    apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 ||
+        { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
+fi
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+cargo build --release -q -p inplace-bench -p inplace-agent -p inplace-tests --bin inplace-bench --bin inplace-agent --bin fake-kubelet
+cargo run --release -q -p inplace-tests --bin inplace-testbed -- build-rootfs
+exec "$CARGO_TARGET_DIR/release/inplace-bench" all "$@"

@@ -1,0 +1,432 @@
+//! (1) Download + verify of one large artifact from loopback HTTP servers (Debian's nginx
+//! and the test bed's artifact server): the agent's fetcher against `curl -o f` (the
+//! disk-write limit), `curl -o f && sha256sum f` and `curl | tee f | openssl dgst -sha256`.
+//!
+//! The served file is in the page cache (read once before every run); every contender
+//! writes to the same directory on the same disk; the destination is removed and `sync`
+//! run before every run so no run pays for an earlier one's writeback. Repetitions are
+//! interleaved (contender order rotates per repetition) and medians reported.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use inplace_agent::fetch::{Fetcher, HttpFetcher};
+use inplace_agent::settings::{DownloadSettings, Policy};
+use inplace_proto::{Artifact, ArtifactType};
+use inplace_tests::artifact_server::{self, ArtifactServer};
+use sha2::{Digest, Sha256};
+
+use crate::util::{median, secs, timed_sh};
+use crate::{Opts, Row};
+
+const MIB: u64 = 1 << 20;
+
+/// Child-process entry: one fetch with the agent's `HttpFetcher`; prints
+/// `<seconds> <VmHWM KiB>` on stdout.
+pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result<()> {
+    let settings = DownloadSettings {
+        attempts: 1,
+        connect_timeout: Duration::from_secs(5),
+        stall_timeout: Duration::from_secs(30),
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(1),
+    };
+    let policy = Policy {
+        allowed_url_prefixes: vec!["http://127.0.0.1:".into()],
+        allow_http: true,
+        allowed_target_dirs: vec![],
+        allowed_units: vec![],
+        max_artifact_size: size,
+        allow_remote_health_checks: false,
+    };
+    let fetcher = HttpFetcher::new(&settings, &policy)?;
+    let artifact = Artifact {
+        name: "bench".into(),
+        kind: ArtifactType::Sysext,
+        url: url.into(),
+        sha256: sha256.into(),
+        size: Some(size),
+        path: None,
+        members: vec![],
+    };
+    let started = Instant::now();
+    let path = fetcher.fetch(&artifact, dir, &|_| {}).await?;
+    let took = started.elapsed();
+    let hwm = crate::util::status_field("self", "VmHWM").unwrap_or(0);
+    println!("{:.6} {hwm} {}", took.as_secs_f64(), path.display());
+    Ok(())
+}
+
+/// A file of `size` pseudo-random bytes (cached by size); returns its sha256.
+fn ensure_source(path: &Path, size: u64) -> Result<String> {
+    let sha_path = path.with_extension("sha256");
+    if let (Ok(meta), Ok(sha)) = (std::fs::metadata(path), std::fs::read_to_string(&sha_path))
+        && meta.len() == size
+        && sha.trim().len() == 64
+    {
+        return Ok(sha.trim().to_owned());
+    }
+    eprintln!("download: writing a {} MiB source file", size / MIB);
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?,
+    );
+    let mut hasher = Sha256::new();
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut block = vec![0u8; MIB as usize];
+    let mut left = size;
+    while left > 0 {
+        for chunk in block.chunks_exact_mut(8) {
+            // xorshift64*: incompressible, cheap.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            chunk.copy_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+        }
+        let n = left.min(MIB) as usize;
+        hasher.update(&block[..n]);
+        file.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    file.flush()?;
+    let sha = hex::encode(hasher.finalize());
+    std::fs::write(&sha_path, &sha)?;
+    Ok(sha)
+}
+
+struct Nginx {
+    child: tokio::process::Child,
+    port: u16,
+    conf: PathBuf,
+}
+
+impl Nginx {
+    /// A fast shutdown through the master (SIGTERM), so no worker outlives it.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn start_nginx(dir: &Path, www: &Path) -> Result<Nginx> {
+    let prefix = dir.join("nginx");
+    std::fs::create_dir_all(&prefix)?;
+    let port = free_port()?;
+    let p = prefix.display();
+    let conf = prefix.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off;\nworker_processes 1;\npid {p}/nginx.pid;\nerror_log {p}/error.log;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n\
+             \x20 client_body_temp_path {p}/body;\n  proxy_temp_path {p}/proxy;\n\
+             \x20 fastcgi_temp_path {p}/fastcgi;\n  uwsgi_temp_path {p}/uwsgi;\n  scgi_temp_path {p}/scgi;\n\
+             \x20 types {{ }}\n  default_type application/octet-stream;\n\
+             \x20 server {{ listen 127.0.0.1:{port}; root {};  }}\n}}\n",
+            www.display()
+        ),
+    )?;
+    let child = tokio::process::Command::new("nginx")
+        .arg("-p")
+        .arg(&prefix)
+        .arg("-c")
+        .arg(&conf)
+        .arg("-e")
+        .arg(prefix.join("error.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting nginx (apt-get install nginx-light; scripts/bench.sh does)")?;
+    let nginx = Nginx { child, port, conf };
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Ok(nginx);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = std::fs::read_to_string(prefix.join("error.log")).unwrap_or_default();
+    bail!("nginx did not listen on 127.0.0.1:{port}: {log}")
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Contender {
+    CurlOnly,
+    CurlSync,
+    CurlSha256sum,
+    CurlTeeOpenssl,
+    Fetcher,
+}
+
+impl Contender {
+    const ALL: [Contender; 5] = [
+        Contender::CurlOnly,
+        Contender::CurlSync,
+        Contender::CurlSha256sum,
+        Contender::CurlTeeOpenssl,
+        Contender::Fetcher,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Contender::CurlOnly => "curl -o f (disk-write limit)",
+            Contender::CurlSync => "curl -o f && sync f (same durability as the fetcher)",
+            Contender::CurlSha256sum => "curl -o f && sha256sum f",
+            Contender::CurlTeeOpenssl => "curl | tee f | openssl dgst -sha256",
+            Contender::Fetcher => "agent fetcher (HttpFetcher: sha256 while streaming, fsync)",
+        }
+    }
+
+    fn shell(self, url: &str, f: &Path) -> String {
+        let f = f.display();
+        match self {
+            Contender::CurlOnly => format!("curl -sS -o {f} {url}"),
+            Contender::CurlSync => format!("curl -sS -o {f} {url} && sync {f}"),
+            Contender::CurlSha256sum => format!("curl -sS -o {f} {url} && sha256sum {f}"),
+            Contender::CurlTeeOpenssl => {
+                format!("curl -sS {url} | tee {f} | openssl dgst -sha256")
+            }
+            Contender::Fetcher => String::new(),
+        }
+    }
+}
+
+async fn prepare(src: &Path, dst: &Path, drop_caches: bool) -> Result<()> {
+    let _ = std::fs::remove_dir_all(dst);
+    std::fs::create_dir_all(dst)?;
+    timed_sh("sync").await?;
+    if drop_caches {
+        timed_sh("echo 3 > /proc/sys/vm/drop_caches").await?;
+    }
+    timed_sh(&format!("cat {} > /dev/null", src.display())).await?;
+    Ok(())
+}
+
+/// Runs the fetcher in a child process: wall time (outside) and its peak RSS (KiB).
+async fn run_fetcher(url: &str, sha: &str, size: u64, dst: &Path) -> Result<(f64, u64)> {
+    let exe = std::env::current_exe()?;
+    let started = Instant::now();
+    let out = tokio::process::Command::new(&exe)
+        .args(["fetch-one", "--url", url, "--sha256", sha, "--size"])
+        .arg(size.to_string())
+        .arg("--dir")
+        .arg(dst)
+        .output()
+        .await?;
+    let wall = started.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!(
+            "fetcher failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hwm = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Ok((wall, hwm))
+}
+
+fn gbps(bytes: u64, s: f64) -> f64 {
+    bytes as f64 / s / 1e9
+}
+
+/// The download rows.
+pub async fn run(o: &Opts) -> Result<Vec<Row>> {
+    let size = o.size_mib * MIB;
+    let www = o.dir.join("www");
+    let dst = o.dir.join("dst");
+    std::fs::create_dir_all(&www)?;
+    let name = format!("art-{}MiB.bin", o.size_mib);
+    let src = www.join(&name);
+    let sha = ensure_source(&src, size)?;
+    // A small artifact: the fetcher's peak RSS must not grow with the size.
+    let small_mib = (o.size_mib / 16).max(4);
+    let small_name = format!("art-{small_mib}MiB.bin");
+    let small_src = www.join(&small_name);
+    let small_sha = ensure_source(&small_src, small_mib * MIB)?;
+
+    let nginx = if o.no_nginx {
+        None
+    } else {
+        Some(start_nginx(&o.dir, &www).await?)
+    };
+    let server = ArtifactServer::start().await?;
+    server.put(&format!("/{name}"), artifact_server::Artifact::file(&src)?);
+    server.put(
+        &format!("/{small_name}"),
+        artifact_server::Artifact::file(&small_src)?,
+    );
+    let mut servers = Vec::new();
+    if let Some(n) = &nginx {
+        servers.push(("nginx", format!("http://127.0.0.1:{}/{name}", n.port)));
+    }
+    servers.push(("artifact server", server.url(&format!("/{name}"))));
+    let f = dst.join("f");
+    let mut rows = Vec::new();
+    let mut fetcher_hwm = Vec::new();
+    for (server_name, url) in &servers {
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); Contender::ALL.len()];
+        for rep in 0..o.reps {
+            for k in 0..Contender::ALL.len() {
+                let i = (k + rep) % Contender::ALL.len();
+                let c = Contender::ALL[i];
+                prepare(&src, &dst, o.drop_caches).await?;
+                let t = if c == Contender::Fetcher {
+                    let (t, hwm) = run_fetcher(url, &sha, size, &dst).await?;
+                    fetcher_hwm.push(hwm);
+                    t
+                } else {
+                    let (t, out) = timed_sh(&c.shell(url, &f)).await?;
+                    if c != Contender::CurlOnly && c != Contender::CurlSync && !out.contains(&sha) {
+                        bail!("{}: wrong sha256 printed: {out}", c.label());
+                    }
+                    t.as_secs_f64()
+                };
+                eprintln!("download: {server_name} rep {rep} {}: {t:.3} s", c.label());
+                times[i].push(t);
+            }
+        }
+        let med: Vec<f64> = times.into_iter().map(median).collect();
+        let curl = med[0];
+        let prep = format!(
+            "rm -rf {d}; mkdir -p {d}; sync; cat {s} >/dev/null",
+            d = dst.display(),
+            s = src.display()
+        );
+        for (i, c) in Contender::ALL.iter().enumerate() {
+            let value = format!("{} ({:.2} GB/s)", secs(med[i]), gbps(size, med[i]));
+            let reproduce = if *c == Contender::Fetcher {
+                format!(
+                    "{prep}; /usr/bin/time -v inplace-bench fetch-one --url {url} --sha256 {sha} --size {size} --dir {}",
+                    dst.display()
+                )
+            } else if let Some(nginx) = nginx.as_ref().filter(|_| *server_name == "nginx") {
+                format!(
+                    "nginx -p {p} -c {conf}; hyperfine -r {r} -p '{prep}' '{cmd}'",
+                    p = o.dir.join("nginx").display(),
+                    conf = nginx.conf.display(),
+                    r = o.reps,
+                    cmd = c.shell(url, &f)
+                )
+            } else {
+                "inplace-bench download (artifact server in-process)".to_owned()
+            };
+            let mut row = Row::reference(
+                "1 download",
+                format!("{} MiB from {server_name}: {}", o.size_mib, c.label()),
+                value,
+                "s",
+                reproduce,
+            );
+            if *c == Contender::Fetcher {
+                let ratio = med[i] / curl;
+                let met = ratio <= 1.10 && med[i] < med[2] && med[i] < med[3];
+                row = row.target(
+                    format!(
+                        "≤ 1.10 × curl -o f and < both pipelines; got {ratio:.2} × curl, {:.2} × sha256sum pipeline, {:.2} × openssl pipeline",
+                        med[i] / med[2],
+                        med[i] / med[3]
+                    ),
+                    met,
+                );
+            }
+            rows.push(row);
+        }
+    }
+    // Peak RSS: full size against a small artifact.
+    prepare(&small_src, &dst, false).await?;
+    let small_url = server.url(&format!("/{small_name}"));
+    let (_, small_hwm) = run_fetcher(&small_url, &small_sha, small_mib * MIB, &dst).await?;
+    let big_hwm = fetcher_hwm.iter().copied().max().unwrap_or(0);
+    rows.push(
+        Row::reference(
+            "1 download",
+            format!(
+                "fetcher peak RSS (VmHWM), {} MiB vs {small_mib} MiB artifact",
+                o.size_mib
+            ),
+            format!(
+                "{:.1} vs {:.1}",
+                big_hwm as f64 / 1024.0,
+                small_hwm as f64 / 1024.0
+            ),
+            "MiB",
+            format!(
+                "/usr/bin/time -v inplace-bench fetch-one --url {small_url} --sha256 {small_sha} --size {} --dir {} (Maximum resident set size)",
+                small_mib * MIB,
+                dst.display()
+            ),
+        )
+        .target(
+            "flat (streaming): within 2 MiB + 10 % of the small download",
+            (big_hwm as f64) <= small_hwm as f64 * 1.10 + 2048.0,
+        ),
+    );
+    // Hash limits on the cached file.
+    let mut openssl = Vec::new();
+    let mut coreutils = Vec::new();
+    for _ in 0..o.reps {
+        timed_sh(&format!("cat {} > /dev/null", src.display())).await?;
+        openssl.push(
+            timed_sh(&format!("openssl dgst -sha256 {}", src.display()))
+                .await?
+                .0
+                .as_secs_f64(),
+        );
+        coreutils.push(
+            timed_sh(&format!("sha256sum {}", src.display()))
+                .await?
+                .0
+                .as_secs_f64(),
+        );
+    }
+    for (label, v, tool) in [
+        (
+            "openssl dgst -sha256 (cached file: the hash limit)",
+            openssl,
+            "openssl dgst -sha256",
+        ),
+        ("sha256sum (coreutils, cached file)", coreutils, "sha256sum"),
+    ] {
+        let m = median(v);
+        rows.push(Row::reference(
+            "1 download",
+            format!("{} MiB {label}", o.size_mib),
+            format!("{} ({:.2} GB/s)", secs(m), gbps(size, m)),
+            "s",
+            format!("hyperfine -r {} -w 1 '{tool} {}'", o.reps, src.display()),
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dst);
+    if let Some(n) = nginx {
+        n.stop().await;
+    }
+    Ok(rows)
+}
