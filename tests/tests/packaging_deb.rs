@@ -1,0 +1,231 @@
+//! The agent's Debian package (packaging/node/build-deb.sh, the same builder
+//! `scripts/package.sh` runs) installed with `dpkg -i` on a booted systemd 252 Debian node:
+//! files in place, the config a conffile, the unit enabled and started by postinst, the
+//! agent active (Type=notify READY) and reporting on its plan against the API emulator;
+//! `dpkg -r` stops, disables and removes it but keeps the conffile, `dpkg --purge` drops
+//! that too. Needs root, systemd-nspawn and debootstrap; a missing prerequisite fails with
+//! an install hint.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use inplace_api_emulator::{Emulator, EmulatorConfig, User};
+use inplace_proto::NodeUpdatePlan;
+use inplace_tests::nspawn::{Node, NodeOptions};
+use kube::api::PostParams;
+
+const PATIENCE: Duration = Duration::from_secs(180);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Builds (or finds up to date) the agent binary in this test's own target directory and
+/// profile, the way `cargo build -p inplace-agent` would for a release.
+fn agent_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let target_dir = profile_dir.parent().unwrap().to_path_buf();
+    let mut cargo = std::process::Command::new(option_env!("CARGO").unwrap_or("cargo"));
+    cargo
+        .current_dir(repo())
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "inplace-agent",
+            "--bin",
+            "inplace-agent",
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().expect("cargo runs");
+    assert!(status.success(), "cargo build -p inplace-agent failed");
+    profile_dir.join("inplace-agent")
+}
+
+fn build(script: &str, out: &Path) -> PathBuf {
+    let output = std::process::Command::new(repo().join(script))
+        .arg(agent_binary())
+        .arg(env!("CARGO_PKG_VERSION"))
+        .arg(out)
+        .output()
+        .expect("the builder runs");
+    assert!(
+        output.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+}
+
+/// A plan the default policy refuses (its URL is outside `allowed_url_prefixes`): the agent
+/// must report `PolicyDenied` for its revision without touching the node.
+fn refused_plan(node: &str) -> NodeUpdatePlan {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "inplace.dev/v1alpha1",
+        "kind": "NodeUpdatePlan",
+        "metadata": {"name": node},
+        "spec": {
+            "nodeName": node,
+            "desiredState": "Active",
+            "artifacts": [
+                {"name": "kubernetes", "type": "Sysext",
+                 "url": "https://not-allowed.invalid/kubernetes.raw",
+                 "sha256": "0".repeat(64), "size": 1},
+            ],
+            "activation": {"restartUnits": ["kubelet.service"]},
+            "healthChecks": {"units": ["kubelet.service"], "window": "3s", "timeout": "60s"},
+        }
+    }))
+    .unwrap()
+}
+
+async fn wait_reported(api: &kube::Api<NodeUpdatePlan>, node: &Node, revision: &str) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let status = api.get(node.name()).await.ok().and_then(|p| p.status);
+        if let Some(status) = &status
+            && status.target_revision.as_deref() == Some(revision)
+            && status.conditions.iter().any(|c| c.reason == "PolicyDenied")
+        {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let journal = node
+                .journal("inplace-agent.service", 80)
+                .await
+                .unwrap_or_default();
+            panic!("the packaged agent never reported PolicyDenied; status: {status:?}\n{journal}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() {
+    inplace_tests::prereq::require_nspawn().expect("prerequisites");
+    inplace_tests::prereq::require_tools(&["dpkg-deb"]).expect("prerequisites");
+
+    let out = tempfile::tempdir().unwrap();
+    let deb = build("packaging/node/build-deb.sh", out.path());
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        deb.file_name().unwrap().to_str().unwrap(),
+        format!("inplace-agent_{version}_amd64.deb")
+    );
+    let sums = std::fs::read_to_string(out.path().join("SHA256SUMS")).unwrap();
+    assert!(
+        sums.contains(&format!("inplace-agent_{version}_amd64.deb")),
+        "{sums}"
+    );
+
+    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    emulator
+        .apply_crd_dir(&repo().join("packaging/kubernetes/crds"))
+        .await
+        .unwrap();
+    let api: kube::Api<NodeUpdatePlan> = kube::Api::all(emulator.client().await.unwrap());
+
+    let name = Node::unique_name("pkgdeb");
+    let node = Node::boot(&name, NodeOptions::default())
+        .await
+        .expect("node boots");
+
+    // The identity comes first on a real node too (the kubelet's kubeconfig): postinst
+    // starts the agent right away on a booted system.
+    node.write_file(
+        "/etc/kubernetes/kubelet.conf",
+        emulator.kubeconfig_yaml(&User::node(&name)).as_bytes(),
+        0o600,
+    )
+    .await
+    .unwrap();
+    node.copy_from_host(&deb, "/root/inplace-agent.deb", 0o644)
+        .await
+        .unwrap();
+    let installed = node.sh("dpkg -i /root/inplace-agent.deb").await.unwrap();
+    assert!(
+        installed.success(),
+        "dpkg -i: {}\n{}",
+        installed.stdout_text(),
+        installed.stderr_text()
+    );
+    let status = node
+        .exec_ok(&[
+            "dpkg-query",
+            "-W",
+            "-f",
+            "${Status} ${Version}",
+            "inplace-agent",
+        ])
+        .await
+        .unwrap();
+    assert_eq!(status.trim(), format!("install ok installed {version}"));
+    for path in [
+        "/usr/bin/inplace-agent",
+        "/lib/systemd/system/inplace-agent.service",
+        "/usr/lib/tmpfiles.d/inplace-agent.conf",
+        "/etc/inplace/agent.toml",
+        "/opt/extensions",
+        "/var/lib/inplace",
+    ] {
+        assert!(node.exists(path).await.unwrap(), "{path} after dpkg -i");
+    }
+    let conffiles = node
+        .exec_ok(&["dpkg-query", "-W", "-f", "${Conffiles}", "inplace-agent"])
+        .await
+        .unwrap();
+    assert!(conffiles.contains("/etc/inplace/agent.toml"), "{conffiles}");
+    node.wait_active("inplace-agent.service", PATIENCE)
+        .await
+        .expect("postinst starts the agent (Type=notify: READY sent)");
+    assert_eq!(
+        node.systemctl(&["is-enabled", "inplace-agent.service"])
+            .await
+            .unwrap()
+            .trim(),
+        "enabled"
+    );
+
+    let plan = refused_plan(&name);
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    api.create(&PostParams::default(), &plan).await.unwrap();
+    wait_reported(&api, &node, &revision).await;
+
+    // Upgrading in place (same package again) restarts only the agent.
+    let again = node.sh("dpkg -i /root/inplace-agent.deb").await.unwrap();
+    assert!(again.success(), "{}", again.stderr_text());
+    node.wait_active("inplace-agent.service", PATIENCE)
+        .await
+        .expect("the agent runs again after an upgrade");
+
+    // Remove: stopped, disabled, files gone, the (conf)file kept.
+    let removed = node.sh("dpkg -r inplace-agent").await.unwrap();
+    assert!(removed.success(), "dpkg -r: {}", removed.stderr_text());
+    assert!(!node.is_active("inplace-agent.service").await.unwrap());
+    assert!(!node.exists("/usr/bin/inplace-agent").await.unwrap());
+    assert!(
+        !node
+            .exists("/lib/systemd/system/inplace-agent.service")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !node
+            .exists("/etc/systemd/system/multi-user.target.wants/inplace-agent.service")
+            .await
+            .unwrap()
+    );
+    assert!(node.exists("/etc/inplace/agent.toml").await.unwrap());
+    let purged = node.sh("dpkg --purge inplace-agent").await.unwrap();
+    assert!(purged.success(), "dpkg --purge: {}", purged.stderr_text());
+    assert!(!node.exists("/etc/inplace/agent.toml").await.unwrap());
+    assert!(!node.exists("/var/lib/inplace").await.unwrap());
+    node.poweroff().await.unwrap();
+}
