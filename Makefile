@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench bench packages
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages
 
 ## Every check CI runs: formatting, lints, and every test.
 test: deps lint unit fuzz-short
@@ -13,10 +13,6 @@ deps:
 ## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
 demo:
 	@./scripts/demo.sh
-
-## Benchmarks against the machine's limits and the peers: one table, written to docs/benchmarks.md.
-bench:
-	@./scripts/bench.sh $(BENCH_ARGS)
 
 ## Benchmarks against the machine's limits and the peers: one table, written to docs/benchmarks.md.
 bench:
