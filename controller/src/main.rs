@@ -48,11 +48,81 @@ enum Command {
         #[arg(long)]
         no_node_events: bool,
     },
+    /// Serve Cluster API's in-place update hooks (a Runtime Extension) over HTTPS, from
+    /// the management cluster.
+    Capi {
+        /// Where to listen.
+        #[arg(long, default_value = "0.0.0.0:9443")]
+        listen: SocketAddr,
+        /// PEM certificate chain (reloaded when the file changes).
+        #[arg(long)]
+        cert: PathBuf,
+        /// PEM private key (reloaded when the file changes).
+        #[arg(long)]
+        key: PathBuf,
+        /// `retryAfterSeconds` while an update is in progress (1 to 600).
+        #[arg(long, default_value_t = 5)]
+        retry_after_seconds: i32,
+        /// `timeoutSeconds` announced for UpdateMachine (1 to 30).
+        #[arg(long, default_value_t = 30)]
+        update_machine_timeout_seconds: i32,
+        /// Cordon and drain a node after staging and before activation.
+        #[arg(long)]
+        drain: bool,
+        /// Give a drain up after this long (`10m`, `90s`).
+        #[arg(long, default_value = "10m")]
+        drain_timeout: inplace_proto::Duration,
+        /// A kubeconfig for the management cluster (default: in-cluster, or $KUBECONFIG).
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crds { out } => write_crds(out),
+        Command::Capi {
+            listen,
+            cert,
+            key,
+            retry_after_seconds,
+            update_machine_timeout_seconds,
+            drain,
+            drain_timeout,
+            kubeconfig,
+        } => {
+            init_tracing();
+            let mut settings = inplace_capi::Config::new(listen, cert, key);
+            settings.retry_after_seconds = retry_after_seconds;
+            settings.update_machine_timeout_seconds = update_machine_timeout_seconds;
+            settings.drain = drain;
+            settings.drain_timeout = drain_timeout.get();
+            settings.validate().map_err(anyhow::Error::msg)?;
+            // One process-wide TLS provider (ring), as kube-rs uses.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async move {
+                let client = kube::Client::try_from(config(kubeconfig).await?)
+                    .context("connecting to the management cluster")?;
+                let metrics = Arc::new(Metrics::default());
+                let eviction_pass: inplace_capi::EvictionPass =
+                    Arc::new(move |client: kube::Client, node: String| {
+                        let metrics = metrics.clone();
+                        Box::pin(async move {
+                            inplace_controller::drain::drain_pass(&client, &node, &metrics)
+                                .await
+                                .map(|p| inplace_capi::DrainPass {
+                                    remaining: p.remaining,
+                                    blocked: p.blocked,
+                                })
+                                .map_err(|e| e.to_string())
+                        })
+                    });
+                inplace_capi::run(settings, client, Some(eviction_pass), wait_for_signal())
+                    .await
+                    .context("serving the Cluster API hooks")
+            })
+        }
         Command::Run {
             metrics_addr,
             kubeconfig,
@@ -61,12 +131,7 @@ fn main() -> anyhow::Result<()> {
             no_leader_election,
             no_node_events,
         } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info".into()),
-                )
-                .init();
+            init_tracing();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
                 let config = config(kubeconfig).await?;
@@ -90,6 +155,14 @@ fn main() -> anyhow::Result<()> {
             })
         }
     }
+}
+
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
 }
 
 async fn config(kubeconfig: Option<PathBuf>) -> anyhow::Result<kube::Config> {
