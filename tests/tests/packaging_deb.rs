@@ -8,104 +8,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+mod support;
 
 use inplace_api_emulator::{Emulator, EmulatorConfig, User};
 use inplace_proto::NodeUpdatePlan;
 use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;
 
-const PATIENCE: Duration = Duration::from_secs(180);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Builds (or finds up to date) the agent binary in this test's own target directory and
-/// profile, the way `cargo build -p inplace-agent` would for a release.
-fn agent_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap().to_path_buf();
-    let mut cargo = std::process::Command::new(option_env!("CARGO").unwrap_or("cargo"));
-    cargo
-        .current_dir(repo())
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "inplace-agent",
-            "--bin",
-            "inplace-agent",
-        ])
-        .arg("--target-dir")
-        .arg(&target_dir);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    let status = cargo.status().expect("cargo runs");
-    assert!(status.success(), "cargo build -p inplace-agent failed");
-    profile_dir.join("inplace-agent")
-}
-
-fn build(script: &str, out: &Path) -> PathBuf {
-    let output = std::process::Command::new(repo().join(script))
-        .arg(agent_binary())
-        .arg(env!("CARGO_PKG_VERSION"))
-        .arg(out)
-        .output()
-        .expect("the builder runs");
-    assert!(
-        output.status.success(),
-        "{script} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
-}
-
-/// A plan the default policy refuses (its URL is outside `allowed_url_prefixes`): the agent
-/// must report `PolicyDenied` for its revision without touching the node.
-fn refused_plan(node: &str) -> NodeUpdatePlan {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "inplace.dev/v1alpha1",
-        "kind": "NodeUpdatePlan",
-        "metadata": {"name": node},
-        "spec": {
-            "nodeName": node,
-            "desiredState": "Active",
-            "artifacts": [
-                {"name": "kubernetes", "type": "Sysext",
-                 "url": "https://not-allowed.invalid/kubernetes.raw",
-                 "sha256": "0".repeat(64), "size": 1},
-            ],
-            "activation": {"restartUnits": ["kubelet.service"]},
-            "healthChecks": {"units": ["kubelet.service"], "window": "3s", "timeout": "60s"},
-        }
-    }))
-    .unwrap()
-}
-
-async fn wait_reported(api: &kube::Api<NodeUpdatePlan>, node: &Node, revision: &str) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let status = api.get(node.name()).await.ok().and_then(|p| p.status);
-        if let Some(status) = &status
-            && status.target_revision.as_deref() == Some(revision)
-            && status.conditions.iter().any(|c| c.reason == "PolicyDenied")
-        {
-            return;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let journal = node
-                .journal("inplace-agent.service", 80)
-                .await
-                .unwrap_or_default();
-            panic!("the packaged agent never reported PolicyDenied; status: {status:?}\n{journal}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
+use support::packaging::{PATIENCE, build, refused_plan, repo, wait_reported};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() {

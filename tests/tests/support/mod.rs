@@ -1,0 +1,3 @@
+//! Helpers shared by integration tests in this directory.
+
+pub mod packaging;
