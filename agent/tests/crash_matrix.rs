@@ -38,6 +38,8 @@ use inplace_tests::sysext::{SysextBuilder, SysextImage};
 use kube::api::{Patch, PatchParams, PostParams};
 use sha2::Digest;
 
+mod real_node;
+
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Points an update to a healthy revision passes.
@@ -372,54 +374,16 @@ async fn boot() -> (inplace_api_emulator::Handle, Bed, tempfile::TempDir) {
     let node = Node::boot(&name, NodeOptions::default())
         .await
         .expect("node boots");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    node.copy_from_host(
-        env!("CARGO_BIN_EXE_inplace-agent"),
-        "/usr/bin/inplace-agent",
-        0o755,
+    real_node::install_agent(
+        &node,
+        &emulator.kubeconfig_yaml(&User::node(&name)),
+        &server.url("/"),
     )
-    .await
-    .unwrap();
-    node.copy_from_host(
-        root.join("systemd/inplace-agent.service"),
-        "/etc/systemd/system/inplace-agent.service",
-        0o644,
-    )
-    .await
-    .unwrap();
+    .await;
     // The shipped unit, restarted after 1 s instead of 10 s.
     node.write_file(
         "/etc/systemd/system/inplace-agent.service.d/restart.conf",
         b"[Service]\nRestartSec=1s\n",
-        0o644,
-    )
-    .await
-    .unwrap();
-    node.copy_from_host(
-        root.join("systemd/inplace-agent.tmpfiles.conf"),
-        "/usr/lib/tmpfiles.d/inplace-agent.conf",
-        0o644,
-    )
-    .await
-    .unwrap();
-    let config = format!(
-        "[policy]\nallowed_url_prefixes = [\"{}\"]\nallow_http = true\n\
-         [activation]\nhealth_interval = \"200ms\"\n",
-        server.url("/")
-    );
-    node.write_file("/etc/inplace/agent.toml", config.as_bytes(), 0o644)
-        .await
-        .unwrap();
-    node.write_file(
-        "/etc/kubernetes/kubelet.conf",
-        emulator.kubeconfig_yaml(&User::node(&name)).as_bytes(),
-        0o600,
-    )
-    .await
-    .unwrap();
-    node.write_file(
-        "/etc/systemd/system/kubelet.service",
-        b"[Unit]\nDescription=kubelet stand-in from the kubernetes sysext\n[Service]\nExecStart=/usr/bin/kubelet-sim\nRestart=no\n",
         0o644,
     )
     .await

@@ -17,6 +17,8 @@ use inplace_tests::sysext::{Incompatibility, SysextBuilder, SysextImage};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 
+mod real_node;
+
 const PATIENCE: Duration = Duration::from_secs(180);
 
 /// A kubelet stand-in shipped inside the sysext: healthy sleeps, broken dies after 1 s.
@@ -175,52 +177,13 @@ async fn real_node_installs_rolls_back_and_refuses_incompatible_images() {
         .await
         .expect("node boots");
 
-    // The agent as a package would install it: binary, unit, tmpfiles, config, and the
-    // kubelet's kubeconfig (here: pointing at the emulator on host loopback).
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    node.copy_from_host(
-        env!("CARGO_BIN_EXE_inplace-agent"),
-        "/usr/bin/inplace-agent",
-        0o755,
+    // The agent as a package would install it.
+    real_node::install_agent(
+        &node,
+        &emulator.kubeconfig_yaml(&User::node(&name)),
+        &server.url("/"),
     )
-    .await
-    .unwrap();
-    node.copy_from_host(
-        root.join("systemd/inplace-agent.service"),
-        "/etc/systemd/system/inplace-agent.service",
-        0o644,
-    )
-    .await
-    .unwrap();
-    node.copy_from_host(
-        root.join("systemd/inplace-agent.tmpfiles.conf"),
-        "/usr/lib/tmpfiles.d/inplace-agent.conf",
-        0o644,
-    )
-    .await
-    .unwrap();
-    let prefix = server.url("/");
-    let config = format!(
-        "[policy]\nallowed_url_prefixes = [\"{prefix}\"]\nallow_http = true\n\
-         [activation]\nhealth_interval = \"200ms\"\n"
-    );
-    node.write_file("/etc/inplace/agent.toml", config.as_bytes(), 0o644)
-        .await
-        .unwrap();
-    node.write_file(
-        "/etc/kubernetes/kubelet.conf",
-        emulator.kubeconfig_yaml(&User::node(&name)).as_bytes(),
-        0o600,
-    )
-    .await
-    .unwrap();
-    node.write_file(
-        "/etc/systemd/system/kubelet.service",
-        b"[Unit]\nDescription=kubelet stand-in from the kubernetes sysext\n[Service]\nExecStart=/usr/bin/kubelet-sim\nRestart=no\n",
-        0o644,
-    )
-    .await
-    .unwrap();
+    .await;
     let started = node
         .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
         .await
