@@ -2,10 +2,11 @@
 //! Prometheus text format by the HTTP server.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+
+use inplace_proto::exposition::{Exposition, HistogramData, MetricType, lock_state as lock};
 
 /// Histogram bucket bounds for reconcile durations, in seconds.
 const BUCKETS: [f64; 11] = [
@@ -158,96 +159,158 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP inplace_controller_reconciles_total Reconciles run, by controller.\n# TYPE inplace_controller_reconciles_total counter"
+        let mut text = Exposition::new();
+        let mut family = text.family(
+            "inplace_controller_reconciles_total",
+            "Reconciles run, by controller.",
+            MetricType::Counter,
         );
         for (controller, n) in lock(&self.reconciles).iter() {
-            let _ = writeln!(
-                out,
-                "inplace_controller_reconciles_total{{controller=\"{controller}\"}} {n}"
-            );
+            family.sample(&[("controller", *controller)], *n);
         }
-        let _ = writeln!(
-            out,
-            "# HELP inplace_controller_reconcile_errors_total Failed reconciles, by controller and error.\n# TYPE inplace_controller_reconcile_errors_total counter"
+        let mut family = text.family(
+            "inplace_controller_reconcile_errors_total",
+            "Failed reconciles, by controller and error.",
+            MetricType::Counter,
         );
         for ((controller, error), n) in lock(&self.failures).iter() {
-            let _ = writeln!(
-                out,
-                "inplace_controller_reconcile_errors_total{{controller=\"{controller}\",error=\"{error}\"}} {n}"
-            );
+            family.sample(&[("controller", *controller), ("error", *error)], *n);
         }
-        let _ = writeln!(
-            out,
-            "# HELP inplace_controller_reconcile_duration_seconds Time one reconcile took.\n# TYPE inplace_controller_reconcile_duration_seconds histogram"
+        let mut family = text.family(
+            "inplace_controller_reconcile_duration_seconds",
+            "Time one reconcile took.",
+            MetricType::Histogram,
         );
         for (controller, h) in lock(&self.durations).iter() {
-            for (bound, count) in BUCKETS.iter().zip(h.counts) {
-                let _ = writeln!(
-                    out,
-                    "inplace_controller_reconcile_duration_seconds_bucket{{controller=\"{controller}\",le=\"{bound}\"}} {count}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "inplace_controller_reconcile_duration_seconds_bucket{{controller=\"{controller}\",le=\"+Inf\"}} {}\ninplace_controller_reconcile_duration_seconds_sum{{controller=\"{controller}\"}} {}\ninplace_controller_reconcile_duration_seconds_count{{controller=\"{controller}\"}} {}",
-                h.count, h.sum, h.count
+            family.histogram(
+                &[("controller", *controller)],
+                HistogramData {
+                    bounds: &BUCKETS,
+                    cumulative: &h.counts,
+                    sum: h.sum,
+                    count: h.count,
+                },
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP inplace_controller_api_writes_total Writes to the Kubernetes API, by kind.\n# TYPE inplace_controller_api_writes_total counter"
+        let mut family = text.family(
+            "inplace_controller_api_writes_total",
+            "Writes to the Kubernetes API, by kind.",
+            MetricType::Counter,
         );
         for (kind, n) in lock(&self.writes).iter() {
-            let _ = writeln!(
-                out,
-                "inplace_controller_api_writes_total{{kind=\"{kind}\"}} {n}"
-            );
+            family.sample(&[("kind", *kind)], *n);
         }
-        let _ = writeln!(
-            out,
-            "# HELP inplace_rollout_nodes Nodes of a rollout, by state.\n# TYPE inplace_rollout_nodes gauge"
+        let mut family = text.family(
+            "inplace_rollout_nodes",
+            "Nodes of a rollout, by state.",
+            MetricType::Gauge,
         );
         for ((rollout, state), n) in lock(&self.rollout_nodes).iter() {
-            let _ = writeln!(
-                out,
-                "inplace_rollout_nodes{{rollout=\"{}\",state=\"{state}\"}} {n}",
-                escape(rollout)
-            );
+            family.sample(&[("rollout", rollout.as_str()), ("state", *state)], *n);
         }
-        let _ = writeln!(
-            out,
-            "# HELP inplace_controller_leader 1 while this replica holds the leader Lease.\n# TYPE inplace_controller_leader gauge\ninplace_controller_leader {}",
-            u8::from(self.is_leader())
-        );
-        let _ = writeln!(
-            out,
-            "# HELP inplace_controller_leader_acquisitions_total Times this replica became leader.\n# TYPE inplace_controller_leader_acquisitions_total counter\ninplace_controller_leader_acquisitions_total {}",
-            self.lease_transitions.load(Ordering::SeqCst)
-        );
-        out
+        text.family(
+            "inplace_controller_leader",
+            "1 while this replica holds the leader Lease.",
+            MetricType::Gauge,
+        )
+        .sample(&[], u8::from(self.is_leader()));
+        text.family(
+            "inplace_controller_leader_acquisitions_total",
+            "Times this replica became leader.",
+            MetricType::Counter,
+        )
+        .sample(&[], self.lease_transitions.load(Ordering::SeqCst));
+        text.finish()
     }
-}
-
-fn escape(label: &str) -> String {
-    label
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding a metrics lock leaves plain counters behind: keep going.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the hand-written renderer (before `inplace_proto::exposition`) wrote for the
+    /// test below, captured from it.
+    const GOLDEN: &str = r#"# HELP inplace_controller_reconciles_total Reconciles run, by controller.
+# TYPE inplace_controller_reconciles_total counter
+inplace_controller_reconciles_total{controller="release"} 1
+inplace_controller_reconciles_total{controller="rollout"} 2
+# HELP inplace_controller_reconcile_errors_total Failed reconciles, by controller and error.
+# TYPE inplace_controller_reconcile_errors_total counter
+inplace_controller_reconcile_errors_total{controller="release",error="api"} 1
+inplace_controller_reconcile_errors_total{controller="rollout",error="conflict"} 1
+# HELP inplace_controller_reconcile_duration_seconds Time one reconcile took.
+# TYPE inplace_controller_reconcile_duration_seconds histogram
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.001"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.0025"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.005"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.01"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.025"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.05"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.1"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.25"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="0.5"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="1"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="5"} 1
+inplace_controller_reconcile_duration_seconds_bucket{controller="release",le="+Inf"} 1
+inplace_controller_reconcile_duration_seconds_sum{controller="release"} 2
+inplace_controller_reconcile_duration_seconds_count{controller="release"} 1
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.001"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.0025"} 0
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.005"} 1
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.01"} 1
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.025"} 1
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.05"} 2
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.1"} 2
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.25"} 2
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="0.5"} 2
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="1"} 2
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="5"} 2
+inplace_controller_reconcile_duration_seconds_bucket{controller="rollout",le="+Inf"} 2
+inplace_controller_reconcile_duration_seconds_sum{controller="rollout"} 0.033
+inplace_controller_reconcile_duration_seconds_count{controller="rollout"} 2
+# HELP inplace_controller_api_writes_total Writes to the Kubernetes API, by kind.
+# TYPE inplace_controller_api_writes_total counter
+inplace_controller_api_writes_total{kind="event"} 1
+inplace_controller_api_writes_total{kind="plan_apply"} 2
+# HELP inplace_rollout_nodes Nodes of a rollout, by state.
+# TYPE inplace_rollout_nodes gauge
+inplace_rollout_nodes{rollout="r\"1\\x\ny",state="failed"} 0
+inplace_rollout_nodes{rollout="r\"1\\x\ny",state="pending"} 0
+inplace_rollout_nodes{rollout="r\"1\\x\ny",state="staged"} 0
+inplace_rollout_nodes{rollout="r\"1\\x\ny",state="succeeded"} 1
+inplace_rollout_nodes{rollout="r\"1\\x\ny",state="total"} 3
+inplace_rollout_nodes{rollout="r\"1\\x\ny",state="updating"} 0
+# HELP inplace_controller_leader 1 while this replica holds the leader Lease.
+# TYPE inplace_controller_leader gauge
+inplace_controller_leader 1
+# HELP inplace_controller_leader_acquisitions_total Times this replica became leader.
+# TYPE inplace_controller_leader_acquisitions_total counter
+inplace_controller_leader_acquisitions_total 1
+"#;
+
+    /// The whole text, byte for byte: what dashboards and alerts already match.
+    #[test]
+    fn exposition_is_byte_identical_to_the_hand_written_one() {
+        let m = Metrics::default();
+        m.reconciled("rollout", Duration::from_millis(3));
+        m.reconciled("rollout", Duration::from_millis(30));
+        m.reconciled("release", Duration::from_secs(2));
+        m.failed("rollout", "conflict");
+        m.failed("release", "api");
+        m.wrote("plan_apply");
+        m.wrote("plan_apply");
+        m.wrote("event");
+        m.set_leader(true);
+        m.rollout_counts(
+            "r\"1\\x\ny",
+            &inplace_proto::NodeCounts {
+                total: 3,
+                succeeded: 1,
+                ..Default::default()
+            },
+        );
+        assert_eq!(m.render(), GOLDEN);
+    }
 
     #[test]
     fn renders_prometheus_text() {

@@ -5,6 +5,7 @@
 pub mod content;
 pub mod crd;
 pub mod duration;
+pub mod exposition;
 pub mod plan;
 pub mod reason;
 pub mod release;
