@@ -748,6 +748,23 @@ impl Agent {
                 }])
             }
             ArtifactType::Archive => {
+                // Members already extracted from this archive (by an earlier `Staged` pass
+                // of this revision, or a kept revision) are reused when their stored files
+                // still verify: the archive may be gone from the server by now.
+                if let Some(links) = archive_members_on_record(&self.journal, artifact) {
+                    let to_check = links.clone();
+                    let verified = blocking(move || {
+                        Ok(to_check
+                            .iter()
+                            .all(|l| store::is_verified(&l.target, &l.sha256)))
+                    })
+                    .await
+                    .unwrap_or(false);
+                    if verified {
+                        done(self);
+                        return Ok(links);
+                    }
+                }
                 let tmp = store::tmp_dir(settings);
                 let temp = self
                     .host
@@ -1244,6 +1261,40 @@ fn sysext_file_name(artifact: &Artifact) -> String {
         .ok()
         .and_then(|u| inplace_proto::validate::url_file_name(&u).map(str::to_owned))
         .unwrap_or_else(|| format!("{}.raw", artifact.name))
+}
+
+/// The links `artifact`'s members would get from files the journal already records for
+/// the same archive (same sha256, same member names) in the in-flight, committed or
+/// previous revision; `None` unless every member has one. The files still need checking.
+fn archive_members_on_record(journal: &Journal, artifact: &Artifact) -> Option<Vec<Link>> {
+    let kept = journal
+        .in_flight
+        .iter()
+        .map(|f| (&f.content, &f.links))
+        .chain(journal.committed.iter().map(|c| (&c.content, &c.links)))
+        .chain(journal.previous.iter().map(|c| (&c.content, &c.links)));
+    artifact
+        .members
+        .iter()
+        .map(|member| {
+            kept.clone().find_map(|(content, links)| {
+                let recorded_to = content
+                    .artifacts
+                    .iter()
+                    .filter(|a| a.kind == ArtifactType::Archive && a.sha256 == artifact.sha256)
+                    .flat_map(|a| a.members.iter())
+                    .find(|m| m.from == member.from)?;
+                let link = links
+                    .iter()
+                    .find(|l| l.path == std::path::Path::new(&recorded_to.to))?;
+                Some(Link {
+                    path: PathBuf::from(&member.to),
+                    target: link.target.clone(),
+                    sha256: link.sha256.clone(),
+                })
+            })
+        })
+        .collect()
 }
 
 /// Every stored file a kept revision points at.

@@ -9,7 +9,8 @@ use std::sync::atomic::Ordering;
 
 use common::Bed;
 use inplace_agent::journal::Step;
-use inplace_proto::Phase;
+use inplace_proto::{DesiredState, NodeUpdatePlan, Phase};
+use sha2::{Digest, Sha256};
 
 #[tokio::test]
 async fn first_install_succeeds() {
@@ -527,4 +528,117 @@ async fn drift_is_reported_degraded_naming_the_path_and_clears_when_repaired() {
         ("False".to_owned(), "AsExpected".to_owned())
     );
     assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+}
+
+const ARCHIVE_URL: &str = "https://dl.example/tools/crictl.tar.gz";
+
+/// `plan` with a third artifact: a tar.gz (served at [`ARCHIVE_URL`]) holding `crictl`
+/// (`crictl` bytes) and a README; only `crictl` is installed, at `<root>/opt/bin/crictl`.
+fn with_archive(bed: &Bed, mut plan: NodeUpdatePlan, crictl: &str) -> NodeUpdatePlan {
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    for (name, bytes, mode) in [("crictl", crictl, 0o755), ("README.md", "docs", 0o644)] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(mode);
+        header.set_cksum();
+        tar.append_data(&mut header, name, bytes.as_bytes())
+            .unwrap();
+    }
+    let archive = tar.into_inner().unwrap().finish().unwrap();
+    let artifact = serde_json::json!({
+        "name": "crictl", "type": "Archive", "url": ARCHIVE_URL,
+        "sha256": hex::encode(Sha256::digest(&archive)), "size": archive.len(),
+        "members": [{"from": "crictl",
+                     "to": format!("{}/opt/bin/crictl", bed.root().display())}],
+    });
+    bed.fetcher
+        .objects
+        .lock()
+        .unwrap()
+        .insert(ARCHIVE_URL.to_owned(), archive);
+    plan.spec
+        .content
+        .artifacts
+        .push(serde_json::from_value(artifact).unwrap());
+    plan
+}
+
+fn crictl(bed: &Bed) -> String {
+    std::fs::read_to_string(bed.root().join("opt/bin/crictl")).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn staged_archive_members_are_reused_on_activation() {
+    let bed = Bed::new();
+    drop(bed.with_v1().await);
+    let staged = with_archive(&bed, bed.plan("OK v2", "kubectl v2", "Staged"), "crictl v2");
+    let mut agent = bed.agent().await;
+    agent.handle(Some(&staged)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Staged));
+    assert_eq!(crictl(&bed), "", "staging links nothing");
+    // The agent restarts and the archive is gone from the server: activation must take
+    // the members staged before, not download the archive again.
+    drop(agent);
+    bed.fetcher.objects.lock().unwrap().remove(ARCHIVE_URL);
+    let fetches = bed.fetcher.calls.load(Ordering::SeqCst);
+    let mut active = staged.clone();
+    active.spec.desired_state = DesiredState::Active;
+    let mut agent = bed.agent().await;
+    agent.handle(Some(&active)).await.unwrap();
+    assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), fetches);
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::Succeeded),
+        "{:?}",
+        bed.ready()
+    );
+    assert_eq!(crictl(&bed), "crictl v2");
+    assert_eq!(bed.kubectl(), "kubectl v2");
+    let target = std::fs::read_link(bed.root().join("opt/bin/crictl")).unwrap();
+    assert_eq!(
+        target,
+        bed.settings
+            .state_dir
+            .join("store/sha256")
+            .join(hex::encode(Sha256::digest("crictl v2")))
+    );
+}
+
+#[tokio::test]
+async fn archive_members_are_installed_and_rolled_back_with_their_revision() {
+    let bed = Bed::new();
+    let mut agent = bed.agent().await;
+    let v1 = with_archive(&bed, bed.plan("OK v1", "kubectl v1", "Active"), "crictl v1");
+    agent.handle(Some(&v1)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert_eq!(crictl(&bed), "crictl v1");
+    // An unhealthy v2 with a new crictl: rolled back, crictl v1 again.
+    let v2 = with_archive(
+        &bed,
+        bed.plan("OK v2 unhealthy", "kubectl v2", "Active"),
+        "crictl v2",
+    );
+    agent.handle(Some(&v2)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    assert_eq!(crictl(&bed), "crictl v1");
+    // v3 changes only the image: the committed archive's member is reused, no download.
+    let fetches = bed.fetcher.calls.load(Ordering::SeqCst);
+    let v3 = with_archive(&bed, bed.plan("OK v3", "kubectl v1", "Active"), "crictl v1");
+    bed.fetcher.objects.lock().unwrap().remove(ARCHIVE_URL);
+    agent.handle(Some(&v3)).await.unwrap();
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::Succeeded),
+        "{:?}",
+        bed.ready()
+    );
+    assert_eq!(
+        bed.fetcher.calls.load(Ordering::SeqCst),
+        fetches + 1,
+        "only the new image is downloaded"
+    );
+    assert_eq!(crictl(&bed), "crictl v1");
 }
