@@ -12,6 +12,8 @@ pub mod leader;
 pub mod metrics;
 pub mod plans;
 pub mod release_controller;
+pub mod release_fetch;
+pub mod release_import;
 pub mod rollout_controller;
 pub mod run;
 

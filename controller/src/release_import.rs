@@ -1,0 +1,723 @@
+//! Builds a NodeRelease from a sysext-bakery style `SHA256SUMS` file: parse the file
+//! strictly, pick the one image that matches the wanted extension, version and
+//! architecture, and turn it into a release that passes the API's own validation.
+//!
+//! Everything here is pure; `release_fetch` brings the text.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use inplace_proto::validate::{check_artifact_name, check_object_name, check_sha256};
+use inplace_proto::{
+    Activation, Artifact, ArtifactType, HealthChecks, NodeRelease, NodeReleaseSpec, Problems,
+    UpdateContent,
+};
+use url::Url;
+
+/// The unit the default activation restarts and the default health check watches: a
+/// sysext-bakery Kubernetes image brings a new kubelet, which only runs once restarted.
+pub const KUBELET_UNIT: &str = "kubelet.service";
+
+/// The extension name whose version is a Kubernetes version (sets `kubernetesVersion`).
+const KUBERNETES_EXTENSION: &str = "kubernetes";
+
+/// How many candidates an error lists before it only counts the rest.
+const MAX_LISTED: usize = 20;
+
+/// Why no release could be built. Each variant has a stable [`ImportError::kind`].
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// A command-line value cannot be used.
+    #[error("{flag} {value:?}: {message}")]
+    InvalidArgument {
+        /// The flag or argument, as typed (`--version`).
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A line of the SHA256SUMS file is not `<64 hex digits>  <file name>`.
+    #[error("SHA256SUMS line {line}: {message}")]
+    MalformedLine {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The same file is listed twice.
+    #[error("SHA256SUMS line {line}: {file} is listed again (first on line {first_line})")]
+    DuplicateFile {
+        /// 1-based line number of the repeat.
+        line: usize,
+        /// 1-based line number of the first listing.
+        first_line: usize,
+        /// The file name.
+        file: String,
+    },
+    /// No listed image matches.
+    #[error("no image in SHA256SUMS matches {wanted}; {}", Listing(.candidates))]
+    NoMatch {
+        /// What was looked for.
+        wanted: Wanted,
+        /// The images that were listed (same extension first, else every image).
+        candidates: Vec<String>,
+    },
+    /// More than one listed image matches.
+    #[error("several images in SHA256SUMS match {wanted}: {}; give --version and --arch exactly as one of them spells them", .matches.join(", "))]
+    SeveralMatches {
+        /// What was looked for.
+        wanted: Wanted,
+        /// Every match.
+        matches: Vec<String>,
+    },
+    /// The release built from the file does not pass the API's validation.
+    #[error("the release would be invalid: {0}")]
+    InvalidRelease(#[source] Problems),
+}
+
+impl ImportError {
+    /// A short, stable, machine-readable kind (printed with the message).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ImportError::InvalidArgument { .. } => "invalid_argument",
+            ImportError::MalformedLine { .. } => "malformed_line",
+            ImportError::DuplicateFile { .. } => "duplicate_file",
+            ImportError::NoMatch { .. } => "no_match",
+            ImportError::SeveralMatches { .. } => "several_matches",
+            ImportError::InvalidRelease(_) => "invalid_release",
+        }
+    }
+}
+
+/// The candidates of a [`ImportError::NoMatch`], in words.
+struct Listing<'a>(&'a [String]);
+
+impl fmt::Display for Listing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("it lists no .raw images");
+        }
+        let shown = &self.0[..self.0.len().min(MAX_LISTED)];
+        write!(f, "it lists {}", shown.join(", "))?;
+        if self.0.len() > shown.len() {
+            write!(f, " and {} more", self.0.len() - shown.len())?;
+        }
+        Ok(())
+    }
+}
+
+/// One line of a SHA256SUMS file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChecksumEntry {
+    /// 1-based line number.
+    pub line: usize,
+    /// 64 lowercase hex digits.
+    pub sha256: String,
+    /// The file name, relative to the SHA256SUMS file.
+    pub file: String,
+}
+
+/// Parses the output of `sha256sum` (text `  ` or binary ` *` mode): every non-empty line
+/// must be a digest and a file name, and no file may be listed twice.
+pub fn parse_sha256sums(text: &str) -> Result<Vec<ChecksumEntry>, ImportError> {
+    let mut entries = Vec::new();
+    let mut first_line_of: HashMap<&str, usize> = HashMap::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = index + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let malformed = |message: String| ImportError::MalformedLine { line, message };
+        let (digest, rest) = raw
+            .split_once(' ')
+            .ok_or_else(|| malformed("expected `<sha256>  <file>`".into()))?;
+        if digest.starts_with('\\') {
+            return Err(malformed(
+                "escaped file names (a backslash before the digest) are not supported".into(),
+            ));
+        }
+        // sha256sum accepts either case when checking; the API wants lowercase.
+        let sha256 = digest.to_ascii_lowercase();
+        check_sha256(&sha256).map_err(|why| malformed(format!("the digest {why}")))?;
+        let file = rest
+            .strip_prefix(' ')
+            .or_else(|| rest.strip_prefix('*'))
+            .ok_or_else(|| {
+                malformed("expected two spaces (or ` *`) between digest and file name".into())
+            })?;
+        if file.is_empty() || file.chars().any(char::is_control) || file.trim() != file {
+            return Err(malformed(format!(
+                "{file:?} is not a file name (empty, or with control characters or surrounding spaces)"
+            )));
+        }
+        if let Some(first_line) = first_line_of.insert(file, line) {
+            return Err(ImportError::DuplicateFile {
+                line,
+                first_line,
+                file: file.to_owned(),
+            });
+        }
+        entries.push(ChecksumEntry {
+            line,
+            sha256,
+            file: file.to_owned(),
+        });
+    }
+    Ok(entries)
+}
+
+/// The image to pick: `<name>-<version>-<arch>.raw`, as sysext-bakery names them
+/// (`kubernetes-v1.31.2-x86-64.raw`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    /// The extension name (also the artifact name).
+    pub name: String,
+    /// The version as given (`v1.31.2`); matches with or without the leading `v`.
+    pub version: String,
+    /// The architecture in bakery spelling (`x86-64`, `arm64`).
+    pub arch: String,
+}
+
+impl fmt::Display for Wanted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}-{}.raw", self.name, self.version, self.arch)
+    }
+}
+
+impl Wanted {
+    /// Checks the command-line values; `arch` may also be spelled `amd64`, `x86_64` or
+    /// `aarch64`.
+    pub fn new(name: &str, version: &str, arch: &str) -> Result<Wanted, ImportError> {
+        let invalid = |flag, value: &str, message: String| ImportError::InvalidArgument {
+            flag,
+            value: value.to_owned(),
+            message,
+        };
+        check_artifact_name(name).map_err(|m| invalid("--name", name, m))?;
+        check_file_name_part(version).map_err(|m| invalid("--version", version, m))?;
+        check_file_name_part(arch).map_err(|m| invalid("--arch", arch, m))?;
+        Ok(Wanted {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            arch: bakery_arch(arch).to_owned(),
+        })
+    }
+
+    /// Whether `file` is this image, with or without `v` before the version and with any
+    /// spelling of the architecture.
+    fn matches(&self, file: &str) -> bool {
+        let Some(middle) = file
+            .strip_prefix(self.name.as_str())
+            .and_then(|rest| rest.strip_prefix('-'))
+            .and_then(|rest| rest.strip_suffix(".raw"))
+        else {
+            return false;
+        };
+        arch_spellings(&self.arch).iter().any(|arch| {
+            middle
+                .strip_suffix(arch)
+                .and_then(|rest| rest.strip_suffix('-'))
+                .is_some_and(|version| without_v(version) == without_v(&self.version))
+        })
+    }
+
+    /// The extension's images, for telling what else is there.
+    fn is_same_extension(&self, file: &str) -> bool {
+        file.strip_prefix(self.name.as_str())
+            .is_some_and(|rest| rest.starts_with('-') && rest.ends_with(".raw"))
+    }
+}
+
+/// Versions and architectures become part of a file name in a URL: only characters that
+/// need no escaping.
+fn check_file_name_part(value: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+');
+    if value.is_empty() || value.len() > 64 {
+        return Err("must have 1 to 64 characters".into());
+    }
+    if !value.chars().all(allowed) {
+        return Err("may hold only letters, digits, '.', '_', '-' and '+'".into());
+    }
+    Ok(())
+}
+
+fn without_v(version: &str) -> &str {
+    version.strip_prefix('v').unwrap_or(version)
+}
+
+/// The bakery's spelling of an architecture (as systemd's `%a` writes it).
+fn bakery_arch(arch: &str) -> &str {
+    match arch {
+        "amd64" | "x86_64" => "x86-64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+fn arch_spellings(bakery: &str) -> Vec<&str> {
+    match bakery {
+        "x86-64" => vec!["x86-64", "x86_64", "amd64"],
+        "arm64" => vec!["arm64", "aarch64"],
+        other => vec![other],
+    }
+}
+
+/// Picks the one entry that is the wanted image; when there is none or more than one, the
+/// error lists what there is.
+pub fn select<'e>(
+    entries: &'e [ChecksumEntry],
+    wanted: &Wanted,
+) -> Result<&'e ChecksumEntry, ImportError> {
+    let matches: Vec<&ChecksumEntry> = entries.iter().filter(|e| wanted.matches(&e.file)).collect();
+    // Spellings can collide (`kubernetes-1.31.2-amd64.raw` beside `kubernetes-v1.31.2-x86-64.raw`);
+    // the one spelled exactly as asked settles it.
+    let exact = matches
+        .iter()
+        .copied()
+        .find(|e| e.file == wanted.to_string());
+    match (matches.as_slice(), exact) {
+        ([one], _) => Ok(*one),
+        ([_, _, ..], Some(one)) => Ok(one),
+        ([], _) => {
+            let images = |keep: &dyn Fn(&str) -> bool| -> Vec<String> {
+                entries
+                    .iter()
+                    .filter(|e| keep(&e.file))
+                    .map(|e| e.file.clone())
+                    .collect()
+            };
+            let mut candidates = images(&|file: &str| wanted.is_same_extension(file));
+            if candidates.is_empty() {
+                candidates = images(&|file: &str| file.ends_with(".raw"));
+            }
+            Err(ImportError::NoMatch {
+                wanted: wanted.clone(),
+                candidates,
+            })
+        }
+        (several, None) => Err(ImportError::SeveralMatches {
+            wanted: wanted.clone(),
+            matches: several.iter().map(|e| e.file.clone()).collect(),
+        }),
+    }
+}
+
+/// Checks the URL of a SHA256SUMS file: http(s), no credentials, a file at the end of
+/// the path (the images are next to it).
+pub fn parse_sums_url(text: &str) -> Result<Url, ImportError> {
+    let invalid = |message: String| ImportError::InvalidArgument {
+        flag: "URL",
+        value: text.to_owned(),
+        message,
+    };
+    let url = Url::parse(text).map_err(|e| invalid(format!("not a URL: {e}")))?;
+    if !matches!(url.scheme(), "https" | "http") {
+        return Err(invalid(format!(
+            "scheme {}:// is not supported; use https",
+            url.scheme()
+        )));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(
+            "credentials in URLs are not allowed (they would end up in the release)".into(),
+        ));
+    }
+    if url.path().ends_with('/') {
+        return Err(invalid(
+            "must name the SHA256SUMS file itself, not its directory".into(),
+        ));
+    }
+    Ok(url)
+}
+
+/// What the command line may set besides the image itself.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseOptions {
+    /// `metadata.name`; default `<name>-<version>` in lowercase.
+    pub release_name: Option<String>,
+}
+
+/// Builds the release for `entry`, found in the SHA256SUMS at `sums_url`: one Sysext
+/// artifact next to the SHA256SUMS file; for the `kubernetes` extension `kubernetesVersion`
+/// and the kubelet version check; `kubelet.service` restarted and watched. The result
+/// passes [`NodeRelease::validate`].
+pub fn build_release(
+    sums_url: &Url,
+    entry: &ChecksumEntry,
+    wanted: &Wanted,
+    options: &ReleaseOptions,
+) -> Result<NodeRelease, ImportError> {
+    let release_name = match &options.release_name {
+        Some(name) => name.clone(),
+        None => format!("{}-{}", wanted.name, wanted.version).to_ascii_lowercase(),
+    };
+    check_object_name(&release_name).map_err(|message| ImportError::InvalidArgument {
+        flag: "--release-name",
+        value: release_name.clone(),
+        message: format!("{message}; choose another with --release-name"),
+    })?;
+    // The file name holds only characters that need no escaping (see `Wanted::new`), so
+    // joining it cannot leave the SHA256SUMS file's directory.
+    let url = sums_url
+        .join(&entry.file)
+        .map_err(|e| ImportError::MalformedLine {
+            line: entry.line,
+            message: format!("{} cannot be joined to {sums_url}: {e}", entry.file),
+        })?;
+    let kubernetes_version =
+        (wanted.name == KUBERNETES_EXTENSION).then(|| format!("v{}", without_v(&wanted.version)));
+    let content = UpdateContent {
+        health_checks: HealthChecks {
+            units: vec![KUBELET_UNIT.to_owned()],
+            node_kubelet_version: kubernetes_version.is_some(),
+            ..HealthChecks::default()
+        },
+        kubernetes_version,
+        artifacts: vec![Artifact {
+            name: wanted.name.clone(),
+            kind: ArtifactType::Sysext,
+            url: url.to_string(),
+            sha256: entry.sha256.clone(),
+            size: None,
+            path: None,
+            members: Vec::new(),
+        }],
+        activation: Activation {
+            restart_units: vec![KUBELET_UNIT.to_owned()],
+            daemon_reload: None,
+        },
+    };
+    let release = NodeRelease::new(
+        &release_name,
+        NodeReleaseSpec {
+            version: wanted.version.clone(),
+            content,
+        },
+    );
+    release.validate().map_err(ImportError::InvalidRelease)?;
+    Ok(release)
+}
+
+/// Parses, selects and builds in one go.
+pub fn release_from_sha256sums(
+    sums_url: &Url,
+    text: &str,
+    wanted: &Wanted,
+    options: &ReleaseOptions,
+) -> Result<NodeRelease, ImportError> {
+    let entries = parse_sha256sums(text)?;
+    let entry = select(&entries, wanted)?;
+    build_release(sums_url, entry, wanted, options)
+}
+
+/// The release as YAML, with a comment naming where it came from.
+pub fn to_yaml(release: &NodeRelease, sums_url: &Url) -> String {
+    let yaml = serde_yaml::to_string(release).unwrap_or_else(|e| {
+        // Cannot happen: the API types always serialize.
+        format!("# cannot serialize the release: {e}\n")
+    });
+    format!("# Generated by inplace-controller release from-sha256sums {sums_url}\n{yaml}")
+}
+
+/// The release as pretty JSON.
+pub fn to_json(release: &NodeRelease) -> String {
+    let mut json = serde_json::to_string_pretty(release)
+        .unwrap_or_else(|e| format!("{{\"error\": \"cannot serialize the release: {e}\"}}"));
+    json.push('\n');
+    json
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const DIGEST_A: &str = "b806fe313ea409569badef99d400992176702e5feed3b4e5459d1881b19a06c2";
+    const DIGEST_B: &str = "6c80df84d4374594f33519cf7de9b740681e3ff62bdb2e05efab9029a430bcee";
+
+    fn bakery() -> String {
+        format!(
+            "{DIGEST_A}  kubernetes-v1.31.2-x86-64.raw\n\
+             {DIGEST_B}  kubernetes-v1.31.2-arm64.raw\n\
+             {DIGEST_B}  kubernetes-v1.30.6-x86-64.raw\n\
+             {DIGEST_A}  docker-24.0.9-x86-64.raw\n\
+             {DIGEST_A}  kubernetes.conf\n"
+        )
+    }
+
+    fn kubernetes(version: &str, arch: &str) -> Wanted {
+        Wanted::new("kubernetes", version, arch).unwrap()
+    }
+
+    fn sums_url() -> Url {
+        parse_sums_url("https://extensions.example/kubernetes/SHA256SUMS").unwrap()
+    }
+
+    #[test]
+    fn parses_text_and_binary_mode_lines_and_lowercases_digests() {
+        let text = format!(
+            "{}  a.raw\n\n{DIGEST_B} *b.raw\r\n",
+            DIGEST_A.to_ascii_uppercase()
+        );
+        let entries = parse_sha256sums(&text).unwrap();
+        assert_eq!(
+            entries,
+            vec![
+                ChecksumEntry {
+                    line: 1,
+                    sha256: DIGEST_A.into(),
+                    file: "a.raw".into()
+                },
+                ChecksumEntry {
+                    line: 3,
+                    sha256: DIGEST_B.into(),
+                    file: "b.raw".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_lines_are_refused_naming_the_line() {
+        let cases = [
+            (
+                format!("{DIGEST_A}  ok.raw\nnot-a-digest  x.raw\n"),
+                2,
+                "hex",
+            ),
+            (
+                format!("{}  short.raw\n", &DIGEST_A[..63]),
+                1,
+                "63 characters",
+            ),
+            (format!("{DIGEST_A}x  long.raw\n"), 1, "65 characters"),
+            (format!("{DIGEST_A}\n"), 1, "expected"),
+            (format!("{DIGEST_A} one-space.raw\n"), 1, "two spaces"),
+            (format!("{DIGEST_A}  \n"), 1, "not a file name"),
+            (
+                format!("{DIGEST_A}  name with trailing space \n"),
+                1,
+                "not a file name",
+            ),
+            (format!("\\{DIGEST_A}  a\\nb.raw\n"), 1, "escaped"),
+        ];
+        for (text, line, words) in cases {
+            let error = parse_sha256sums(&text).unwrap_err();
+            assert_eq!(error.kind(), "malformed_line", "{text:?}");
+            let message = error.to_string();
+            assert!(
+                message.starts_with(&format!("SHA256SUMS line {line}:")),
+                "{message}"
+            );
+            assert!(message.contains(words), "{message} lacks {words:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_listed_twice_is_refused_naming_both_lines() {
+        let text = format!("{DIGEST_A}  a.raw\n{DIGEST_B}  b.raw\n{DIGEST_B}  a.raw\n");
+        let error = parse_sha256sums(&text).unwrap_err();
+        assert_eq!(error.kind(), "duplicate_file");
+        assert_eq!(
+            error.to_string(),
+            "SHA256SUMS line 3: a.raw is listed again (first on line 1)"
+        );
+    }
+
+    #[test]
+    fn selects_by_name_version_and_arch_in_any_spelling() {
+        let entries = parse_sha256sums(&bakery()).unwrap();
+        for (version, arch) in [
+            ("v1.31.2", "x86-64"),
+            ("1.31.2", "amd64"),
+            ("v1.31.2", "x86_64"),
+        ] {
+            let entry = select(&entries, &kubernetes(version, arch)).unwrap();
+            assert_eq!(entry.file, "kubernetes-v1.31.2-x86-64.raw");
+        }
+        let arm = select(&entries, &kubernetes("v1.31.2", "aarch64")).unwrap();
+        assert_eq!(arm.file, "kubernetes-v1.31.2-arm64.raw");
+        let docker = Wanted::new("docker", "v24.0.9", "x86-64").unwrap();
+        assert_eq!(
+            select(&entries, &docker).unwrap().file,
+            "docker-24.0.9-x86-64.raw"
+        );
+    }
+
+    #[test]
+    fn no_match_lists_the_extensions_other_images() {
+        let entries = parse_sha256sums(&bakery()).unwrap();
+        let error = select(&entries, &kubernetes("v1.32.0", "x86-64")).unwrap_err();
+        assert_eq!(error.kind(), "no_match");
+        assert_eq!(
+            error.to_string(),
+            "no image in SHA256SUMS matches kubernetes-v1.32.0-x86-64.raw; it lists \
+             kubernetes-v1.31.2-x86-64.raw, kubernetes-v1.31.2-arm64.raw, \
+             kubernetes-v1.30.6-x86-64.raw"
+        );
+    }
+
+    #[test]
+    fn no_match_of_an_unknown_extension_lists_every_image_up_to_a_limit() {
+        let entries = parse_sha256sums(&bakery()).unwrap();
+        let wasm = Wanted::new("wasmtime", "v1", "x86-64").unwrap();
+        let message = select(&entries, &wasm).unwrap_err().to_string();
+        assert!(message.contains("docker-24.0.9-x86-64.raw"), "{message}");
+        assert!(!message.contains("kubernetes.conf"), "{message}");
+
+        let many: String = (0..25)
+            .map(|i| format!("{DIGEST_A}  other-{i}-x86-64.raw\n"))
+            .collect();
+        let entries = parse_sha256sums(&many).unwrap();
+        let message = select(&entries, &wasm).unwrap_err().to_string();
+        assert!(
+            message.ends_with("other-19-x86-64.raw and 5 more"),
+            "{message}"
+        );
+
+        let none = parse_sha256sums(&format!("{DIGEST_A}  kubernetes.conf\n")).unwrap();
+        let message = select(&none, &wasm).unwrap_err().to_string();
+        assert!(message.ends_with("it lists no .raw images"), "{message}");
+    }
+
+    #[test]
+    fn several_matches_are_listed_unless_one_is_spelled_exactly_as_asked() {
+        let text = format!(
+            "{DIGEST_A}  kubernetes-1.31.2-amd64.raw\n{DIGEST_B}  kubernetes-1.31.2-x86_64.raw\n"
+        );
+        let entries = parse_sha256sums(&text).unwrap();
+        let error = select(&entries, &kubernetes("v1.31.2", "x86-64")).unwrap_err();
+        assert_eq!(error.kind(), "several_matches");
+        assert_eq!(
+            error.to_string(),
+            "several images in SHA256SUMS match kubernetes-v1.31.2-x86-64.raw: \
+             kubernetes-1.31.2-amd64.raw, kubernetes-1.31.2-x86_64.raw; \
+             give --version and --arch exactly as one of them spells them"
+        );
+
+        let text = format!("{text}{DIGEST_B}  kubernetes-v1.31.2-x86-64.raw\n");
+        let entries = parse_sha256sums(&text).unwrap();
+        let entry = select(&entries, &kubernetes("v1.31.2", "amd64")).unwrap();
+        assert_eq!(entry.file, "kubernetes-v1.31.2-x86-64.raw");
+    }
+
+    #[test]
+    fn bad_flags_are_refused_naming_the_flag() {
+        for (name, version, arch, flag) in [
+            ("../etc", "v1", "x86-64", "--name"),
+            ("kubernetes", "v1/../../x", "x86-64", "--version"),
+            ("kubernetes", "", "x86-64", "--version"),
+            ("kubernetes", "v1.31.2", "x86 64", "--arch"),
+        ] {
+            let error = Wanted::new(name, version, arch).unwrap_err();
+            assert_eq!(error.kind(), "invalid_argument");
+            assert!(error.to_string().starts_with(flag), "{error}");
+        }
+        for url in [
+            "ftp://example/SHA256SUMS",
+            "https://user:pw@example/SHA256SUMS",
+            "https://example/dir/",
+            "not a url",
+        ] {
+            let error = parse_sums_url(url).unwrap_err();
+            assert_eq!(error.kind(), "invalid_argument", "{url}");
+            assert!(error.to_string().starts_with("URL "), "{error}");
+        }
+    }
+
+    #[test]
+    fn builds_a_valid_kubernetes_release_next_to_the_sums_file() {
+        let release = release_from_sha256sums(
+            &sums_url(),
+            &bakery(),
+            &kubernetes("1.31.2", "amd64"),
+            &ReleaseOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(release.metadata.name.as_deref(), Some("kubernetes-1.31.2"));
+        let content = &release.spec.content;
+        assert_eq!(release.spec.version, "1.31.2");
+        assert_eq!(content.kubernetes_version.as_deref(), Some("v1.31.2"));
+        let artifact = &content.artifacts[0];
+        assert_eq!(artifact.name, "kubernetes");
+        assert_eq!(artifact.kind, ArtifactType::Sysext);
+        assert_eq!(
+            artifact.url,
+            "https://extensions.example/kubernetes/kubernetes-v1.31.2-x86-64.raw"
+        );
+        assert_eq!(artifact.sha256, DIGEST_A);
+        assert_eq!(content.activation.restart_units, vec![KUBELET_UNIT]);
+        assert!(content.daemon_reload(), "a sysext implies daemon-reload");
+        assert_eq!(content.health_checks.units, vec![KUBELET_UNIT]);
+        assert!(content.health_checks.node_kubelet_version);
+        assert!(release.validate().is_ok());
+    }
+
+    #[test]
+    fn other_extensions_get_no_kubernetes_version() {
+        let docker = Wanted::new("docker", "24.0.9", "x86-64").unwrap();
+        let release =
+            release_from_sha256sums(&sums_url(), &bakery(), &docker, &ReleaseOptions::default())
+                .unwrap();
+        assert_eq!(release.spec.content.kubernetes_version, None);
+        assert!(!release.spec.content.health_checks.node_kubelet_version);
+    }
+
+    #[test]
+    fn a_release_name_that_is_no_object_name_is_refused() {
+        let text = format!("{DIGEST_A}  docker-24.0.9_rc.1-x86-64.raw\n");
+        let wanted = Wanted::new("docker", "24.0.9_rc.1", "x86-64").unwrap();
+        let error =
+            release_from_sha256sums(&sums_url(), &text, &wanted, &ReleaseOptions::default())
+                .unwrap_err();
+        assert_eq!(error.kind(), "invalid_argument");
+        assert!(error.to_string().starts_with("--release-name"), "{error}");
+
+        let named = ReleaseOptions {
+            release_name: Some("docker-rc1".into()),
+        };
+        let release = release_from_sha256sums(&sums_url(), &text, &wanted, &named).unwrap();
+        assert_eq!(release.metadata.name.as_deref(), Some("docker-rc1"));
+    }
+
+    #[test]
+    fn a_version_the_api_refuses_is_reported_by_field() {
+        // `kubernetesVersion` must look like v1.31.2; the image name does not have to.
+        let text = format!("{DIGEST_A}  kubernetes-latest-x86-64.raw\n");
+        let error = release_from_sha256sums(
+            &sums_url(),
+            &text,
+            &kubernetes("latest", "x86-64"),
+            &ReleaseOptions::default(),
+        )
+        .unwrap_err();
+        assert_eq!(error.kind(), "invalid_release");
+        assert!(
+            error.to_string().contains("spec.kubernetesVersion"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn yaml_output_parses_back_strictly_and_names_its_source() {
+        let release = release_from_sha256sums(
+            &sums_url(),
+            &bakery(),
+            &kubernetes("v1.31.2", "x86-64"),
+            &ReleaseOptions::default(),
+        )
+        .unwrap();
+        let yaml = to_yaml(&release, &sums_url());
+        assert!(yaml.starts_with(
+            "# Generated by inplace-controller release from-sha256sums \
+             https://extensions.example/kubernetes/SHA256SUMS\n"
+        ));
+        let parsed: NodeRelease = inplace_proto::strict::object_from_yaml(&yaml).unwrap();
+        assert_eq!(parsed.spec, release.spec);
+        assert_eq!(parsed.metadata.name, release.metadata.name);
+        let from_json: NodeRelease = serde_json::from_str(&to_json(&release)).unwrap();
+        assert_eq!(from_json.spec, release.spec);
+    }
+}
