@@ -10,6 +10,9 @@ use url::Url;
 /// at about 100 bytes a line; anything near this is not a checksum list.
 pub const MAX_SUMS_BYTES: usize = 4 * 1024 * 1024;
 
+/// Redirects followed at most (GitHub release downloads take one).
+const MAX_REDIRECTS: usize = 10;
+
 /// How a fetch is bounded.
 #[derive(Debug, Clone)]
 pub struct FetchSettings {
@@ -87,6 +90,16 @@ fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// Why a redirect to `next` must not be followed, after `previous` (the URLs asked for so
+/// far): too many hops, or a step down from https to anything else.
+fn redirect_refusal(previous: &[Url], next: &Url) -> Option<String> {
+    if previous.len() > MAX_REDIRECTS {
+        return Some(format!("more than {MAX_REDIRECTS} redirects"));
+    }
+    let downgrade = next.scheme() != "https" && previous.iter().any(|u| u.scheme() == "https");
+    downgrade.then(|| format!("refused the redirect from https to {next}"))
+}
+
 /// Downloads `url` as text within `settings`.
 pub async fn fetch_text(url: &Url, settings: &FetchSettings) -> Result<String, FetchError> {
     // One process-wide rustls provider (ring), as kube-rs uses; Err means one is installed.
@@ -107,18 +120,12 @@ pub async fn fetch_text(url: &Url, settings: &FetchSettings) -> Result<String, F
     let builder = || {
         reqwest::Client::builder()
             .timeout(settings.timeout)
-            .redirect(reqwest::redirect::Policy::custom(|attempt| {
-                let downgrade = attempt.url().scheme() != "https"
-                    && attempt.previous().iter().any(|u| u.scheme() == "https");
-                if attempt.previous().len() >= 10 {
-                    attempt.error("more than 10 redirects")
-                } else if downgrade {
-                    let target = attempt.url().to_string();
-                    attempt.error(format!("refused the redirect from https to {target}"))
-                } else {
-                    attempt.follow()
-                }
-            }))
+            .redirect(reqwest::redirect::Policy::custom(
+                |attempt| match redirect_refusal(attempt.previous(), attempt.url()) {
+                    Some(why) => attempt.error(why),
+                    None => attempt.follow(),
+                },
+            ))
             .user_agent(concat!("inplace-controller/", env!("CARGO_PKG_VERSION")))
     };
     // A machine without system trust roots still fetches over http; https then fails
@@ -152,4 +159,38 @@ pub async fn fetch_text(url: &Url, settings: &FetchSettings) -> Result<String, F
         body.extend_from_slice(&chunk);
     }
     String::from_utf8(body).map_err(|_| FetchError::NotText { url: url.clone() })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn urls(texts: &[&str]) -> Vec<Url> {
+        texts.iter().map(|t| Url::parse(t).unwrap()).collect()
+    }
+
+    #[test]
+    fn redirects_are_followed_unless_they_leave_https_or_go_on_too_long() {
+        let https = urls(&["https://github.example/r/SHA256SUMS"]);
+        let next = Url::parse("https://objects.example/signed?x=1").unwrap();
+        assert_eq!(redirect_refusal(&https, &next), None);
+        let http = urls(&["http://mirror.example/SHA256SUMS"]);
+        assert_eq!(redirect_refusal(&http, &next), None);
+        let plain = Url::parse("http://mirror.example/SHA256SUMS").unwrap();
+        assert_eq!(redirect_refusal(&http, &plain), None);
+
+        assert_eq!(
+            redirect_refusal(&https, &plain).as_deref(),
+            Some("refused the redirect from https to http://mirror.example/SHA256SUMS")
+        );
+        let long: Vec<Url> = (0..=MAX_REDIRECTS)
+            .map(|i| Url::parse(&format!("https://example/{i}")).unwrap())
+            .collect();
+        assert_eq!(
+            redirect_refusal(&long, &next).as_deref(),
+            Some("more than 10 redirects")
+        );
+    }
 }
