@@ -5,7 +5,8 @@
 //! (crash-safe local state), [`links`] (atomic swaps), [`store`] (where files live),
 //! [`fetch`] (downloads), [`archive`] (hardened tar extraction), [`systemd`] (D-Bus),
 //! [`health`] (checks), [`status`] (the plan's status), [`watch`] (the plan), [`notify`]
-//! (sd_notify), and [`update`], which coordinates them.
+//! (sd_notify), [`metrics`] and [`metrics_server`] (Prometheus), and [`update`], which
+//! coordinates them.
 
 pub mod archive;
 pub mod failpoints;
@@ -15,6 +16,8 @@ pub mod journal;
 pub mod kube_client;
 pub mod links;
 pub mod machine;
+pub mod metrics;
+pub mod metrics_server;
 pub mod notify;
 pub mod policy;
 pub mod settings;

@@ -1,7 +1,8 @@
 //! `inplace-agent`: applies this node's NodeUpdatePlan.
 //!
 //! `inplace-agent [--config FILE] [run]` runs the agent; `inplace-agent check-config`
-//! validates the configuration (and its drop-ins) and prints the merged result.
+//! validates the configuration (and its drop-ins) and prints the merged result;
+//! `inplace-agent metrics` prints the running agent's metrics.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use inplace_agent::fetch::HttpFetcher;
 use inplace_agent::health::RealProbes;
+use inplace_agent::metrics_server::{self, Endpoints};
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::systemd::DbusSystemd;
 use inplace_agent::update::{Agent, Host};
@@ -38,6 +40,12 @@ enum Command {
     /// After a person repaired a node whose rollback failed: allow automatic action again.
     /// Takes the single-instance lock, so stop the service first.
     ClearDegraded,
+    /// Print the running agent's Prometheus metrics (read from its Unix socket).
+    Metrics {
+        /// The socket; default: `metrics.socket` of the configuration.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
 }
 
 fn hostname() -> Option<String> {
@@ -73,6 +81,7 @@ fn main() -> std::process::ExitCode {
     init_logging();
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig => check_config(&cli.config),
+        Command::Metrics { socket } => print_metrics(&cli.config, socket),
         Command::ClearDegraded => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -102,6 +111,27 @@ fn check_config(path: &Path) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = writeln!(out, "# read (when present): {files:?}\n{settings:#?}");
+    Ok(())
+}
+
+fn print_metrics(config: &Path, socket: Option<PathBuf>) -> anyhow::Result<()> {
+    let socket = match socket {
+        Some(socket) => socket,
+        None => {
+            let settings = settings::load(config, hostname)
+                .with_context(|| format!("configuration {}", config.display()))?;
+            if !settings.metrics.enabled {
+                bail!(
+                    "metrics are disabled in the configuration (metrics.enabled = false); pass --socket to try anyway"
+                );
+            }
+            settings.metrics.socket
+        }
+    };
+    let text = metrics_server::scrape(&socket, std::time::Duration::from_secs(10))?;
+    use std::io::Write;
+    // A closed pipe (`| grep -m1`) is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
     Ok(())
 }
 
@@ -148,7 +178,8 @@ async fn run(config: &Path) -> anyhow::Result<()> {
     let node = settings.node_name.clone();
     let node_name = node.clone();
     tracing::info!(%node, version = env!("CARGO_PKG_VERSION"), "starting");
-    notify::status("connecting");
+    let notifier = Arc::new(notify::Notifier::default());
+    notifier.status("connecting");
 
     let client = kube_client::client(&settings.kube).await?;
     let plans: kube::Api<NodeUpdatePlan> = kube::Api::all(client.clone());
@@ -169,14 +200,26 @@ async fn run(config: &Path) -> anyhow::Result<()> {
         fetcher: Arc::new(fetcher),
         probes: Arc::new(probes),
         status: Arc::new(sink),
-        notify: Arc::new(notify::status),
+        notify: {
+            let notifier = notifier.clone();
+            Arc::new(move |line: &str| notifier.status(line))
+        },
+    };
+    let endpoints = if settings.metrics.enabled {
+        Some(Endpoints::bind(&settings.metrics).await?)
+    } else {
+        None
     };
     let mut agent = Agent::open(settings, host).await?;
+    let metrics_server = endpoints.map(|endpoints| {
+        tracing::info!(socket = %endpoints.socket().display(), tcp = ?endpoints.tcp_addr(), "serving metrics");
+        tokio::spawn(endpoints.serve(agent.metrics()))
+    });
 
     let (tx, rx) = tokio::sync::watch::channel(None);
     let watcher = tokio::spawn(watch::run(plans, node, tx));
     notify::ready();
-    notify::status("waiting for the plan");
+    notifier.status("waiting for the plan");
     let _watchdog = notify::spawn_watchdog();
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -195,6 +238,11 @@ async fn run(config: &Path) -> anyhow::Result<()> {
     notify::stopping();
     watcher.abort();
     writer.abort();
+    if let Some(server) = metrics_server {
+        // The socket file goes with the server task.
+        server.abort();
+        let _ = server.await;
+    }
     tracing::info!("stopped");
     result
 }

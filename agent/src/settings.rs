@@ -5,6 +5,7 @@
 //! `/etc/inplace/agent.d/*.toml` in lexical order. Every field of every fragment is optional;
 //! unknown keys are errors that name the file and the key.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
@@ -61,6 +62,8 @@ struct Fragment {
     activation: ActivationFragment,
     #[serde(default)]
     paths: PathsFragment,
+    #[serde(default)]
+    metrics: MetricsFragment,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -110,6 +113,14 @@ struct PathsFragment {
     lock_file: Option<PathBuf>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsFragment {
+    enabled: Option<bool>,
+    socket: Option<PathBuf>,
+    listen: Option<String>,
+}
+
 impl Fragment {
     /// Lays `other` over `self`: every key `other` sets wins.
     fn merge(&mut self, other: Fragment) {
@@ -150,6 +161,10 @@ impl Fragment {
         over(&mut q.images_dir, o.images_dir);
         over(&mut q.merged_root, o.merged_root);
         over(&mut q.lock_file, o.lock_file);
+        let (m, o) = (&mut self.metrics, other.metrics);
+        over(&mut m.enabled, o.enabled);
+        over(&mut m.socket, o.socket);
+        over(&mut m.listen, o.listen);
     }
 }
 
@@ -228,6 +243,18 @@ pub struct Paths {
     pub lock_file: PathBuf,
 }
 
+/// Where the agent serves its Prometheus metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsSettings {
+    /// Whether to serve them at all.
+    pub enabled: bool,
+    /// The Unix socket (`/run/inplace/metrics.sock`, mode 0660).
+    pub socket: PathBuf,
+    /// An additional loopback TCP address; never a routable one (the metrics name the
+    /// node's revision and failures, and the endpoint has no authentication).
+    pub listen: Option<SocketAddr>,
+}
+
 /// The validated configuration, built once at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -245,6 +272,8 @@ pub struct Settings {
     pub activation: ActivationSettings,
     /// Host paths.
     pub paths: Paths,
+    /// Metrics endpoints.
+    pub metrics: MetricsSettings,
 }
 
 /// The files read for a main configuration file: vendor defaults (only for the default
@@ -476,6 +505,8 @@ fn build(
     absolute("paths.merged_root", &paths.merged_root)?;
     absolute("paths.lock_file", &paths.lock_file)?;
 
+    let metrics = metrics_settings(f.metrics)?;
+
     Ok(Settings {
         node_name,
         state_dir,
@@ -491,6 +522,39 @@ fn build(
         download,
         activation,
         paths,
+        metrics,
+    })
+}
+
+fn metrics_settings(m: MetricsFragment) -> Result<MetricsSettings, SettingsError> {
+    let socket = m
+        .socket
+        .unwrap_or_else(|| PathBuf::from("/run/inplace/metrics.sock"));
+    absolute("metrics.socket", &socket)?;
+    let listen = match m.listen {
+        None => None,
+        Some(text) => {
+            let addr: SocketAddr = text.parse().map_err(|_| {
+                invalid(
+                    "metrics.listen",
+                    format!("{text:?} is not an address like \"127.0.0.1:9477\" or \"[::1]:9477\""),
+                )
+            })?;
+            if !addr.ip().is_loopback() {
+                return Err(invalid(
+                    "metrics.listen",
+                    format!(
+                        "{addr} is not a loopback address; the metrics have no authentication, so serve them on 127.0.0.1 or [::1] (or the Unix socket) and let a local exporter forward them"
+                    ),
+                ));
+            }
+            Some(addr)
+        }
+    };
+    Ok(MetricsSettings {
+        enabled: m.enabled.unwrap_or(true),
+        socket,
+        listen,
     })
 }
 
@@ -613,6 +677,11 @@ mod tests {
             ),
             ("[activation]\nmax_attempts = 0", "activation.max_attempts"),
             ("[download]\nattempts = 0", "download.attempts"),
+            ("[metrics]\nsocket = \"metrics.sock\"", "metrics.socket"),
+            ("[metrics]\nlisten = \"0.0.0.0:9477\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"[::]:9477\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"10.0.0.7:9477\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
         ];
         for (text, key) in cases {
             match from_toml(text, host) {
@@ -620,6 +689,18 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn metrics_default_to_the_socket_and_accept_loopback_only() {
+        let s = from_toml("", host).unwrap();
+        assert!(s.metrics.enabled);
+        assert_eq!(s.metrics.socket, PathBuf::from("/run/inplace/metrics.sock"));
+        assert_eq!(s.metrics.listen, None);
+        let s = from_toml("[metrics]\nlisten = \"[::1]:9477\"\n", host).unwrap();
+        assert_eq!(s.metrics.listen, Some("[::1]:9477".parse().unwrap()));
+        let err = from_toml("[metrics]\nlisten = \"192.0.2.1:9477\"\n", host).unwrap_err();
+        assert!(err.to_string().contains("not a loopback address"), "{err}");
     }
 
     #[test]

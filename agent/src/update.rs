@@ -7,8 +7,9 @@
 //! disk until the new one is committed.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
 use chrono::Utc;
 use inplace_proto::reason::plan_condition;
@@ -19,11 +20,13 @@ use inplace_proto::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::archive;
-use crate::fetch::{FetchError, Fetcher};
+use crate::fetch::{FetchError, Fetcher, Progress};
 use crate::health::{self, Probes};
 use crate::journal::{Before, Failure, InFlight, Journal, JournalError, JournalFile, Link, Step};
 use crate::links;
 use crate::machine::{self, Action, PlanView, RollbackCause};
+use crate::metrics::{AgentMetrics, Reported};
+use crate::notify;
 use crate::settings::Settings;
 use crate::status::StatusSink;
 use crate::store;
@@ -86,6 +89,8 @@ pub struct Agent {
     shown: Mutex<Shown>,
     /// The plan channel, when following one (lets a long staging notice a new plan).
     plans: Option<tokio::sync::watch::Receiver<crate::watch::PlanState>>,
+    /// What the metrics endpoint shows.
+    metrics: Arc<AgentMetrics>,
 }
 
 /// How staging ended.
@@ -155,7 +160,7 @@ impl Agent {
         let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .ok()
             .map(|s| s.trim().to_owned());
-        Ok(Agent {
+        let agent = Agent {
             settings,
             host,
             journal_file,
@@ -163,7 +168,15 @@ impl Agent {
             boot_id,
             shown: Mutex::new(Shown::default()),
             plans: None,
-        })
+            metrics: Arc::default(),
+        };
+        agent.record_running();
+        Ok(agent)
+    }
+
+    /// The agent's metrics, for the metrics endpoint.
+    pub fn metrics(&self) -> Arc<AgentMetrics> {
+        self.metrics.clone()
     }
 
     /// Follows the plan channel fed by `watch::run`: acts on every new plan state, until
@@ -442,9 +455,19 @@ impl Agent {
 
     /// Builds and publishes the status. Without a plan there is nothing to write to.
     fn report(&self, view: Option<&PlanView>, report: Report) {
-        (self.host.notify)(&format!("{:?}: {}", report.phase, report.message));
         tracing::info!(phase = ?report.phase, reason = %report.reason, message = %report.message, "status");
+        self.metrics.reported(
+            Reported {
+                revision: view.map(|v| v.revision.as_str()),
+                phase: report.phase,
+                reason: report.reason,
+            },
+            Instant::now(),
+            SystemTime::now(),
+        );
+        self.record_running();
         let Some(view) = view else {
+            (self.host.notify)(&notify::status_line(report.phase, &report.message, None));
             return;
         };
         let Ok(mut shown) = self.shown.lock() else {
@@ -511,6 +534,21 @@ impl Agent {
             Phase::Verifying => Some(report.message.clone()),
             _ => None,
         };
+        let download = (report.phase == Phase::Downloading).then(|| {
+            let bytes = |b: i64| u64::try_from(b).unwrap_or(0);
+            let done: u64 = shown.artifacts.iter().map(|a| bytes(a.bytes_done)).sum();
+            let total: Option<u64> = shown
+                .artifacts
+                .iter()
+                .map(|a| a.bytes_total.map(bytes))
+                .sum();
+            (done, total)
+        });
+        (self.host.notify)(&notify::status_line(
+            report.phase,
+            &report.message,
+            download,
+        ));
         let status = NodeUpdatePlanStatus {
             observed_generation: view.generation,
             phase: Some(report.phase),
@@ -537,6 +575,34 @@ impl Agent {
         };
         drop(shown);
         self.host.status.publish(status);
+    }
+
+    /// Shows the committed revision (what the node runs) in the metrics.
+    fn record_running(&self) {
+        let committed = self.journal.committed.as_ref();
+        self.metrics.running(
+            committed.map(|c| c.revision.as_str()),
+            committed.and_then(|c| c.content.kubernetes_version.as_deref()),
+        );
+    }
+
+    /// Fetches one artifact into `dir`, metering its bytes and time.
+    async fn download(
+        &self,
+        artifact: &Artifact,
+        dir: &Path,
+        progress: Progress<'_>,
+    ) -> Result<PathBuf, FetchError> {
+        let meter = self.metrics.download();
+        let metered = |done: u64| {
+            meter.progress(done);
+            progress(done);
+        };
+        let fetched = self.host.fetcher.fetch(artifact, dir, &metered).await;
+        if fetched.is_ok() {
+            meter.succeeded();
+        }
+        fetched
     }
 
     /// Drops a staging that is no longer wanted: temporary files and files no kept
@@ -697,9 +763,7 @@ impl Agent {
                     }]);
                 }
                 let temp = self
-                    .host
-                    .fetcher
-                    .fetch(artifact, &dir, &progress)
+                    .download(artifact, &dir, &progress)
                     .await
                     .map_err(fetch_failure)?;
                 let s = sha.clone();
@@ -731,9 +795,7 @@ impl Agent {
                     }]);
                 }
                 let temp = self
-                    .host
-                    .fetcher
-                    .fetch(artifact, &store::tmp_dir(settings), &progress)
+                    .download(artifact, &store::tmp_dir(settings), &progress)
                     .await
                     .map_err(fetch_failure)?;
                 let s = sha.clone();
@@ -767,9 +829,7 @@ impl Agent {
                 }
                 let tmp = store::tmp_dir(settings);
                 let temp = self
-                    .host
-                    .fetcher
-                    .fetch(artifact, &tmp, &progress)
+                    .download(artifact, &tmp, &progress)
                     .await
                     .map_err(fetch_failure)?;
                 let staging = tmp.join(format!("extract-{:016x}", rand::random::<u64>()));

@@ -1,0 +1,545 @@
+//! The agent's metrics, owned by one struct (no global registry) and rendered in the
+//! Prometheus text format (`inplace_proto::exposition`); `metrics_server` serves them.
+//!
+//! They are recorded where the agent reports and commits, not along the way: the
+//! coordinator hands every status report to [`AgentMetrics::reported`], which turns the
+//! stream of reports into phase durations, update results and failures by reason; the
+//! committed revision comes from the journal; downloads are metered around the fetcher.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use inplace_proto::exposition::{Exposition, HistogramData, MetricType, lock_state as lock};
+use inplace_proto::{Phase, Reason};
+
+/// Histogram bounds for step durations, in seconds: sub-second swaps up to hour-long
+/// downloads.
+const BUCKETS: [f64; 12] = [
+    0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Every phase, in the order the state set is rendered.
+const PHASES: [Phase; 9] = [
+    Phase::Pending,
+    Phase::Downloading,
+    Phase::Staged,
+    Phase::Activating,
+    Phase::Verifying,
+    Phase::Succeeded,
+    Phase::RollingBack,
+    Phase::RolledBack,
+    Phase::Failed,
+];
+
+/// A timed step of an update: the `step` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    /// One artifact's transfer with its sha256 check (successful downloads only).
+    Download,
+    /// A revision's whole staging: every download, verification and store (the
+    /// `Downloading` phase).
+    Stage,
+    /// Swapping links, refreshing sysext, restarting units (`Activating`).
+    Activate,
+    /// The health-check window (`Verifying`).
+    Health,
+    /// Restoring and re-checking the previous revision (`RollingBack`).
+    Rollback,
+}
+
+impl Step {
+    fn as_str(self) -> &'static str {
+        match self {
+            Step::Download => "download",
+            Step::Stage => "stage",
+            Step::Activate => "activate",
+            Step::Health => "health",
+            Step::Rollback => "rollback",
+        }
+    }
+
+    /// The step a phase times; `None` for phases where the agent waits or is done.
+    fn of(phase: Phase) -> Option<Step> {
+        match phase {
+            Phase::Downloading => Some(Step::Stage),
+            Phase::Activating => Some(Step::Activate),
+            Phase::Verifying => Some(Step::Health),
+            Phase::RollingBack => Some(Step::Rollback),
+            Phase::Pending
+            | Phase::Staged
+            | Phase::Succeeded
+            | Phase::RolledBack
+            | Phase::Failed => None,
+        }
+    }
+}
+
+/// What one status report says, as far as the metrics care.
+#[derive(Debug, Clone, Copy)]
+pub struct Reported<'a> {
+    /// The plan revision the report is about (`None` when there is no plan to report to).
+    pub revision: Option<&'a str>,
+    /// The phase reported.
+    pub phase: Phase,
+    /// The Ready condition's reason (for a rollback: the reason it rolls back).
+    pub reason: Reason,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    cumulative: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, took: Duration) {
+        let secs = took.as_secs_f64();
+        for (bound, count) in BUCKETS.iter().zip(self.cumulative.iter_mut()) {
+            if secs <= *bound {
+                *count += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += secs;
+    }
+}
+
+/// The report being shown, and what it needs to close its phase.
+#[derive(Debug, Clone)]
+struct Current {
+    revision: Option<String>,
+    phase: Phase,
+    reason: Reason,
+    since: Instant,
+    /// Whether this process worked on the revision (downloaded, activated, rolled back),
+    /// so a final phase ends an update rather than restating an old result.
+    worked: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    steps: BTreeMap<Step, Histogram>,
+    downloaded_bytes: u64,
+    updates: BTreeMap<&'static str, u64>,
+    failures: BTreeMap<&'static str, u64>,
+    running: Option<(String, String)>,
+    current: Option<Current>,
+    last_transition: Option<f64>,
+}
+
+/// The update results counted by `inplace_agent_updates_total`.
+const RESULTS: [&str; 3] = ["succeeded", "rolled_back", "failed"];
+
+/// Every metric the agent exports.
+#[derive(Debug, Default)]
+pub struct AgentMetrics {
+    state: Mutex<State>,
+}
+
+impl AgentMetrics {
+    /// Records a status report made at `at` (`now` is the wall clock of the same moment).
+    /// Repeating the report being shown (a relist, download progress) changes nothing; a
+    /// new phase or revision closes the previous phase's step, and a final phase reached
+    /// by work of this process counts the update's result and its failure reasons.
+    pub fn reported(&self, report: Reported<'_>, at: Instant, now: SystemTime) {
+        let mut state = lock(&self.state);
+        let previous = state.current.take();
+        if let Some(p) = &previous
+            && p.revision.as_deref() == report.revision
+            && p.phase == report.phase
+            && p.reason == report.reason
+        {
+            state.current = previous;
+            return;
+        }
+        if let Some(p) = &previous
+            && p.phase != report.phase
+            && let Some(step) = Step::of(p.phase)
+        {
+            state
+                .steps
+                .entry(step)
+                .or_default()
+                .observe(at.saturating_duration_since(p.since));
+        }
+        let same_revision = previous
+            .as_ref()
+            .is_some_and(|p| p.revision.as_deref() == report.revision);
+        let worked = Step::of(report.phase).is_some()
+            || (same_revision && previous.as_ref().is_some_and(|p| p.worked));
+        let rolled_back_for = previous
+            .as_ref()
+            .filter(|p| same_revision && p.phase == Phase::RollingBack)
+            .map(|p| p.reason);
+        if report.phase.is_final() && worked {
+            let result = match report.phase {
+                Phase::Succeeded => "succeeded",
+                Phase::RolledBack => "rolled_back",
+                _ => "failed",
+            };
+            *state.updates.entry(result).or_default() += 1;
+        }
+        let mut failed = |reason: Reason| {
+            *state.failures.entry(reason.as_str()).or_default() += 1;
+        };
+        match report.phase {
+            // A refusal is a failure of the plan even though nothing was done; a denied
+            // revision or a node staying degraded restates a failure counted before.
+            Phase::Failed
+                if worked
+                    || matches!(report.reason, Reason::InvalidPlan | Reason::PolicyDenied) =>
+            {
+                if let Some(cause) = rolled_back_for {
+                    failed(cause);
+                }
+                failed(report.reason);
+            }
+            Phase::RolledBack => {
+                if let Some(cause) = rolled_back_for {
+                    failed(cause);
+                }
+            }
+            _ => {}
+        }
+        if previous
+            .as_ref()
+            .is_none_or(|p| p.phase != report.phase || !same_revision)
+        {
+            state.last_transition = now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs_f64());
+        }
+        state.current = Some(Current {
+            revision: report.revision.map(str::to_owned),
+            phase: report.phase,
+            reason: report.reason,
+            since: if previous.as_ref().is_some_and(|p| p.phase == report.phase) && same_revision {
+                previous.as_ref().map_or(at, |p| p.since)
+            } else {
+                at
+            },
+            worked: worked && !report.phase.is_final(),
+        });
+    }
+
+    /// Records the committed revision (what the node runs) and its Kubernetes version.
+    pub fn running(&self, revision: Option<&str>, kubernetes_version: Option<&str>) {
+        lock(&self.state).running = revision.map(|r| {
+            (
+                r.to_owned(),
+                kubernetes_version.unwrap_or_default().to_owned(),
+            )
+        });
+    }
+
+    /// Starts metering one artifact's download: bytes count as they arrive (also when the
+    /// download fails or is abandoned), the duration once it succeeds.
+    pub fn download(&self) -> DownloadMeter<'_> {
+        DownloadMeter {
+            metrics: self,
+            started: Instant::now(),
+            last: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let state = lock(&self.state);
+        let mut text = Exposition::new();
+        let mut family = text.family(
+            "inplace_agent_step_duration_seconds",
+            "Time an update step took: download (one artifact), stage, activate, health, rollback.",
+            MetricType::Histogram,
+        );
+        for (step, h) in &state.steps {
+            family.histogram(
+                &[("step", step.as_str())],
+                HistogramData {
+                    bounds: &BUCKETS,
+                    cumulative: &h.cumulative,
+                    sum: h.sum,
+                    count: h.count,
+                },
+            );
+        }
+        text.family(
+            "inplace_agent_downloaded_bytes_total",
+            "Artifact bytes received, failed and abandoned downloads included.",
+            MetricType::Counter,
+        )
+        .sample(&[], state.downloaded_bytes);
+        let mut family = text.family(
+            "inplace_agent_updates_total",
+            "Updates this agent carried to an end, by result.",
+            MetricType::Counter,
+        );
+        for result in RESULTS {
+            family.sample(
+                &[("result", result)],
+                state.updates.get(result).copied().unwrap_or(0),
+            );
+        }
+        let mut family = text.family(
+            "inplace_agent_failures_total",
+            "Failed or refused updates, by condition reason.",
+            MetricType::Counter,
+        );
+        for (reason, n) in &state.failures {
+            family.sample(&[("reason", *reason)], *n);
+        }
+        let mut family = text.family(
+            "inplace_agent_revision_info",
+            "The committed revision this node runs (absent before the first commit).",
+            MetricType::Gauge,
+        );
+        if let Some((revision, kubernetes_version)) = &state.running {
+            family.sample(
+                &[
+                    ("revision", revision.as_str()),
+                    ("kubernetes_version", kubernetes_version.as_str()),
+                ],
+                1u8,
+            );
+        }
+        let shown = state.current.as_ref().map(|c| c.phase);
+        let mut family = text.family(
+            "inplace_agent_phase",
+            "1 for the phase last reported about the plan, 0 for the others.",
+            MetricType::Gauge,
+        );
+        for phase in PHASES {
+            let name = format!("{phase:?}");
+            family.sample(&[("phase", name.as_str())], u8::from(shown == Some(phase)));
+        }
+        text.family(
+            "inplace_agent_last_transition_timestamp_seconds",
+            "When the reported phase last changed, in seconds since the Unix epoch (0: not yet).",
+            MetricType::Gauge,
+        )
+        .sample(&[], state.last_transition.unwrap_or(0.0));
+        text.finish()
+    }
+}
+
+/// Meters one download; see [`AgentMetrics::download`]. Pass [`DownloadMeter::progress`]
+/// the fetcher's byte counts.
+#[derive(Debug)]
+pub struct DownloadMeter<'a> {
+    metrics: &'a AgentMetrics,
+    started: Instant,
+    last: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl DownloadMeter<'_> {
+    /// The fetcher reports `done` bytes of the file so far. A resumed attempt continues
+    /// the count; a smaller count means the fetcher started over from zero, so all of it
+    /// was transferred again.
+    pub fn progress(&self, done: u64) {
+        let last = self.last.swap(done, Ordering::Relaxed);
+        let received = if done >= last { done - last } else { done };
+        self.bytes.fetch_add(received, Ordering::Relaxed);
+    }
+
+    /// The download succeeded: its duration counts.
+    pub fn succeeded(self) {
+        let took = self.started.elapsed();
+        lock(&self.metrics.state)
+            .steps
+            .entry(Step::Download)
+            .or_default()
+            .observe(took);
+    }
+}
+
+impl Drop for DownloadMeter<'_> {
+    fn drop(&mut self) {
+        let bytes = self.bytes.load(Ordering::Relaxed);
+        let mut state = lock(&self.metrics.state);
+        state.downloaded_bytes = state.downloaded_bytes.saturating_add(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds reports one second apart; returns the metrics.
+    fn replay(reports: &[(Option<&str>, Phase, Reason)]) -> AgentMetrics {
+        let metrics = AgentMetrics::default();
+        let t0 = Instant::now();
+        for (i, (revision, phase, reason)) in reports.iter().enumerate() {
+            let offset = Duration::from_secs(i as u64);
+            metrics.reported(
+                Reported {
+                    revision: *revision,
+                    phase: *phase,
+                    reason: *reason,
+                },
+                t0 + offset,
+                SystemTime::UNIX_EPOCH + Duration::from_secs(1_000) + offset,
+            );
+        }
+        metrics
+    }
+
+    fn line(text: &str, prefix: &str) -> String {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    const A: Option<&str> = Some("aaaa");
+    const B: Option<&str> = Some("bbbb");
+
+    #[test]
+    fn an_update_times_each_phase_and_counts_once_despite_repeats() {
+        let m = replay(&[
+            (A, Phase::Downloading, Reason::Downloading),
+            (A, Phase::Downloading, Reason::Downloading), // progress
+            (A, Phase::Downloading, Reason::Downloading), // progress
+            (A, Phase::Activating, Reason::Activating),
+            (A, Phase::Verifying, Reason::Verifying),
+            (A, Phase::Succeeded, Reason::Succeeded),
+            (A, Phase::Succeeded, Reason::Succeeded), // a relist
+        ]);
+        let text = m.render();
+        // Downloading lasted from t0 to t0+3s: the 5 s bucket, not the 2.5 s one.
+        assert_eq!(
+            line(
+                &text,
+                "inplace_agent_step_duration_seconds_sum{step=\"stage\"}"
+            ),
+            "inplace_agent_step_duration_seconds_sum{step=\"stage\"} 3"
+        );
+        assert!(text.contains("step_duration_seconds_bucket{step=\"stage\",le=\"2.5\"} 0\n"));
+        assert!(text.contains("step_duration_seconds_bucket{step=\"stage\",le=\"5\"} 1\n"));
+        assert!(text.contains("step_duration_seconds_sum{step=\"activate\"} 1\n"));
+        assert!(text.contains("step_duration_seconds_sum{step=\"health\"} 1\n"));
+        assert!(text.contains("inplace_agent_updates_total{result=\"succeeded\"} 1\n"));
+        assert!(text.contains("inplace_agent_phase{phase=\"Succeeded\"} 1\n"));
+        assert!(text.contains("inplace_agent_phase{phase=\"Verifying\"} 0\n"));
+        // The last change was the Succeeded at t0+5s.
+        assert!(text.contains("inplace_agent_last_transition_timestamp_seconds 1005\n"));
+        assert!(!text.contains("inplace_agent_failures_total{"), "{text}");
+    }
+
+    #[test]
+    fn restating_an_old_result_after_a_restart_counts_nothing() {
+        let m = replay(&[
+            (A, Phase::Succeeded, Reason::Succeeded),
+            (A, Phase::RolledBack, Reason::RolledBack),
+            (B, Phase::Failed, Reason::RevisionDenied),
+            (B, Phase::Failed, Reason::RollbackFailed),
+        ]);
+        let text = m.render();
+        for result in RESULTS {
+            assert!(text.contains(&format!("updates_total{{result=\"{result}\"}} 0\n")));
+        }
+        assert!(!text.contains("inplace_agent_failures_total{"), "{text}");
+        assert!(!text.contains("step_duration_seconds_count"), "{text}");
+    }
+
+    #[test]
+    fn a_rollback_counts_its_cause_and_a_failed_one_also_rollback_failed() {
+        let m = replay(&[
+            (A, Phase::Downloading, Reason::Downloading),
+            (A, Phase::Activating, Reason::Activating),
+            (A, Phase::Verifying, Reason::Verifying),
+            (A, Phase::RollingBack, Reason::HealthCheckFailed),
+            (A, Phase::RolledBack, Reason::RolledBack),
+            (B, Phase::Downloading, Reason::Downloading),
+            (B, Phase::Activating, Reason::Activating),
+            (B, Phase::RollingBack, Reason::UnitFailed),
+            (B, Phase::Failed, Reason::RollbackFailed),
+        ]);
+        let text = m.render();
+        assert!(
+            text.contains("updates_total{result=\"rolled_back\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("updates_total{result=\"failed\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("failures_total{reason=\"HealthCheckFailed\"} 1\n"));
+        assert!(text.contains("failures_total{reason=\"UnitFailed\"} 1\n"));
+        assert!(text.contains("failures_total{reason=\"RollbackFailed\"} 1\n"));
+        assert!(text.contains("step_duration_seconds_count{step=\"rollback\"} 2\n"));
+    }
+
+    #[test]
+    fn refusals_and_staging_failures_count_by_reason() {
+        let m = replay(&[
+            (A, Phase::Failed, Reason::PolicyDenied),
+            (A, Phase::Failed, Reason::PolicyDenied),
+            (B, Phase::Downloading, Reason::Downloading),
+            (B, Phase::Failed, Reason::HashMismatch),
+            (B, Phase::Failed, Reason::RevisionDenied),
+            (A, Phase::Failed, Reason::PolicyDenied),
+        ]);
+        let text = m.render();
+        assert!(
+            text.contains("failures_total{reason=\"PolicyDenied\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("failures_total{reason=\"HashMismatch\"} 1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("reason=\"RevisionDenied\""), "{text}");
+        assert!(
+            text.contains("updates_total{result=\"failed\"} 1\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_superseded_staging_is_not_timed_as_a_stage() {
+        let m = replay(&[
+            (A, Phase::Downloading, Reason::Downloading),
+            (B, Phase::Downloading, Reason::Downloading),
+            (B, Phase::Staged, Reason::Staged),
+        ]);
+        let text = m.render();
+        assert!(text.contains("step_duration_seconds_count{step=\"stage\"} 1\n"));
+        assert!(
+            text.contains("step_duration_seconds_sum{step=\"stage\"} 1\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn revision_info_and_downloads() {
+        let m = AgentMetrics::default();
+        m.running(Some("6c1f\"0a"), Some("v1.31.2"));
+        {
+            let d = m.download();
+            d.progress(100);
+            d.progress(40); // a retry that starts over
+            d.progress(140);
+            d.succeeded();
+        }
+        {
+            let d = m.download();
+            d.progress(7); // then abandoned
+        }
+        let text = m.render();
+        assert!(text.contains(
+            "inplace_agent_revision_info{revision=\"6c1f\\\"0a\",kubernetes_version=\"v1.31.2\"} 1\n"
+        ));
+        assert!(
+            text.contains("inplace_agent_downloaded_bytes_total 247\n"),
+            "{text}"
+        );
+        assert!(text.contains("step_duration_seconds_count{step=\"download\"} 1\n"));
+        m.running(None, None);
+        assert!(!m.render().contains("inplace_agent_revision_info{"));
+    }
+}

@@ -1,0 +1,251 @@
+//! The metrics endpoint: an agent runs updates against the fake edges, serves its metrics
+//! on a socket in a temporary directory (and a loopback port), and is scraped the way an
+//! operator would: with the `inplace-agent metrics` client and with plain HTTP.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Bed;
+use inplace_agent::metrics::AgentMetrics;
+use inplace_agent::metrics_server::{self, Endpoints, ServeError};
+use inplace_agent::settings::MetricsSettings;
+use tokio::process::Command;
+
+fn settings(socket: PathBuf, listen: Option<&str>) -> MetricsSettings {
+    MetricsSettings {
+        enabled: true,
+        socket,
+        listen: listen.map(|l| l.parse().unwrap()),
+    }
+}
+
+async fn scrape(socket: &Path) -> String {
+    let socket = socket.to_path_buf();
+    tokio::task::spawn_blocking(move || metrics_server::scrape(&socket, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// The raw answer to `request` on a TCP connection.
+async fn over_tcp(addr: std::net::SocketAddr, request: &'static str) -> String {
+    tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    })
+    .await
+    .unwrap()
+}
+
+/// Runs `inplace-agent [--config CONFIG] ARGS`: success, stdout, stderr.
+async fn cli(config: Option<&Path>, args: &[&str]) -> (bool, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_inplace-agent"));
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let out = command.args(args).output().await.unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn has(text: &str, line: &str) {
+    assert!(
+        text.lines().any(|l| l == line),
+        "missing line {line:?} in\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn updates_rollbacks_and_refusals_are_scraped_from_the_socket_and_loopback() {
+    let bed = Bed::new();
+    let mut agent = bed.with_v1().await;
+    let v1 = inplace_proto::revision_of(&bed.plan("OK v1", "kubectl v1", "Active").spec.content);
+    // v2 fails its health check and is rolled back; the same plan again is only denied.
+    let v2 = bed.plan("OK v2 unhealthy", "kubectl v2", "Active");
+    agent.handle(Some(&v2)).await.unwrap();
+    agent.handle(Some(&v2)).await.unwrap();
+    // A refused plan, reported twice (a relist): counted once.
+    let mut invalid = bed.plan("OK v3", "kubectl v3", "Active");
+    invalid.spec.content.artifacts[0].sha256 = "XYZ".into();
+    agent.handle(Some(&invalid)).await.unwrap();
+    agent.handle(Some(&invalid)).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/inplace/metrics.sock");
+    let endpoints = Endpoints::bind(&settings(socket.clone(), Some("127.0.0.1:0")))
+        .await
+        .unwrap();
+    let tcp = endpoints.tcp_addr().unwrap();
+    assert!(tcp.ip().is_loopback());
+    let server = tokio::spawn(endpoints.serve(agent.metrics()));
+
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o660);
+
+    let text = scrape(&socket).await;
+    has(&text, "inplace_agent_updates_total{result=\"succeeded\"} 1");
+    has(
+        &text,
+        "inplace_agent_updates_total{result=\"rolled_back\"} 1",
+    );
+    has(&text, "inplace_agent_updates_total{result=\"failed\"} 0");
+    has(
+        &text,
+        "inplace_agent_failures_total{reason=\"HealthCheckFailed\"} 1",
+    );
+    has(
+        &text,
+        "inplace_agent_failures_total{reason=\"InvalidPlan\"} 1",
+    );
+    assert!(!text.contains("reason=\"RevisionDenied\""), "{text}");
+    has(
+        &text,
+        &format!(
+            "inplace_agent_revision_info{{revision=\"{v1}\",kubernetes_version=\"v1.31.2\"}} 1"
+        ),
+    );
+    has(&text, "inplace_agent_phase{phase=\"Failed\"} 1");
+    has(&text, "inplace_agent_phase{phase=\"Succeeded\"} 0");
+    // Two artifacts of v1 and two of v2, each counted as it arrived.
+    let bytes = ["OK v1", "kubectl v1", "OK v2 unhealthy", "kubectl v2"]
+        .iter()
+        .map(|s| s.len())
+        .sum::<usize>();
+    has(
+        &text,
+        &format!("inplace_agent_downloaded_bytes_total {bytes}"),
+    );
+    for (step, count) in [
+        ("download", 4),
+        ("stage", 2),
+        ("activate", 2),
+        ("health", 2),
+        ("rollback", 1),
+    ] {
+        has(
+            &text,
+            &format!("inplace_agent_step_duration_seconds_count{{step=\"{step}\"}} {count}"),
+        );
+        has(
+            &text,
+            &format!(
+                "inplace_agent_step_duration_seconds_bucket{{step=\"{step}\",le=\"+Inf\"}} {count}"
+            ),
+        );
+    }
+    let transition: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("inplace_agent_last_transition_timestamp_seconds "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(transition > 1.7e9, "{transition}");
+
+    // The loopback port answers the same text, and refuses everything but /metrics.
+    let answer = over_tcp(tcp, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(
+        answer.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+        "{answer}"
+    );
+    assert!(answer.ends_with(&text), "{answer}");
+    let answer = over_tcp(tcp, "GET /debug HTTP/1.1\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
+    let answer = over_tcp(tcp, "DELETE /metrics HTTP/1.1\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 405 "), "{answer}");
+
+    // The operator's client, with the socket named and from the configuration.
+    let (ok, out, err) = cli(None, &["metrics", "--socket", socket.to_str().unwrap()]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, scrape(&socket).await);
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"worker-1\"\n[metrics]\nsocket = \"{}\"\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = cli(Some(&config), &["metrics"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("inplace_agent_updates_total"), "{out}");
+
+    // Stopping the server removes the socket; the client then says what to check.
+    server.abort();
+    let _ = server.await;
+    assert!(!socket.exists());
+    let (ok, _, err) = cli(Some(&config), &["metrics"]).await;
+    assert!(!ok);
+    assert!(
+        err.contains(&socket.display().to_string()) && err.contains("is the agent running"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_socket_is_replaced_and_a_file_in_the_way_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("metrics.sock");
+    // A socket left behind by a killed agent.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let endpoints = Endpoints::bind(&settings(socket.clone(), None))
+        .await
+        .unwrap();
+    let server = tokio::spawn(endpoints.serve(Arc::new(AgentMetrics::default())));
+    assert!(
+        scrape(&socket)
+            .await
+            .contains("inplace_agent_updates_total{result=\"succeeded\"} 0")
+    );
+    server.abort();
+    let _ = server.await;
+
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, "keep me").unwrap();
+    let err = Endpoints::bind(&settings(file.clone(), None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ServeError::NotASocket { .. }), "{err}");
+    assert!(err.to_string().contains("not-a-socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+}
+
+#[tokio::test]
+async fn disabled_metrics_and_routable_listen_addresses_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        "node_name = \"worker-1\"\n[metrics]\nenabled = false\n",
+    )
+    .unwrap();
+    let (ok, _, err) = cli(Some(&config), &["metrics"]).await;
+    assert!(!ok);
+    assert!(err.contains("metrics.enabled = false"), "{err}");
+
+    std::fs::write(
+        &config,
+        "node_name = \"worker-1\"\n[metrics]\nlisten = \"0.0.0.0:9477\"\n",
+    )
+    .unwrap();
+    let (ok, _, err) = cli(Some(&config), &["check-config"]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("metrics.listen") && err.contains("not a loopback address"),
+        "{err}"
+    );
+}
