@@ -30,17 +30,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use inplace_api_emulator::{Emulator, EmulatorConfig, User};
 use inplace_proto::{NodeUpdatePlan, Phase};
-use inplace_tests::artifact_server::ArtifactServer;
-use inplace_tests::nspawn::{Node, NodeOptions};
 use inplace_tests::sysext::{SysextBuilder, SysextImage};
-use kube::api::{Patch, PatchParams, PostParams};
+use real_node::AgentNode;
 use sha2::Digest;
 
 mod real_node;
-
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Points an update to a healthy revision passes.
 const UPDATE_POINTS: &[&str] = &[
@@ -75,9 +70,7 @@ enum Kill {
 }
 
 struct Bed {
-    api: kube::Api<NodeUpdatePlan>,
-    server: ArtifactServer,
-    node: Node,
+    real: AgentNode,
     healthy: (Vec<u8>, String),
     broken: (Vec<u8>, String),
     /// The committed case tag and revision.
@@ -107,29 +100,20 @@ fn kubectl(tag: &str) -> Vec<u8> {
 
 impl Bed {
     fn plan(&self, tag: &str, healthy: bool) -> NodeUpdatePlan {
-        let name = self.node.name();
         let (bytes, sha) = if healthy { &self.healthy } else { &self.broken };
-        let plan = serde_json::json!({
-            "apiVersion": "inplace.dev/v1alpha1",
-            "kind": "NodeUpdatePlan",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeName": name,
-                "desiredState": "Active",
-                "artifacts": [
-                    {"name": "kubernetes", "type": "Sysext",
-                     "url": self.server.url(&format!("/{tag}/kubernetes-{tag}.raw")),
-                     "sha256": sha, "size": bytes.len()},
-                    {"name": "kubectl", "type": "Binary",
-                     "url": self.server.url(&format!("/{tag}/kubectl")),
-                     "sha256": hex::encode(sha2::Sha256::digest(kubectl(tag))),
-                     "path": "/opt/bin/kubectl"},
-                ],
-                "activation": {"restartUnits": ["kubelet.service"]},
-                "healthChecks": {"units": ["kubelet.service"], "window": "1s", "timeout": "60s"},
-            }
-        });
-        serde_json::from_value(plan).unwrap()
+        let server = &self.real.server;
+        self.real.plan(
+            vec![
+                serde_json::json!({"name": "kubernetes", "type": "Sysext",
+                    "url": server.url(&format!("/{tag}/kubernetes-{tag}.raw")),
+                    "sha256": sha, "size": bytes.len()}),
+                serde_json::json!({"name": "kubectl", "type": "Binary",
+                    "url": server.url(&format!("/{tag}/kubectl")),
+                    "sha256": hex::encode(sha2::Sha256::digest(kubectl(tag))),
+                    "path": "/opt/bin/kubectl"}),
+            ],
+            serde_json::json!({"units": ["kubelet.service"], "window": "1s", "timeout": "60s"}),
+        )
     }
 
     fn publish(&self, tag: &str, healthy: bool) {
@@ -138,14 +122,17 @@ impl Bed {
         } else {
             &self.broken.0
         };
-        self.server
+        self.real
+            .server
             .put_bytes(&format!("/{tag}/kubernetes-{tag}.raw"), bytes.clone());
-        self.server
+        self.real
+            .server
             .put_bytes(&format!("/{tag}/kubectl"), kubectl(tag));
     }
 
     async fn restarts(&self) -> u64 {
         let out = self
+            .real
             .node
             .systemctl(&[
                 "show",
@@ -159,54 +146,10 @@ impl Bed {
         out.trim().parse().unwrap_or(0)
     }
 
-    async fn diagnostics(&self) -> String {
-        let status = self
-            .api
-            .get(self.node.name())
-            .await
-            .ok()
-            .and_then(|p| p.status);
-        let journal = self
-            .node
-            .journal("inplace-agent.service", 120)
-            .await
-            .unwrap_or_default();
-        format!("status: {status:?}\nagent journal:\n{journal}")
-    }
-
-    /// Waits until the status reports `want` for `revision`; fails at once if it reports
-    /// `Succeeded` for a revision that must be rolled back.
-    async fn wait_final(&self, want: Phase, revision: &str, label: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Ok(plan) = self.api.get(self.node.name()).await
-                && let Some(status) = plan.status.as_ref()
-                && status.target_revision.as_deref() == Some(revision)
-            {
-                if want == Phase::RolledBack && status.phase == Some(Phase::Succeeded) {
-                    panic!(
-                        "{label}: an unhealthy revision was reported Succeeded\n{}",
-                        self.diagnostics().await
-                    );
-                }
-                if status.phase == Some(want) {
-                    return;
-                }
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "{label}: never reached {want:?}\n{}",
-                    self.diagnostics().await
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
     /// The invariant of faults.md on the host and in the status, with `tag` / `revision`
     /// committed and `previous` still on disk.
     async fn check_invariant(&self, tag: &str, revision: &str, previous: &str, label: &str) {
-        let node = &self.node;
+        let node = &self.real.node;
         let link = node
             .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
             .await
@@ -243,7 +186,7 @@ impl Bed {
         assert!(
             node.is_active("kubelet.service").await.unwrap(),
             "{label}: kubelet runs\n{}",
-            self.diagnostics().await
+            self.real.diagnostics().await
         );
         if previous != tag {
             assert!(
@@ -266,7 +209,14 @@ impl Bed {
             leftovers.trim().is_empty(),
             "{label}: temporaries left: {leftovers}"
         );
-        let status = self.api.get(node.name()).await.unwrap().status.unwrap();
+        let status = self
+            .real
+            .api
+            .get(node.name())
+            .await
+            .unwrap()
+            .status
+            .unwrap();
         assert_eq!(
             status.current_revision.as_deref(),
             Some(revision),
@@ -284,23 +234,17 @@ impl Bed {
         let revision = inplace_proto::revision_of(&plan.spec.content);
         let restarts = self.restarts().await;
         if let Kill::Point(point) = kill {
-            self.node
+            self.real
+                .node
                 .write_file("/run/inplace/failpoints", point.as_bytes(), 0o644)
                 .await
                 .unwrap();
         }
-        let patch = serde_json::json!({"spec": plan.spec});
-        self.api
-            .patch(
-                self.node.name(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .unwrap();
+        self.real.apply(&plan).await;
         if let Kill::After(delay) = kill {
             tokio::time::sleep(delay).await;
-            self.node
+            self.real
+                .node
                 .systemctl(&["kill", "--signal=SIGKILL", "inplace-agent.service"])
                 .await
                 .unwrap();
@@ -310,13 +254,18 @@ impl Bed {
         } else {
             Phase::RolledBack
         };
-        self.wait_final(want, &revision, &label).await;
+        self.real.wait_final(want, &revision, &label).await;
         // The point fired exactly when armed: the file is gone and systemd restarted the
         // agent. (A random kill may land after the final phase: it still must not harm.)
         assert!(
-            !self.node.exists("/run/inplace/failpoints").await.unwrap(),
+            !self
+                .real
+                .node
+                .exists("/run/inplace/failpoints")
+                .await
+                .unwrap(),
             "{label}: the failpoint was never passed\n{}",
-            self.diagnostics().await
+            self.real.diagnostics().await
         );
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.restarts().await <= restarts {
@@ -327,12 +276,13 @@ impl Bed {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         self.injected += 1;
-        self.node
+        self.real
+            .node
             .wait_active("inplace-agent.service", Duration::from_secs(60))
             .await
             .unwrap();
         // After a random kill, let the restarted agent settle on the final state.
-        self.wait_final(want, &revision, &label).await;
+        self.real.wait_final(want, &revision, &label).await;
         let previous = self.committed.clone();
         if healthy {
             self.committed = (tag.clone(), revision.clone());
@@ -341,8 +291,9 @@ impl Bed {
         self.check_invariant(&ctag, &crev, &previous.0, &label)
             .await;
         let status = self
+            .real
             .api
-            .get(self.node.name())
+            .get(self.real.node.name())
             .await
             .unwrap()
             .status
@@ -358,70 +309,46 @@ impl Bed {
     }
 }
 
-async fn boot() -> (inplace_api_emulator::Handle, Bed, tempfile::TempDir) {
-    inplace_tests::prereq::require_nspawn().expect("prerequisites");
-    inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
-    emulator.apply_crd_dir(&crds).await.unwrap();
-    let api: kube::Api<NodeUpdatePlan> = kube::Api::all(emulator.client().await.unwrap());
-    let server = ArtifactServer::start().await.unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let healthy = image(work.path(), "healthy", true).await;
-    let broken = image(work.path(), "broken", false).await;
-
-    let name = Node::unique_name("crash");
-    let node = Node::boot(&name, NodeOptions::default())
-        .await
-        .expect("node boots");
-    real_node::install_agent(
-        &node,
-        &emulator.kubeconfig_yaml(&User::node(&name)),
-        &server.url("/"),
-    )
-    .await;
-    // The shipped unit, restarted after 1 s instead of 10 s.
-    node.write_file(
-        "/etc/systemd/system/inplace-agent.service.d/restart.conf",
-        b"[Service]\nRestartSec=1s\n",
-        0o644,
-    )
-    .await
-    .unwrap();
-    node.sh_ok("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
+/// Boots the node with the shipped unit restarted after 1 s instead of 10 s, and commits
+/// a first revision (no crash).
+async fn boot() -> Bed {
+    let real = AgentNode::start("crash", Some("[Service]\nRestartSec=1s\n")).await;
+    // The kubelet stand-in: its binary comes from the kubernetes sysext.
+    real.node
+        .write_file(
+            "/etc/systemd/system/kubelet.service",
+            b"[Unit]\nDescription=kubelet stand-in from the kubernetes sysext\n[Service]\nExecStart=/usr/bin/kubelet-sim\nRestart=no\n",
+            0o644,
+        )
         .await
         .unwrap();
-    node.wait_active("inplace-agent.service", Duration::from_secs(60))
-        .await
-        .expect("the agent starts under its hardened unit");
-
+    let healthy = image(real.work.path(), "healthy", true).await;
+    let broken = image(real.work.path(), "broken", false).await;
     let read = |img: &SysextImage| {
         let path = img.path.clone();
         let sha = img.sha256.clone();
         async move { (tokio::fs::read(&path).await.unwrap(), sha) }
     };
     let mut bed = Bed {
-        api,
-        server,
-        node,
+        real,
         healthy: read(&healthy).await,
         broken: read(&broken).await,
         committed: (String::new(), String::new()),
         injected: 0,
         cases: 0,
     };
-    // First install, no crash.
     let tag = "c0".to_owned();
     bed.publish(&tag, true);
     let plan = bed.plan(&tag, true);
     let revision = inplace_proto::revision_of(&plan.spec.content);
-    bed.api.create(&PostParams::default(), &plan).await.unwrap();
-    bed.wait_final(Phase::Succeeded, &revision, "first install")
+    bed.real.apply(&plan).await;
+    bed.real
+        .wait_final(Phase::Succeeded, &revision, "first install")
         .await;
     bed.committed = (tag.clone(), revision.clone());
     bed.check_invariant(&tag, &revision, &tag, "first install")
         .await;
-    (emulator, bed, work)
+    bed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,7 +358,7 @@ async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
-    let (_emulator, mut bed, _work) = boot().await;
+    let mut bed = boot().await;
     let started = Instant::now();
     let rounds = if long { 3 } else { 1 };
     for _ in 0..rounds {
@@ -460,7 +387,7 @@ async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
     if long {
         assert!(bed.injected >= minimum);
     }
-    bed.node.poweroff().await.unwrap();
+    bed.real.node.poweroff().await.unwrap();
 }
 
 /// faults.md § Crashes: "API server unreachable for minutes; watch ends with 410 Gone; 409
@@ -469,7 +396,7 @@ async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
     use inplace_api_emulator::OutageKind;
-    let (emulator, mut bed, _work) = boot().await;
+    let mut bed = boot().await;
 
     // An update is under way when the API server goes away for 60 s.
     bed.cases += 1;
@@ -477,18 +404,10 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
     bed.publish(&tag, true);
     let plan = bed.plan(&tag, true);
     let revision = inplace_proto::revision_of(&plan.spec.content);
-    let patch = serde_json::json!({"spec": plan.spec});
-    bed.api
-        .patch(
-            bed.node.name(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
-    let deadline = Instant::now() + PATIENCE;
+    bed.real.apply(&plan).await;
+    let deadline = Instant::now() + real_node::PATIENCE;
     loop {
-        let status = bed.api.get(bed.node.name()).await.unwrap().status;
+        let status = bed.real.api.get(bed.real.node.name()).await.unwrap().status;
         if status.is_some_and(|s| s.target_revision.as_deref() == Some(revision.as_str())) {
             break;
         }
@@ -497,18 +416,21 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
     }
     let outage = Duration::from_secs(60);
     let started = Instant::now();
-    emulator
+    bed.real
+        .emulator
         .faults()
         .outage(outage, OutageKind::ConnectionRefused);
     // The node finishes the update from its journal while the API is gone.
     let expected = format!("/opt/extensions/kubernetes/kubernetes-{tag}.raw");
     loop {
         let link = bed
+            .real
             .node
             .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
             .await
             .unwrap();
         let journal: serde_json::Value = bed
+            .real
             .node
             .read_file("/var/lib/inplace/journal.json")
             .await
@@ -516,7 +438,7 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
         if link.trim() == expected
-            && bed.node.is_active("kubelet.service").await.unwrap()
+            && bed.real.node.is_active("kubelet.service").await.unwrap()
             && journal["committed"]["revision"].as_str() == Some(revision.as_str())
         {
             break;
@@ -524,7 +446,8 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
         assert!(
             started.elapsed() < outage - Duration::from_secs(5),
             "the update did not finish during the outage: link {link}\n{}",
-            bed.node
+            bed.real
+                .node
                 .journal("inplace-agent.service", 60)
                 .await
                 .unwrap_or_default()
@@ -532,9 +455,10 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     tokio::time::sleep(outage.saturating_sub(started.elapsed())).await;
-    emulator.faults().end_outage();
+    bed.real.emulator.faults().end_outage();
     let recovered = Instant::now();
-    bed.wait_final(Phase::Succeeded, &revision, "after the outage")
+    bed.real
+        .wait_final(Phase::Succeeded, &revision, "after the outage")
         .await;
     let catch_up = recovered.elapsed();
     eprintln!("status caught up {catch_up:?} after a {outage:?} outage");
@@ -549,30 +473,23 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
 
     // A 409 storm on status writes, the watch cut and told 410 Gone: the next update is
     // seen (relist), applied and reported.
-    emulator.faults().gone_next_watches(2);
-    emulator.faults().cut_watches();
+    bed.real.emulator.faults().gone_next_watches(2);
+    bed.real.emulator.faults().cut_watches();
     bed.cases += 1;
     let tag = format!("c{}", bed.cases);
     bed.publish(&tag, true);
     let plan = bed.plan(&tag, true);
     let revision = inplace_proto::revision_of(&plan.spec.content);
-    let patch = serde_json::json!({"spec": plan.spec});
-    bed.api
-        .patch(
-            bed.node.name(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    bed.real.apply(&plan).await;
     // The next 8 writes conflict (the agent's status writes; with backoff capped at 5 s
     // that is about 20 s of 409s).
-    emulator.faults().conflict_next_writes(8);
-    bed.wait_final(Phase::Succeeded, &revision, "after 409s and 410")
+    bed.real.emulator.faults().conflict_next_writes(8);
+    bed.real
+        .wait_final(Phase::Succeeded, &revision, "after 409s and 410")
         .await;
     let previous = bed.committed.0.clone();
     bed.committed = (tag.clone(), revision.clone());
     bed.check_invariant(&tag, &revision, &previous, "409 storm")
         .await;
-    bed.node.poweroff().await.unwrap();
+    bed.real.node.poweroff().await.unwrap();
 }

@@ -1,209 +1,320 @@
-//! End to end on a real systemd host: a Debian node booted with systemd-nspawn (systemd 252
-//! as PID 1, real D-Bus, real systemd-sysext with squashfs images), the real agent binary
-//! running under the shipped, hardened unit file, the API emulator and an artifact server
-//! on host loopback (the node shares the host's network). Needs root, systemd-nspawn,
-//! debootstrap and squashfs-tools; a missing prerequisite fails with an install hint.
+//! End to end on a real systemd host (issue 4, "Prove it on a real host"): a Debian node
+//! booted with systemd-nspawn (systemd 252 as PID 1, real D-Bus, real systemd-sysext with
+//! squashfs images), the real agent binary under the shipped, hardened unit, the API
+//! emulator and an artifact server on host loopback (the node shares the host's network).
+//!
+//! The kubelet is the test beds' stand-in (`fake-kubelet`, built for the run) inside real
+//! Flatcar-like `kubernetes` sysext images with its own `kubelet.service`: it serves
+//! `/healthz` and `/version` and reports its version; a crashing build is just other image
+//! content. Every plan health-checks the unit *and* `/healthz` over HTTP. Each scenario
+//! asserts the host inside the node and the plan's status (also read with the real
+//! `kubectl`). Two tests, one node boot each; the scenarios of a test run in sequence on
+//! its node. `kill -9` at every step boundary is `crash_matrix.rs`.
+//!
+//! Needs root, systemd-nspawn, debootstrap, squashfs-tools and kubectl; a missing
+//! prerequisite fails with an install hint.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use inplace_api_emulator::{Emulator, EmulatorConfig, User};
-use inplace_proto::{NodeUpdatePlan, Phase};
+use inplace_proto::{DesiredState, NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
-use inplace_tests::nspawn::{Node, NodeOptions};
-use inplace_tests::sysext::{Incompatibility, SysextBuilder, SysextImage};
+use inplace_tests::fake_kubelet::FakeKubeletConfig;
+use inplace_tests::sysext::{
+    Incompatibility, SysextImage, kubernetes_image_file_name, kubernetes_sysext, sha256_hex,
+};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::wait::await_condition;
+use real_node::AgentNode;
+use serde_json::{Value, json};
 
 mod real_node;
 
-const PATIENCE: Duration = Duration::from_secs(180);
-
-/// A kubelet stand-in shipped inside the sysext: healthy sleeps, broken dies after 1 s.
-fn kubelet_script(healthy: bool) -> Vec<u8> {
-    if healthy {
-        b"#!/bin/sh\nexec sleep infinity\n".to_vec()
-    } else {
-        b"#!/bin/sh\nsleep 1\nexit 1\n".to_vec()
-    }
+/// Builds kubernetes sysext images with the stand-in kubelet listening on one port.
+struct Images {
+    fake_kubelet: PathBuf,
+    port: u16,
+    dir: PathBuf,
 }
 
-async fn image(
-    dir: &Path,
-    tag: &str,
-    healthy: bool,
-    broken: Option<Incompatibility>,
-) -> SysextImage {
-    let mut builder = SysextBuilder::new("kubernetes").file(
-        "usr/bin/kubelet-sim",
-        kubelet_script(healthy),
-        0o755,
-    );
-    if let Some(how) = broken {
-        builder = builder.incompatible(how);
-    }
-    builder
-        .build(&dir.join(format!("kubernetes-{tag}.raw")))
-        .await
-        .expect("mksquashfs")
-}
-
-fn plan(
-    node: &str,
-    server: &ArtifactServer,
-    tag: &str,
-    img: &SysextImage,
-    kubectl: &[u8],
-) -> NodeUpdatePlan {
-    plan_with_window(node, server, tag, img, kubectl, "3s")
-}
-
-fn plan_with_window(
-    node: &str,
-    server: &ArtifactServer,
-    tag: &str,
-    img: &SysextImage,
-    kubectl: &[u8],
-    window: &str,
-) -> NodeUpdatePlan {
-    plan_with_checks(node, server, tag, img, kubectl, window, "120s", None)
-}
-
-/// `expect_kubelet`: a `kubernetesVersion` whose match the node's `nodeInfo` must report.
-#[allow(clippy::too_many_arguments)]
-fn plan_with_checks(
-    node: &str,
-    server: &ArtifactServer,
-    tag: &str,
-    img: &SysextImage,
-    kubectl: &[u8],
-    window: &str,
-    timeout: &str,
-    expect_kubelet: Option<&str>,
-) -> NodeUpdatePlan {
-    let mut plan = plan_json(node, server, tag, img, kubectl, window, timeout);
-    if let Some(version) = expect_kubelet {
-        plan["spec"]["kubernetesVersion"] = version.into();
-        plan["spec"]["healthChecks"]["nodeKubeletVersion"] = true.into();
-    }
-    serde_json::from_value(plan).unwrap()
-}
-
-fn plan_json(
-    node: &str,
-    server: &ArtifactServer,
-    tag: &str,
-    img: &SysextImage,
-    kubectl: &[u8],
-    window: &str,
-    timeout: &str,
-) -> serde_json::Value {
-    use sha2::Digest;
-    serde_json::json!({
-        "apiVersion": "inplace.dev/v1alpha1",
-        "kind": "NodeUpdatePlan",
-        "metadata": {"name": node},
-        "spec": {
-            "nodeName": node,
-            "desiredState": "Active",
-            "artifacts": [
-                {"name": "kubernetes", "type": "Sysext",
-                 "url": server.url(&format!("/{tag}/kubernetes-{tag}.raw")),
-                 "sha256": img.sha256, "size": img.size},
-                {"name": "kubectl", "type": "Binary",
-                 "url": server.url(&format!("/{tag}/kubectl")),
-                 "sha256": hex::encode(sha2::Sha256::digest(kubectl)),
-                 "path": "/opt/bin/kubectl"},
-            ],
-            "activation": {"restartUnits": ["kubelet.service"]},
-            "healthChecks": {"units": ["kubelet.service"], "window": window, "timeout": timeout},
+impl Images {
+    async fn new(dir: &Path) -> Images {
+        Images {
+            fake_kubelet: real_node::fake_kubelet_binary().await,
+            port: real_node::free_port(),
+            dir: dir.to_owned(),
         }
-    })
-}
+    }
 
-async fn wait_for(api: &kube::Api<NodeUpdatePlan>, node: &Node, phase: Phase, revision: &str) {
-    let name = node.name().to_owned();
-    let revision = revision.to_owned();
-    let cond = move |plan: Option<&NodeUpdatePlan>| {
-        plan.and_then(|p| p.status.as_ref()).is_some_and(|s| {
-            s.phase == Some(phase) && s.target_revision.as_deref() == Some(revision.as_str())
-        })
-    };
-    let found = tokio::time::timeout(PATIENCE, async {
-        loop {
-            if let Ok(Some(_)) = await_condition(api.clone(), &name, cond.clone()).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    if found.is_err() {
-        let status = api.get(&name).await.ok().and_then(|p| p.status);
-        let journal = node
-            .journal("inplace-agent.service", 80)
+    /// A healthy kubelet of `version`.
+    async fn healthy(&self, version: &str) -> SysextImage {
+        self.build(version, FakeKubeletConfig::healthy(version), None)
             .await
-            .unwrap_or_default();
-        panic!("never reached {phase:?}; status: {status:?}\nagent journal:\n{journal}");
+    }
+
+    /// A kubelet of `version` that exits half a second after every start
+    /// (`Restart=always` makes it a crash loop).
+    async fn crashing(&self, version: &str) -> SysextImage {
+        self.build(version, FakeKubeletConfig::crashing(version), None)
+            .await
+    }
+
+    /// A healthy kubelet in an image systemd-sysext refuses to merge.
+    async fn incompatible(&self, version: &str, how: Incompatibility) -> SysextImage {
+        self.build(version, FakeKubeletConfig::healthy(version), Some(how))
+            .await
+    }
+
+    async fn build(
+        &self,
+        version: &str,
+        mut config: FakeKubeletConfig,
+        broken: Option<Incompatibility>,
+    ) -> SysextImage {
+        config.port = self.port;
+        let mut builder = kubernetes_sysext(&self.fake_kubelet, &config)
+            .await
+            .unwrap();
+        if let Some(how) = broken {
+            builder = builder.incompatible(how);
+        }
+        // One directory per build: a crashing and a healthy build of one version share
+        // the file name.
+        let behaviour = sha256_hex(config.render().as_bytes());
+        let dir = self.dir.join(format!("{version}-{}", &behaviour[..12]));
+        tokio::fs::create_dir_all(&dir).await.unwrap();
+        builder
+            .build(&dir.join(kubernetes_image_file_name(version)))
+            .await
+            .expect("mksquashfs")
+    }
+
+    fn healthz(&self) -> String {
+        format!("http://127.0.0.1:{}/healthz", self.port)
     }
 }
 
-async fn ready_message(api: &kube::Api<NodeUpdatePlan>, name: &str) -> (String, String) {
-    let status = api.get(name).await.unwrap().status.unwrap();
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
-    (ready.reason.clone(), ready.message.clone())
+/// What the plans of a test share: the node, the server, the kubelet's checks.
+struct Plans<'a> {
+    bed: &'a AgentNode,
+    images: &'a Images,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_node_installs_rolls_back_and_refuses_incompatible_images() {
-    inplace_tests::prereq::require_nspawn().expect("prerequisites");
-    inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
+impl Plans<'_> {
+    fn server(&self) -> &ArtifactServer {
+        &self.bed.server
+    }
 
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
-    emulator.apply_crd_dir(&crds).await.unwrap();
-    let api: kube::Api<NodeUpdatePlan> = kube::Api::all(emulator.client().await.unwrap());
-    let server = ArtifactServer::start().await.unwrap();
-    let work = tempfile::tempdir().unwrap();
+    /// Serves `image` under `/<tag>/` and returns its artifact.
+    async fn sysext(&self, tag: &str, image: &SysextImage) -> Value {
+        let file = image.path.file_name().unwrap().to_str().unwrap();
+        let path = format!("/{tag}/{file}");
+        self.server().put_bytes(&path, image.bytes().await.unwrap());
+        json!({"name": "kubernetes", "type": "Sysext", "url": self.server().url(&path),
+               "sha256": image.sha256, "size": image.size})
+    }
 
-    let name = Node::unique_name("agent");
-    let node = Node::boot(&name, NodeOptions::default())
-        .await
-        .expect("node boots");
+    /// Serves a `kubectl` script printing `kubectl-<tag>` and returns its artifact.
+    fn kubectl(&self, tag: &str) -> Value {
+        let bytes = script(&format!("kubectl-{tag}"));
+        let path = format!("/{tag}/kubectl");
+        self.server().put_bytes(&path, bytes.clone());
+        json!({"name": "kubectl", "type": "Binary", "url": self.server().url(&path),
+               "sha256": sha256_hex(&bytes), "size": bytes.len(), "path": "/opt/bin/kubectl"})
+    }
 
-    // The agent as a package would install it.
-    real_node::install_agent(
-        &node,
-        &emulator.kubeconfig_yaml(&User::node(&name)),
-        &server.url("/"),
+    /// Serves a crictl release tarball (`crictl` printing `crictl-<tag>`, and a LICENSE
+    /// that is not installed) and returns its artifact: `crictl` → `/opt/bin/crictl`.
+    fn crictl(&self, tag: &str) -> Value {
+        let crictl = script(&format!("crictl-{tag}"));
+        let bytes = tarball(&[
+            ("crictl", crictl.as_slice(), 0o755),
+            ("LICENSE", b"Apache-2.0\n".as_slice(), 0o644),
+        ]);
+        let path = format!("/{tag}/crictl-{tag}-linux-amd64.tar.gz");
+        self.server().put_bytes(&path, bytes.clone());
+        json!({"name": "crictl", "type": "Archive", "url": self.server().url(&path),
+               "sha256": sha256_hex(&bytes), "size": bytes.len(),
+               "members": [{"from": "crictl", "to": "/opt/bin/crictl"}]})
+    }
+
+    /// An Active plan for `artifacts`: restart kubelet, check the unit and `/healthz` for
+    /// `window`; roll back when that has not held by `timeout`.
+    fn plan(&self, artifacts: Vec<Value>, window: &str, timeout: &str) -> NodeUpdatePlan {
+        self.bed.plan(
+            artifacts,
+            json!({"units": ["kubelet.service"], "http": [{"url": self.images.healthz()}],
+                   "window": window, "timeout": timeout}),
+        )
+    }
+
+    /// A plan that must commit.
+    fn healthy(&self, artifacts: Vec<Value>) -> NodeUpdatePlan {
+        self.plan(artifacts, "2s", "90s")
+    }
+
+    /// A plan that must roll back: a crash-looping kubelet never is healthy for a window.
+    fn failing(&self, artifacts: Vec<Value>) -> NodeUpdatePlan {
+        self.plan(artifacts, "2s", "10s")
+    }
+}
+
+fn script(says: &str) -> Vec<u8> {
+    format!("#!/bin/sh\necho {says}\n").into_bytes()
+}
+
+/// A gzipped tarball of `(name, bytes, mode)` files.
+fn tarball(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (name, bytes, mode) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(*mode);
+        header.set_mtime(0);
+        header.set_cksum();
+        tar.append_data(&mut header, name, *bytes).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap()
+}
+
+/// Where the agent stores the kubernetes image of `version`.
+fn stored_image(version: &str) -> String {
+    format!(
+        "/opt/extensions/kubernetes/{}",
+        kubernetes_image_file_name(version)
     )
-    .await;
-    let started = node
-        .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
+}
+
+fn revision(plan: &NodeUpdatePlan) -> String {
+    inplace_proto::revision_of(&plan.spec.content)
+}
+
+/// Applies `plan` and waits for `want`; returns the revision.
+async fn run(bed: &AgentNode, plan: &NodeUpdatePlan, want: Phase, label: &str) -> String {
+    let revision = revision(plan);
+    bed.apply(plan).await;
+    bed.wait_final(want, &revision, label).await;
+    revision
+}
+
+async fn readlink(bed: &AgentNode, path: &str) -> String {
+    bed.node
+        .exec_ok(&["readlink", path])
+        .await
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+async fn output(bed: &AgentNode, cmd: &[&str]) -> String {
+    bed.node.exec_ok(cmd).await.unwrap().trim().to_owned()
+}
+
+/// What the merged kubelet says about itself: `--version`, and `/version` over HTTP.
+async fn kubelet_answers(bed: &AgentNode, images: &Images) -> (String, String) {
+    let url = format!("http://127.0.0.1:{}/version", images.port);
+    (
+        output(bed, &["/usr/bin/kubelet", "--version"]).await,
+        output(bed, &["/usr/bin/kubelet", "get", &url]).await,
+    )
+}
+
+async fn assert_kubelet_runs(bed: &AgentNode, images: &Images, version: &str, label: &str) {
+    bed.node
+        .wait_active("kubelet.service", Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    let (cli, http) = kubelet_answers(bed, images).await;
+    assert_eq!(cli, format!("Kubernetes {version}"), "{label}");
+    assert_eq!(http, format!("{{\"gitVersion\":\"{version}\"}}"), "{label}");
+    output(bed, &["/usr/bin/kubelet", "get", &images.healthz()]).await;
+}
+
+/// The plan's phase and Ready reason as `kubectl` shows them, and its `currentRevision`.
+async fn assert_status(bed: &AgentNode, phase_and_reason: &str, current: &str) {
+    assert_eq!(bed.phase_and_reason_by_kubectl().await, phase_and_reason);
+    let status = bed.api.get(bed.name()).await.unwrap().status.unwrap();
+    assert_eq!(status.current_revision.as_deref(), Some(current));
+}
+
+/// The state of what runs: managed links, the merged extensions, kubelet's process.
+async fn running_state(bed: &AgentNode) -> String {
+    bed.node
+        .sh_ok(
+            "for l in /etc/extensions/kubernetes.raw /opt/bin/kubectl /opt/bin/crictl; do \
+               echo \"$l -> $(readlink $l || echo none)\"; done; \
+             systemd-sysext status --no-pager; \
+             systemctl show kubelet.service -p ActiveState -p SubState -p MainPID \
+               -p NRestarts -p ActiveEnterTimestampMonotonic",
+        )
+        .await
+        .unwrap()
+}
+
+/// [`running_state`] plus every file the agent may write to, with size and mtime, and
+/// its temporary directory (directories' own mtimes left out: a download started and
+/// removed again changes them).
+async fn host_listing(bed: &AgentNode) -> String {
+    let files = bed
+        .node
+        .sh_ok(
+            "find /etc/extensions /opt/extensions /opt/bin /var/lib/inplace/store \
+                  /var/lib/inplace/tmp \\( -type d -printf '%p/\\n' \\) \
+                  -o -printf '%p %y %l %s %T@\\n' 2>/dev/null | sort || true",
+        )
         .await
         .unwrap();
-    if !started.success() {
-        let journal = node
-            .journal("inplace-agent.service", 80)
-            .await
-            .unwrap_or_default();
-        panic!(
-            "the agent did not start: {}\n{journal}",
-            started.stderr_text()
+    format!("{files}{}", running_state(bed).await)
+}
+
+/// A revision that must fail before it touches anything: it does, with `reason` and a
+/// message containing each of `names`, the host listing is unchanged, and `kubectl` shows
+/// the same.
+async fn refused(bed: &AgentNode, plan: &NodeUpdatePlan, reason: &str, names: &[&str]) {
+    let before = host_listing(bed).await;
+    let revision = run(bed, plan, Phase::Failed, reason).await;
+    let (got, message) = bed.ready().await;
+    assert_eq!(got, reason, "{message}");
+    for name in names {
+        assert!(
+            message.contains(name),
+            "{reason}: {name:?} not in {message:?}"
         );
     }
-    node.wait_active("inplace-agent.service", Duration::from_secs(60))
-        .await
-        .expect("the agent starts under its hardened unit (Type=notify: READY sent)");
+    let status = bed.api.get(bed.name()).await.unwrap().status.unwrap();
+    assert_eq!(status.target_revision, Some(revision));
+    assert_ne!(status.current_revision, status.target_revision);
+    assert_eq!(
+        host_listing(bed).await,
+        before,
+        "{reason}: the host changed"
+    );
+    assert_eq!(
+        bed.phase_and_reason_by_kubectl().await,
+        format!("Failed {reason}")
+    );
+}
+
+/// Sysext updates of the kubelet: v1 → v2 commits, a crash-looping v3 rolls back to v2,
+/// a `Staged` v4 leaves v2 running and is then activated from what was staged, and a hash
+/// mismatch, a URL outside the node's policy and a 404 change nothing on the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
+    let bed = AgentNode::start("e2e-sysext", None).await;
+    let images = Images::new(bed.work.path()).await;
+    let plans = Plans {
+        bed: &bed,
+        images: &images,
+    };
 
     // A second instance refuses to run.
-    let second = node.exec(&["/usr/bin/inplace-agent", "run"]).await.unwrap();
+    let second = bed
+        .node
+        .exec(&["/usr/bin/inplace-agent", "run"])
+        .await
+        .unwrap();
     assert!(!second.success());
     assert!(
         second
@@ -213,210 +324,336 @@ async fn real_node_installs_rolls_back_and_refuses_incompatible_images() {
         second.stderr_text()
     );
 
-    // v1: first install.
-    let v1 = image(work.path(), "v1", true, None).await;
-    server.put_bytes("/v1/kubernetes-v1.raw", v1.bytes().await.unwrap());
-    server.put_bytes("/v1/kubectl", b"#!/bin/sh\necho kubectl-v1\n".to_vec());
-    let p1 = plan(&name, &server, "v1", &v1, b"#!/bin/sh\necho kubectl-v1\n");
-    let r1 = inplace_proto::revision_of(&p1.spec.content);
-    api.create(&PostParams::default(), &p1).await.unwrap();
-    wait_for(&api, &node, Phase::Succeeded, &r1).await;
-    let link = node
-        .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
-        .await
-        .unwrap();
-    assert_eq!(link.trim(), "/opt/extensions/kubernetes/kubernetes-v1.raw");
-    assert!(
-        node.exists("/usr/lib/extension-release.d/extension-release.kubernetes")
-            .await
-            .unwrap()
-    );
-    assert!(node.is_active("kubelet.service").await.unwrap());
-    assert_eq!(
-        node.exec_ok(&["/opt/bin/kubectl"]).await.unwrap().trim(),
-        "kubectl-v1"
-    );
-    let status_text = node
+    // v1: the first install.
+    let v1 = images.healthy("v1.31.2").await;
+    let p1 = plans.healthy(vec![plans.sysext("v1", &v1).await]);
+    let r1 = run(&bed, &p1, Phase::Succeeded, "v1").await;
+    assert_kubelet_runs(&bed, &images, "v1.31.2", "v1").await;
+    let status_text = bed
+        .node
         .systemctl(&["show", "-p", "StatusText", "inplace-agent.service"])
         .await
         .unwrap();
     assert!(status_text.contains("Succeeded"), "{status_text}");
     // Structured journald fields: the node and the revision are searchable.
-    let logs = node
-        .exec_ok(&[
+    let logs = output(
+        &bed,
+        &[
             "journalctl",
             "--no-pager",
             "-q",
-            &format!("NODE={name}"),
+            &format!("NODE={}", bed.name()),
             &format!("REVISION={r1}"),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert!(logs.contains("committed"), "{logs}");
 
-    // v2: kubelet dies after start → rolled back to v1, verified healthy.
-    let v2 = image(work.path(), "v2", false, None).await;
-    server.put_bytes("/v2/kubernetes-v2.raw", v2.bytes().await.unwrap());
-    server.put_bytes("/v2/kubectl", b"#!/bin/sh\necho kubectl-v2\n".to_vec());
-    let p2 = plan(&name, &server, "v2", &v2, b"#!/bin/sh\necho kubectl-v2\n");
-    let r2 = inplace_proto::revision_of(&p2.spec.content);
-    let patch = serde_json::json!({"spec": p2.spec});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for(&api, &node, Phase::RolledBack, &r2).await;
-    let (reason, message) = ready_message(&api, &name).await;
+    // v1 → v2 succeeds.
+    let v2 = images.healthy("v1.32.0").await;
+    let p2 = plans.healthy(vec![plans.sysext("v2", &v2).await]);
+    let r2 = run(&bed, &p2, Phase::Succeeded, "v2").await;
+    let v2_path = stored_image("v1.32.0");
+    assert_eq!(
+        readlink(&bed, "/etc/extensions/kubernetes.raw").await,
+        v2_path
+    );
+    let sysext = output(&bed, &["systemd-sysext", "status", "--no-pager"]).await;
+    assert!(
+        sysext
+            .lines()
+            .any(|l| l.starts_with("/usr") && l.contains("kubernetes")),
+        "{sysext}"
+    );
+    assert_kubelet_runs(&bed, &images, "v1.32.0", "v2").await;
+    assert_status(&bed, "Succeeded Succeeded", &r2).await;
+    assert!(
+        bed.node.exists(stored_image("v1.31.2")).await.unwrap(),
+        "v1 is kept as the rollback target"
+    );
+
+    // v2 → v3 whose kubelet crash-loops: rolled back to v2, which is healthy again.
+    let v3 = images.crashing("v1.33.0").await;
+    let p3 = plans.failing(vec![plans.sysext("v3", &v3).await]);
+    run(&bed, &p3, Phase::RolledBack, "v3").await;
+    let (reason, message) = bed.ready().await;
     assert_eq!(reason, "RolledBack");
     assert!(
-        message.contains("HealthCheckFailed") && message.contains("kubelet.service"),
+        message.contains("HealthCheckFailed")
+            && (message.contains("kubelet.service") || message.contains("/healthz")),
         "{message}"
     );
-    let link = node
-        .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
-        .await
-        .unwrap();
-    assert_eq!(link.trim(), "/opt/extensions/kubernetes/kubernetes-v1.raw");
-    assert!(node.is_active("kubelet.service").await.unwrap());
     assert_eq!(
-        node.exec_ok(&["/opt/bin/kubectl"]).await.unwrap().trim(),
-        "kubectl-v1"
+        readlink(&bed, "/etc/extensions/kubernetes.raw").await,
+        v2_path
     );
-
-    // v3: an image systemd-sysext skips (wrong ID) → ExtensionNotMerged, rolled back.
-    let v3 = image(work.path(), "v3", true, Some(Incompatibility::WrongId)).await;
-    server.put_bytes("/v3/kubernetes-v3.raw", v3.bytes().await.unwrap());
-    server.put_bytes("/v3/kubectl", b"#!/bin/sh\necho kubectl-v3\n".to_vec());
-    let p3 = plan(&name, &server, "v3", &v3, b"#!/bin/sh\necho kubectl-v3\n");
-    let r3 = inplace_proto::revision_of(&p3.spec.content);
-    let patch = serde_json::json!({"spec": p3.spec});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for(&api, &node, Phase::RolledBack, &r3).await;
-    let (_, message) = ready_message(&api, &name).await;
-    assert!(message.contains("ExtensionNotMerged"), "{message}");
+    assert_kubelet_runs(&bed, &images, "v1.32.0", "after the rollback of v3").await;
+    assert_status(&bed, "RolledBack RolledBack", &r2).await;
     assert!(
-        node.exists("/usr/lib/extension-release.d/extension-release.kubernetes")
-            .await
-            .unwrap()
+        !bed.node.exists(stored_image("v1.33.0")).await.unwrap(),
+        "the rolled-back image is removed"
     );
-    assert!(node.is_active("kubelet.service").await.unwrap());
-    let status = api.get(&name).await.unwrap().status.unwrap();
-    assert_eq!(status.current_revision.as_deref(), Some(r1.as_str()));
 
-    // v4: the agent is killed (SIGKILL) in the middle of the health window; systemd
-    // restarts it, it resumes from its journal and commits only after a full window.
-    let v4 = image(work.path(), "v4", true, None).await;
-    server.put_bytes("/v4/kubernetes-v4.raw", v4.bytes().await.unwrap());
-    server.put_bytes("/v4/kubectl", b"#!/bin/sh\necho kubectl-v4\n".to_vec());
-    let p4 = plan_with_window(
-        &name,
-        &server,
-        "v4",
-        &v4,
-        b"#!/bin/sh\necho kubectl-v4\n",
-        "20s",
+    // v4 Staged: downloaded and stored, nothing that runs is touched.
+    let v4 = images.healthy("v1.33.1").await;
+    let mut p4 = plans.healthy(vec![plans.sysext("v4", &v4).await]);
+    p4.spec.desired_state = DesiredState::Staged;
+    let running = running_state(&bed).await;
+    let r4 = run(&bed, &p4, Phase::Staged, "v4 staged").await;
+    let v4_path = stored_image("v1.33.1");
+    let stored = output(&bed, &["sha256sum", &v4_path]).await;
+    assert!(stored.starts_with(&v4.sha256), "{stored}");
+    assert_eq!(
+        running_state(&bed).await,
+        running,
+        "staging touched what runs"
     );
-    let r4 = inplace_proto::revision_of(&p4.spec.content);
-    let patch = serde_json::json!({"spec": p4.spec});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    assert_status(&bed, "Staged Staged", &r2).await;
+    // Then Active: activated from what was staged, with the image gone from the server.
+    let v4_url = format!("/v4/{}", kubernetes_image_file_name("v1.33.1"));
+    let requests = bed.server.requests_for(&v4_url).len();
+    bed.server.remove(&v4_url);
+    p4.spec.desired_state = DesiredState::Active;
+    assert_eq!(run(&bed, &p4, Phase::Succeeded, "v4 active").await, r4);
+    assert_eq!(
+        bed.server.requests_for(&v4_url).len(),
+        requests,
+        "not downloaded again"
+    );
+    assert_eq!(
+        readlink(&bed, "/etc/extensions/kubernetes.raw").await,
+        v4_path
+    );
+    assert_kubelet_runs(&bed, &images, "v1.33.1", "v4").await;
+
+    // Refused without touching anything: a hash mismatch, a URL outside the node's
+    // policy, a 404.
+    let v5 = images.healthy("v1.34.0").await;
+    let mut artifact = plans.sysext("v5", &v5).await;
+    let wrong = sha256_hex(b"not the image");
+    artifact["sha256"] = wrong.clone().into();
+    refused(
+        &bed,
+        &plans.healthy(vec![artifact]),
+        "HashMismatch",
+        &["kubernetes", &wrong, &v5.sha256],
+    )
+    .await;
+    let mut artifact = plans.sysext("v6", &v5).await;
+    let elsewhere = "https://downloads.example.com/kubernetes-v1.34.0-x86-64.raw";
+    artifact["url"] = elsewhere.into();
+    let requests = bed.server.requests().len();
+    refused(
+        &bed,
+        &plans.healthy(vec![artifact]),
+        "PolicyDenied",
+        &["spec.artifacts[0].url", elsewhere],
+    )
+    .await;
+    assert_eq!(bed.server.requests().len(), requests, "no download tried");
+    let mut artifact = plans.sysext("v7", &v5).await;
+    let missing = bed.server.url("/v7/gone.raw");
+    artifact["url"] = missing.clone().into();
+    refused(
+        &bed,
+        &plans.healthy(vec![artifact]),
+        "DownloadFailed",
+        &["kubernetes", "404", &missing],
+    )
+    .await;
+    assert_kubelet_runs(&bed, &images, "v1.33.1", "after the refusals").await;
+
+    bed.node.poweroff().await.unwrap();
+}
+
+/// Binary and Archive artifacts next to the kubelet sysext: installed as links into the
+/// content store and rolled back with their revision; a `Staged` archive is activated from
+/// its staged members; an image systemd-sysext will not merge and a kubelet version the
+/// Node does not report roll back; `SIGKILL` in the health window is resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_and_archive_artifacts_install_roll_back_and_resume_on_a_real_node() {
+    let bed = AgentNode::start("e2e-files", None).await;
+    let images = Images::new(bed.work.path()).await;
+    let plans = Plans {
+        bed: &bed,
+        images: &images,
+    };
+    let store = |bytes: &[u8]| format!("/var/lib/inplace/store/sha256/{}", sha256_hex(bytes));
+
+    // v1: kubelet, kubectl, crictl.
+    let v1 = images.healthy("v1.31.2").await;
+    let kubelet_v1 = plans.sysext("v1", &v1).await;
+    let p1 = plans.healthy(vec![
+        kubelet_v1.clone(),
+        plans.kubectl("v1"),
+        plans.crictl("v1"),
+    ]);
+    run(&bed, &p1, Phase::Succeeded, "v1").await;
+    let installed = |tag: &str| {
+        let bed = &bed;
+        let tag = tag.to_owned();
+        async move {
+            assert_eq!(
+                readlink(bed, "/opt/bin/kubectl").await,
+                store(&script(&format!("kubectl-{tag}")))
+            );
+            assert_eq!(
+                readlink(bed, "/opt/bin/crictl").await,
+                store(&script(&format!("crictl-{tag}")))
+            );
+            assert_eq!(
+                output(bed, &["/opt/bin/kubectl"]).await,
+                format!("kubectl-{tag}")
+            );
+            assert_eq!(
+                output(bed, &["/opt/bin/crictl"]).await,
+                format!("crictl-{tag}")
+            );
+        }
+    };
+    installed("v1").await;
+    assert!(
+        !bed.node.exists("/opt/bin/LICENSE").await.unwrap(),
+        "only the named member is installed"
+    );
+    assert_kubelet_runs(&bed, &images, "v1.31.2", "v1").await;
+
+    // v2: new kubectl and crictl with a crash-looping kubelet: all rolled back.
+    let v2 = images.crashing("v1.32.0").await;
+    let p2 = plans.failing(vec![
+        plans.sysext("v2", &v2).await,
+        plans.kubectl("v2"),
+        plans.crictl("v2"),
+    ]);
+    run(&bed, &p2, Phase::RolledBack, "v2").await;
+    installed("v1").await;
+    assert_kubelet_runs(&bed, &images, "v1.31.2", "after the rollback of v2").await;
+    for gone in [script("kubectl-v2"), script("crictl-v2")] {
+        assert!(
+            !bed.node.exists(store(&gone)).await.unwrap(),
+            "the rolled-back revision's files are removed"
+        );
+    }
+
+    // v3: a new crictl, Staged, then Active with the tarball gone from the server: the
+    // staged member is used.
+    let mut p3 = plans.healthy(vec![
+        kubelet_v1.clone(),
+        plans.kubectl("v1"),
+        plans.crictl("v3"),
+    ]);
+    p3.spec.desired_state = DesiredState::Staged;
+    let r3 = run(&bed, &p3, Phase::Staged, "v3 staged").await;
+    installed("v1").await;
+    assert!(bed.node.exists(store(&script("crictl-v3"))).await.unwrap());
+    let tarball_path = "/v3/crictl-v3-linux-amd64.tar.gz";
+    let requests = bed.server.requests_for(tarball_path).len();
+    bed.server.remove(tarball_path);
+    p3.spec.desired_state = DesiredState::Active;
+    assert_eq!(run(&bed, &p3, Phase::Succeeded, "v3 active").await, r3);
+    assert_eq!(
+        bed.server.requests_for(tarball_path).len(),
+        requests,
+        "not downloaded again"
+    );
+    assert_eq!(output(&bed, &["/opt/bin/crictl"]).await, "crictl-v3");
+
+    // v4: an image systemd-sysext skips (wrong ID): ExtensionNotMerged, rolled back.
+    let v4 = images
+        .incompatible("v1.32.1", Incompatibility::WrongId)
+        .await;
+    let p4 = plans.healthy(vec![
+        plans.sysext("v4", &v4).await,
+        plans.kubectl("v4"),
+        plans.crictl("v3"),
+    ]);
+    run(&bed, &p4, Phase::RolledBack, "v4").await;
+    let (_, message) = bed.ready().await;
+    assert!(message.contains("ExtensionNotMerged"), "{message}");
+    assert_kubelet_runs(&bed, &images, "v1.31.2", "after the rollback of v4").await;
+    assert_eq!(output(&bed, &["/opt/bin/kubectl"]).await, "kubectl-v1");
+    let status = bed.api.get(bed.name()).await.unwrap().status.unwrap();
+    assert_eq!(status.current_revision.as_deref(), Some(r3.as_str()));
+
+    // v5: the agent is killed (SIGKILL) in the middle of the health window; systemd
+    // restarts it, it resumes from its journal and commits only after a full window.
+    let v5 = images.healthy("v1.32.2").await;
+    let kubelet_v5 = plans.sysext("v5", &v5).await;
+    let p5 = plans.plan(
+        vec![kubelet_v5.clone(), plans.kubectl("v5"), plans.crictl("v3")],
+        "20s",
+        "120s",
+    );
+    let r5 = revision(&p5);
+    bed.apply(&p5).await;
+    bed.wait_final(Phase::Verifying, &r5, "v5 verifying").await;
+    bed.node
+        .systemctl(&["kill", "--signal=SIGKILL", "inplace-agent.service"])
         .await
         .unwrap();
-    wait_for(&api, &node, Phase::Verifying, &r4).await;
-    node.systemctl(&["kill", "--signal=SIGKILL", "inplace-agent.service"])
-        .await
-        .unwrap();
-    wait_for(&api, &node, Phase::Succeeded, &r4).await;
-    let status = api.get(&name).await.unwrap().status.unwrap();
-    assert_eq!(status.current_revision.as_deref(), Some(r4.as_str()));
-    // The sandboxed agent can read a boot ID. (Not compared with the node's: nspawn
-    // overlays the container's boot_id, and ProtectKernelTunables' remount of /proc/sys
-    // shows the kernel's own, which is what a real host has anyway.)
-    let boot_id = status.boot_id.clone().unwrap_or_default();
-    assert_eq!(boot_id.len(), 36, "{boot_id:?}");
+    bed.wait_final(Phase::Succeeded, &r5, "v5").await;
+    let status = bed.api.get(bed.name()).await.unwrap().status.unwrap();
+    assert_eq!(status.current_revision.as_deref(), Some(r5.as_str()));
     assert_eq!(
         status.attempts,
         Some(2),
         "the interrupted activation counts"
     );
-    let link = node
-        .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
-        .await
-        .unwrap();
-    assert_eq!(link.trim(), "/opt/extensions/kubernetes/kubernetes-v4.raw");
-    assert!(
-        node.exists("/opt/extensions/kubernetes/kubernetes-v1.raw")
-            .await
-            .unwrap(),
-        "previous revision kept"
-    );
+    // The sandboxed agent can read a boot ID. (Not compared with the node's: nspawn
+    // overlays the container's boot_id, and ProtectKernelTunables' remount of /proc/sys
+    // shows the kernel's own, which is what a real host has anyway.)
+    assert_eq!(status.boot_id.unwrap_or_default().len(), 36);
+    assert_kubelet_runs(&bed, &images, "v1.32.2", "v5").await;
 
-    // v5: the Node object must report the plan's kubelet version. The API says v1.31.2
-    // (written by the test in the kubelet's place); a plan expecting v1.32.0 is rolled
-    // back after its timeout, one expecting v1.31.2 commits.
-    let admin = emulator.client().await.unwrap();
-    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin);
-    let node_object = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-    }))
+    // The Node object must report the plan's kubelet version. The API says v1.32.2
+    // (written by the test in the kubelet's place): a plan expecting v1.33.0 rolls back
+    // after its timeout, one expecting v1.32.2 commits.
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+        kube::Api::all(bed.emulator.client().await.unwrap());
+    let node_object = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": bed.name()}}))
     .unwrap();
     nodes
         .create(&PostParams::default(), &node_object)
         .await
         .unwrap();
-    let info = serde_json::json!({"status": {"nodeInfo": {
-        "kubeletVersion": "v1.31.2", "architecture": "amd64", "bootID": "",
+    let info = json!({"status": {"nodeInfo": {
+        "kubeletVersion": "v1.32.2", "architecture": "amd64", "bootID": "",
         "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
         "machineID": "", "operatingSystem": "linux", "osImage": "", "systemUUID": ""}}});
     nodes
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&info))
+        .patch_status(bed.name(), &PatchParams::default(), &Patch::Merge(&info))
         .await
         .unwrap();
-    let kubectl5 = b"#!/bin/sh\necho kubectl-v5\n";
-    server.put_bytes("/v4/kubectl5", kubectl5.to_vec());
-    let mut p5 = plan_with_checks(
-        &name,
-        &server,
-        "v4",
-        &v4,
-        kubectl5,
-        "1s",
-        "6s",
-        Some("v1.32.0"),
-    );
-    p5.spec.content.artifacts[1].url = server.url("/v4/kubectl5");
-    let r5 = inplace_proto::revision_of(&p5.spec.content);
-    let patch = serde_json::json!({"spec": p5.spec});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for(&api, &node, Phase::RolledBack, &r5).await;
-    let (_, message) = ready_message(&api, &name).await;
+    let expecting = |version: &str, timeout: &str| {
+        let mut plan = plans.plan(
+            vec![kubelet_v5.clone(), plans.kubectl("v5"), plans.crictl("v3")],
+            "1s",
+            timeout,
+        );
+        plan.spec.content.kubernetes_version = Some(version.to_owned());
+        plan.spec.content.health_checks.node_kubelet_version = true;
+        plan
+    };
+    run(
+        &bed,
+        &expecting("v1.33.0", "6s"),
+        Phase::RolledBack,
+        "kubelet version mismatch",
+    )
+    .await;
+    let (_, message) = bed.ready().await;
     assert!(
-        message.contains("kubelet v1.31.2, expected v1.32.0"),
+        message.contains("kubelet v1.32.2, expected v1.33.0"),
         "{message}"
     );
-    let mut p6 = plan_with_checks(
-        &name,
-        &server,
-        "v4",
-        &v4,
-        kubectl5,
-        "1s",
-        "60s",
-        Some("v1.31.2"),
-    );
-    p6.spec.content.artifacts[1].url = server.url("/v4/kubectl5");
-    let r6 = inplace_proto::revision_of(&p6.spec.content);
-    let patch = serde_json::json!({"spec": p6.spec});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for(&api, &node, Phase::Succeeded, &r6).await;
-    assert_eq!(
-        node.exec_ok(&["/opt/bin/kubectl"]).await.unwrap().trim(),
-        "kubectl-v5"
-    );
+    run(
+        &bed,
+        &expecting("v1.32.2", "90s"),
+        Phase::Succeeded,
+        "kubelet version match",
+    )
+    .await;
 
-    node.poweroff().await.unwrap();
+    bed.node.poweroff().await.unwrap();
 }

@@ -1,11 +1,221 @@
-//! Installing the agent on a real nspawn node the way a package would: the binary, the
-//! shipped unit and tmpfiles, a config allowing the test's artifact server, the kubelet's
-//! kubeconfig (pointing at the emulator) and a kubelet unit stand-in whose binary comes from
-//! the kubernetes sysext. Shared by the suites that run the real agent on a node.
+//! The real agent on a real nspawn node, shared by the suites that run it there
+//! (`e2e_nspawn.rs`, `crash_matrix.rs`): the agent installed the way a package would (the
+//! binary, the shipped unit and tmpfiles, a config allowing the test's artifact server, the
+//! kubelet's kubeconfig pointing at the API emulator), started under the shipped unit, and
+//! the waits and reads both suites make on the plan.
 
-use std::path::Path;
+#![allow(dead_code)] // each suite uses a part
 
-use inplace_tests::nspawn::Node;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
+use inplace_proto::{NodeUpdatePlan, Phase};
+use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::nspawn::{Node, NodeOptions};
+use kube::api::{Patch, PatchParams, PostParams};
+
+/// How long a plan may take to reach a final phase on a loaded 2-core machine.
+pub const PATIENCE: Duration = Duration::from_secs(180);
+
+/// One booted node running the agent, with the API emulator (CRDs applied) and an artifact
+/// server on host loopback (the node shares the host's network).
+pub struct AgentNode {
+    pub emulator: Handle,
+    /// Plans, as an admin.
+    pub api: kube::Api<NodeUpdatePlan>,
+    pub server: ArtifactServer,
+    pub node: Node,
+    /// Images, the admin kubeconfig for `kubectl`.
+    pub work: tempfile::TempDir,
+}
+
+impl AgentNode {
+    /// Boots a node named after `prefix`, installs the agent with `unit_drop_in` (if any) as
+    /// a drop-in of its unit, and starts it.
+    pub async fn start(prefix: &str, unit_drop_in: Option<&str>) -> AgentNode {
+        inplace_tests::prereq::require_nspawn().expect("prerequisites");
+        inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
+        let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
+        emulator.apply_crd_dir(&crds).await.unwrap();
+        let api = kube::Api::all(emulator.client().await.unwrap());
+        let server = ArtifactServer::start().await.unwrap();
+        let work = tempfile::tempdir().unwrap();
+        emulator
+            .write_kubeconfig(&work.path().join("admin.kubeconfig"), &User::admin())
+            .unwrap();
+
+        let name = Node::unique_name(prefix);
+        let node = Node::boot(&name, NodeOptions::default())
+            .await
+            .expect("node boots");
+        install_agent(
+            &node,
+            &emulator.kubeconfig_yaml(&User::node(&name)),
+            &server.url("/"),
+        )
+        .await;
+        if let Some(drop_in) = unit_drop_in {
+            node.write_file(
+                "/etc/systemd/system/inplace-agent.service.d/test.conf",
+                drop_in.as_bytes(),
+                0o644,
+            )
+            .await
+            .unwrap();
+        }
+        let started = node
+            .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
+            .await
+            .unwrap();
+        let bed = AgentNode {
+            emulator,
+            api,
+            server,
+            node,
+            work,
+        };
+        assert!(
+            started.success(),
+            "the agent did not start: {}\n{}",
+            started.stderr_text(),
+            bed.diagnostics().await
+        );
+        bed.node
+            .wait_active("inplace-agent.service", Duration::from_secs(60))
+            .await
+            .expect("the agent starts under its hardened unit (Type=notify: READY sent)");
+        bed
+    }
+
+    /// The node's (and its plan's) name.
+    pub fn name(&self) -> &str {
+        self.node.name()
+    }
+
+    /// An Active plan for this node: `artifacts` (JSON, as in the API), `kubelet.service`
+    /// restarted after the swap, `health_checks`.
+    pub fn plan(
+        &self,
+        artifacts: Vec<serde_json::Value>,
+        health_checks: serde_json::Value,
+    ) -> NodeUpdatePlan {
+        let name = self.name();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "inplace.dev/v1alpha1",
+            "kind": "NodeUpdatePlan",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": name,
+                "desiredState": "Active",
+                "artifacts": artifacts,
+                "activation": {"restartUnits": ["kubelet.service"]},
+                "healthChecks": health_checks,
+            }
+        }))
+        .unwrap()
+    }
+
+    /// Creates the node's plan with `plan`'s spec, or replaces the spec of the one there.
+    pub async fn apply(&self, plan: &NodeUpdatePlan) {
+        if self.api.get_opt(self.name()).await.unwrap().is_none() {
+            self.api.create(&PostParams::default(), plan).await.unwrap();
+            return;
+        }
+        let patch = serde_json::json!({"spec": plan.spec});
+        self.api
+            .patch(self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the status reports `want` for `revision`. When `want` is `RolledBack`,
+    /// seeing `Succeeded` for that revision on the way fails at once: an unhealthy revision
+    /// must never be reported successful, not even for a moment.
+    pub async fn wait_final(&self, want: Phase, revision: &str, label: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(plan) = self.api.get(self.name()).await
+                && let Some(status) = plan.status.as_ref()
+                && status.target_revision.as_deref() == Some(revision)
+            {
+                if want == Phase::RolledBack && status.phase == Some(Phase::Succeeded) {
+                    panic!(
+                        "{label}: an unhealthy revision was reported Succeeded\n{}",
+                        self.diagnostics().await
+                    );
+                }
+                if status.phase == Some(want) {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{label}: never reached {want:?}\n{}",
+                    self.diagnostics().await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The plan's status and the agent's journal tail, for failure messages.
+    pub async fn diagnostics(&self) -> String {
+        let status = self.api.get(self.name()).await.ok().and_then(|p| p.status);
+        let journal = self
+            .node
+            .journal("inplace-agent.service", 120)
+            .await
+            .unwrap_or_default();
+        format!("status: {status:?}\nagent journal:\n{journal}")
+    }
+
+    /// The `Ready` condition's reason and message.
+    pub async fn ready(&self) -> (String, String) {
+        let status = self.api.get(self.name()).await.unwrap().status.unwrap();
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("a Ready condition");
+        (ready.reason.clone(), ready.message.clone())
+    }
+
+    /// The real `kubectl` (on PATH) against the emulator as an admin; panics with its
+    /// stderr when it fails.
+    pub async fn kubectl(&self, args: &[&str]) -> String {
+        let out = tokio::process::Command::new("kubectl")
+            .env("KUBECONFIG", self.work.path().join("admin.kubeconfig"))
+            .env("HOME", self.work.path())
+            .arg("--cache-dir")
+            .arg(self.work.path().join("kubectl-cache"))
+            .args(args)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("kubectl runs (is it on PATH?)");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// `phase reason` of the node's plan, read with `kubectl get`.
+    pub async fn phase_and_reason_by_kubectl(&self) -> String {
+        self.kubectl(&[
+            "get",
+            "nodeupdateplan",
+            self.name(),
+            "-o",
+            r#"jsonpath={.status.phase} {.status.conditions[?(@.type=="Ready")].reason}"#,
+        ])
+        .await
+    }
+}
 
 /// Writes everything the agent needs onto `node`; the caller starts the unit.
 pub async fn install_agent(node: &Node, kubeconfig_yaml: &str, artifact_prefix: &str) {
@@ -44,11 +254,48 @@ pub async fn install_agent(node: &Node, kubeconfig_yaml: &str, artifact_prefix: 
     )
     .await
     .unwrap();
-    node.write_file(
-        "/etc/systemd/system/kubelet.service",
-        b"[Unit]\nDescription=kubelet stand-in from the kubernetes sysext\n[Service]\nExecStart=/usr/bin/kubelet-sim\nRestart=no\n",
-        0o644,
-    )
-    .await
-    .unwrap();
+}
+
+/// The stand-in kubelet (`inplace-tests`' `fake-kubelet` binary), built for this test run:
+/// cargo builds a dependency's binaries only when asked, and a stale copy would test old
+/// code. A no-op when it is up to date.
+pub async fn fake_kubelet_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // <target>/<profile dir>/deps/<test binary>
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_owned();
+    let target_dir = profile_dir.parent().unwrap();
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev",
+        Some(other) => other,
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let built = tokio::process::Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "inplace-tests",
+            "--bin",
+            "fake-kubelet",
+        ])
+        .args(["--profile", profile])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .kill_on_drop(true)
+        .status()
+        .await
+        .expect("cargo runs");
+    assert!(built.success(), "building the fake kubelet");
+    profile_dir.join("fake-kubelet")
+}
+
+/// A free TCP port on 127.0.0.1 for a stand-in kubelet: nodes share the host's network,
+/// so kubelets of concurrent tests must not all listen on 10248.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
