@@ -80,4 +80,12 @@ impl Context {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(rollout.to_owned(), status);
     }
+
+    /// Forgets the status of a rollout that is gone (a new rollout may take its name).
+    pub fn forget_status(&self, rollout: &str) {
+        self.written_status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(rollout);
+    }
 }

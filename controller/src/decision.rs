@@ -190,6 +190,17 @@ pub enum NodeAction {
     },
 }
 
+impl NodeAction {
+    /// The node the action concerns.
+    pub fn node(&self) -> &str {
+        match self {
+            NodeAction::ApplyPlan { node, .. }
+            | NodeAction::Cordon { node }
+            | NodeAction::Uncordon { node } => node,
+        }
+    }
+}
+
 /// Event severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -227,7 +238,7 @@ pub struct Decision {
 
 /// Where one owned node stands for the rollout's revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum NodeState {
+pub(crate) enum NodeState {
     /// The plan is not (yet) staged for the revision.
     Pending,
     /// Staged, waiting for a slot.
@@ -299,7 +310,7 @@ pub fn needs_drain_pass(spec: &NodeRolloutSpec, release: &ReleaseState, node: &N
 
 /// Classifies a plan that carries `revision` by the agent's report and the controller's
 /// own annotations. `None` when the plan is for another revision.
-fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
+pub(crate) fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
     if plan.revision.as_deref() != Some(revision) {
         return None;
     }
@@ -348,7 +359,7 @@ fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
 
 /// Whether the agent is in the middle of a disruptive step, whatever revision: such a node
 /// takes a slot even if its plan has moved on (it finishes its atomic step first).
-fn busy_elsewhere(plan: &PlanView) -> bool {
+pub(crate) fn busy_elsewhere(plan: &PlanView) -> bool {
     matches!(
         plan.report.phase,
         Some(Phase::Activating | Phase::Verifying | Phase::RollingBack)
@@ -356,7 +367,7 @@ fn busy_elsewhere(plan: &PlanView) -> bool {
 }
 
 /// Whether a failure leaves the node needing a person, in which case it stays cordoned.
-fn keeps_cordon(state: &NodeState) -> bool {
+pub(crate) fn keeps_cordon(state: &NodeState) -> bool {
     matches!(state, NodeState::Failed { reason, .. } if reason == Reason::RollbackFailed.as_str())
 }
 
@@ -572,7 +583,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
                     EventKind::Normal,
                     "Cordoned",
                     format!("node {} cordoned for activation", node.name),
-                    node,
+                    &node.name,
                 ));
             } else if intent.cordoned && !node.unschedulable {
                 decision.actions.push(cordon(node));
@@ -586,7 +597,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
                     EventKind::Normal,
                     "Uncordoned",
                     format!("node {} uncordoned", node.name),
-                    node,
+                    &node.name,
                 ));
             }
             intent.cordoned = false;
@@ -606,7 +617,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
                     node.name,
                     holders + grant_rank[i].unwrap_or(1)
                 ),
-                node,
+                &node.name,
             ));
         }
     }
@@ -744,12 +755,13 @@ fn cordon(node: &NodeView) -> NodeAction {
     }
 }
 
-fn event(kind: EventKind, reason: &str, note: String, node: &NodeView) -> EventNote {
+/// An Event about one node.
+pub(crate) fn event(kind: EventKind, reason: &str, note: String, node: &str) -> EventNote {
     EventNote {
         kind,
         reason: reason.to_owned(),
         note,
-        node: Some(node.name.clone()),
+        node: Some(node.to_owned()),
     }
 }
 
@@ -906,7 +918,7 @@ fn transition_events(
                     EventKind::Normal,
                     "NodeUpdated",
                     format!("node {} runs the new revision", node.name),
-                    node,
+                    &node.name,
                 ));
             }
             NodeState::Failed { reason, message }
@@ -916,7 +928,7 @@ fn transition_events(
                     EventKind::Warning,
                     reason,
                     format!("node {} failed: {message}", node.name),
-                    node,
+                    &node.name,
                 ));
             }
             _ => {}

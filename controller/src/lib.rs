@@ -16,5 +16,6 @@ pub mod release_fetch;
 pub mod release_import;
 pub mod rollout_controller;
 pub mod run;
+pub mod teardown;
 
 pub use error::{Error, Result};

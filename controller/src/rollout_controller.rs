@@ -21,13 +21,16 @@ use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::decision::{
-    CONTROL_PLANE_LABEL, Decision, EventKind, NodeAction, NodeView, ReleaseState, RolloutInput,
-    decide, needs_drain_pass, resolve_ownership,
+    CONTROL_PLANE_LABEL, CORDONED_ANNOTATION, Decision, EventKind, EventNote, NodeAction, NodeView,
+    ReleaseState, RolloutInput, decide, needs_drain_pass, resolve_ownership,
 };
 use crate::drain::drain_pass;
 use crate::error::{Error, Result};
 use crate::plans::{FIELD_MANAGER, PlanSource, plan_apply_body, plan_owner};
 use crate::release_controller::truncate;
+use crate::teardown::{
+    TEARDOWN_RETRY, TeardownAction, TeardownNode, UNCORDON_FINALIZER, decide_teardown,
+};
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "rollout";
@@ -117,8 +120,10 @@ pub async fn reconcile(rollout: Arc<NodeRollout>, ctx: Arc<Context>) -> Result<A
 
     let name = rollout.name_any();
     if rollout.metadata.deletion_timestamp.is_some() {
-        ctx.metrics.forget_rollout(&name);
-        return Ok(Action::await_change());
+        return tear_down(&rollout, &ctx).await;
+    }
+    if !has_finalizer(&rollout) {
+        set_finalizers(&rollout, with_finalizer(&rollout), &ctx).await?;
     }
     let release = ctx.releases.get(&ObjectRef::new(&rollout.spec.release));
     let release_state = release_state(release.as_deref());
@@ -141,7 +146,7 @@ pub async fn reconcile(rollout: Arc<NodeRollout>, ctx: Arc<Context>) -> Result<A
     if let Some(release) = &release {
         carry_out(&name, release, &uids, &decision, &ctx).await?;
     }
-    publish_events(&rollout, &decision, &ctx).await;
+    publish_events(&rollout, &decision.events, &ctx).await;
     if previous.as_ref() != Some(&decision.status) {
         write_status(&name, &decision.status, &ctx).await?;
     }
@@ -158,6 +163,142 @@ pub async fn reconcile(rollout: Arc<NodeRollout>, ctx: Arc<Context>) -> Result<A
     Ok(Action::requeue(
         decision.requeue_after.unwrap_or(ctx.settings.resync),
     ))
+}
+
+fn has_finalizer(rollout: &NodeRollout) -> bool {
+    rollout.finalizers().iter().any(|f| f == UNCORDON_FINALIZER)
+}
+
+fn with_finalizer(rollout: &NodeRollout) -> Vec<String> {
+    let mut finalizers = rollout.finalizers().to_vec();
+    finalizers.push(UNCORDON_FINALIZER.to_owned());
+    finalizers
+}
+
+/// Replaces the rollout's finalizers, guarded by the resourceVersion it was read at (a
+/// finalizer someone else added or removed meanwhile is never lost: the write conflicts and
+/// the reconcile is retried).
+async fn set_finalizers(
+    rollout: &NodeRollout,
+    finalizers: Vec<String>,
+    ctx: &Context,
+) -> Result<()> {
+    let name = rollout.name_any();
+    let api: Api<NodeRollout> = Api::all(ctx.client.clone());
+    let finalizers = if finalizers.is_empty() {
+        Value::Null
+    } else {
+        json!(finalizers)
+    };
+    ctx.metrics.wrote("rollout_finalizer");
+    api.patch(
+        &name,
+        &PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": rollout.resource_version(),
+        }})),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "updating the finalizers of rollout {name}"
+    )))?;
+    Ok(())
+}
+
+/// A deleted rollout: undoes its own cordons ([`decide_teardown`]), then lets it go.
+async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
+    let name = rollout.name_any();
+    if !has_finalizer(rollout) {
+        forget(&name, ctx);
+        return Ok(Action::await_change());
+    }
+    let nodes: Vec<TeardownNode> = ctx
+        .plans
+        .state()
+        .iter()
+        .filter(|plan| plan_owner(plan) == Some(name.as_str()))
+        .filter_map(|cached| {
+            let node_name = cached.name_any();
+            let plan = ctx.writes.view(&node_name, Some(cached))?;
+            let unschedulable = ctx
+                .nodes
+                .get(&ObjectRef::new(&node_name))
+                .map(|node| unschedulable(&node));
+            Some(TeardownNode {
+                name: node_name,
+                unschedulable,
+                plan,
+            })
+        })
+        .collect();
+    let teardown = decide_teardown(&nodes);
+    // A node's writes in order (uncordon, then forget); nodes in parallel.
+    let groups = by_node(teardown.actions.iter().cloned(), TeardownAction::node);
+    let written = run_per_node(groups, ctx, |action| async move {
+        match action {
+            TeardownAction::Uncordon { node } => set_unschedulable(&node, false, ctx).await,
+            TeardownAction::ForgetCordon { node } => forget_cordon(&node, ctx).await,
+        }
+    })
+    .await;
+    publish_events(rollout, &teardown.events, ctx).await;
+    written?;
+    if !teardown.finished() {
+        tracing::info!(rollout = %name, waiting = ?teardown.waiting, "deleted rollout waits for activations to finish");
+        return Ok(Action::requeue(TEARDOWN_RETRY));
+    }
+    let rest: Vec<String> = rollout
+        .finalizers()
+        .iter()
+        .filter(|f| *f != UNCORDON_FINALIZER)
+        .cloned()
+        .collect();
+    match set_finalizers(rollout, rest, ctx).await {
+        // A reconcile queued before the removal, from a cache that had not seen it yet.
+        Err(Error::Kube {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.is_not_found() => {}
+        other => other?,
+    }
+    forget(&name, ctx);
+    Ok(Action::await_change())
+}
+
+fn forget(rollout: &str, ctx: &Context) {
+    ctx.metrics.forget_rollout(rollout);
+    ctx.forget_status(rollout);
+}
+
+fn unschedulable(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// Removes the controller's cordon record from a plan (the annotation was applied by the
+/// controller's field manager, so its own merge patch may drop it).
+async fn forget_cordon(node: &str, ctx: &Context) -> Result<()> {
+    let plans: Api<NodeUpdatePlan> = Api::all(ctx.client.clone());
+    ctx.metrics.wrote("plan_forget_cordon");
+    let written = plans
+        .patch(
+            node,
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"metadata": {"annotations": {CORDONED_ANNOTATION: null}}})),
+        )
+        .await
+        .map_err(Error::kube(format!("forgetting the cordon of node {node}")))?;
+    ctx.writes.record(&written);
+    Ok(())
 }
 
 /// What to do after a failed reconcile: count it and try again soon.
@@ -211,11 +352,7 @@ fn gather_nodes(
         uids.insert(node_name.clone(), uid);
         views.push(NodeView {
             control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
-            unschedulable: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.unschedulable)
-                .unwrap_or(false),
+            unschedulable: unschedulable(&node),
             name: node_name,
             ownership,
             plan,
@@ -259,27 +396,44 @@ async fn carry_out(
     decision: &Decision,
     ctx: &Context,
 ) -> Result<()> {
-    let mut groups: Vec<(String, Vec<NodeAction>)> = Vec::new();
-    let mut index: BTreeMap<String, usize> = BTreeMap::new();
-    for action in &decision.actions {
-        let node = match action {
-            NodeAction::ApplyPlan { node, .. }
-            | NodeAction::Cordon { node }
-            | NodeAction::Uncordon { node } => node.clone(),
-        };
-        let i = *index.entry(node.clone()).or_insert_with(|| {
-            groups.push((node, Vec::new()));
-            groups.len() - 1
-        });
-        groups[i].1.push(action.clone());
-    }
     let release_name = release.name_any();
     let release_name = release_name.as_str();
+    let groups = by_node(decision.actions.iter().cloned(), NodeAction::node);
+    run_per_node(groups, ctx, |action| async move {
+        carry_out_one(rollout, release_name, release, uids, &action, ctx).await
+    })
+    .await
+}
+
+/// Groups actions by node, keeping their order within a node.
+fn by_node<A>(actions: impl IntoIterator<Item = A>, node: impl Fn(&A) -> &str) -> Vec<Vec<A>> {
+    let mut groups: Vec<Vec<A>> = Vec::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    for action in actions {
+        let i = *index.entry(node(&action).to_owned()).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[i].push(action);
+    }
+    groups
+}
+
+/// Runs each node's actions in order, stopping a node's sequence at its first failure;
+/// nodes in parallel. Returns the first failure after all are done.
+async fn run_per_node<A, Fut>(
+    groups: Vec<Vec<A>>,
+    ctx: &Context,
+    run: impl Fn(A) -> Fut + Copy,
+) -> Result<()>
+where
+    Fut: std::future::Future<Output = Result<()>>,
+{
     let futures: Vec<_> = groups
         .into_iter()
-        .map(|(_, actions)| async move {
-            for action in &actions {
-                carry_out_one(rollout, release_name, release, uids, action, ctx).await?;
+        .map(|actions| async move {
+            for action in actions {
+                run(action).await?;
             }
             Ok::<(), Error>(())
         })
@@ -392,10 +546,9 @@ async fn write_status(name: &str, status: &NodeRolloutStatus, ctx: &Context) -> 
     Ok(())
 }
 
-async fn publish_events(rollout: &NodeRollout, decision: &Decision, ctx: &Context) {
+async fn publish_events(rollout: &NodeRollout, events: &[EventNote], ctx: &Context) {
     let reference = rollout.object_ref(&());
-    let notes = decision
-        .events
+    let notes = events
         .iter()
         .filter(|e| ctx.settings.node_events || e.kind == EventKind::Warning || e.node.is_none());
     let futures: Vec<_> = notes

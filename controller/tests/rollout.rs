@@ -386,42 +386,6 @@ async fn cordon_mode_cordons_during_activation_and_uncordons_after() {
     assert!(unschedulable(bed.nodes().get("worker-2").await.unwrap()));
 }
 
-fn pod(
-    name: &str,
-    node: &str,
-    labels: serde_json::Value,
-    extra_meta: serde_json::Value,
-) -> serde_json::Value {
-    let mut metadata = json!({"name": name, "namespace": "default", "labels": labels});
-    if let (Some(m), Some(e)) = (metadata.as_object_mut(), extra_meta.as_object()) {
-        for (k, v) in e {
-            m.insert(k.clone(), v.clone());
-        }
-    }
-    json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
-    })
-}
-
-async fn create_running_pod(client: &kube::Client, body: serde_json::Value) {
-    use k8s_openapi::api::core::v1::Pod;
-    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), "default");
-    let pod: Pod = serde_json::from_value(body).unwrap();
-    let name = pod.metadata.name.clone().unwrap();
-    api.create(&Default::default(), &pod).await.unwrap();
-    api.patch_status(
-        &name,
-        &Default::default(),
-        &kube::api::Patch::Merge(json!({"status": {
-            "phase": "Running",
-            "conditions": [{"type": "Ready", "status": "True"}],
-        }})),
-    )
-    .await
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_evicts_pods_and_a_blocking_pdb_is_reported_as_drain_timeout() {
     use k8s_openapi::api::core::v1::Pod;

@@ -88,19 +88,77 @@ pub fn test_settings() -> Settings {
     }
 }
 
+/// The user name of the controller's ServiceAccount in the shipped manifests.
+pub const CONTROLLER_USER: &str = "system:serviceaccount:inplace-system:inplace-controller";
+
+/// Creates the cluster-wide RBAC objects of a shipped manifest (ClusterRoles and their
+/// bindings: all the rollout controller needs; the leader-election Role is namespaced and
+/// unused without a Lease).
+pub async fn create_cluster_rbac(client: &kube::Client, manifest: &std::path::Path) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let text = std::fs::read_to_string(manifest).unwrap();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
+        match value["kind"].as_str() {
+            Some("ClusterRole") => {
+                let role: ClusterRole = serde_json::from_value(value).unwrap();
+                Api::<ClusterRole>::all(client.clone())
+                    .create(&PostParams::default(), &role)
+                    .await
+                    .unwrap();
+            }
+            Some("ClusterRoleBinding") => {
+                let binding: ClusterRoleBinding = serde_json::from_value(value).unwrap();
+                Api::<ClusterRoleBinding>::all(client.clone())
+                    .create(&PostParams::default(), &binding)
+                    .await
+                    .unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
 impl Bed {
     /// Emulator + CRDs + controller.
     pub async fn start() -> Bed {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "warn".into()),
-            )
-            .with_test_writer()
-            .try_init();
+        init_tracing();
         let (emulator, client) = emulator().await;
-        let (metrics, stop, controller) =
-            start_controller(admin_config(&emulator).await, test_settings());
+        let config = admin_config(&emulator).await;
+        Bed::with_controller(emulator, client, config)
+    }
+
+    /// Emulator with RBAC authorization + CRDs + the shipped controller ClusterRole, and the
+    /// controller running as its ServiceAccount: only what `rbac.yaml` grants works.
+    pub async fn start_with_shipped_rbac() -> Bed {
+        init_tracing();
+        let emulator = Emulator::start(EmulatorConfig {
+            authz: inplace_api_emulator::AuthzMode::Rbac,
+            ..EmulatorConfig::default()
+        })
+        .await
+        .unwrap();
+        emulator.apply_crd_dir(&crd_dir()).await.unwrap();
+        let client = emulator.client().await.unwrap();
+        let rbac = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../packaging/kubernetes/controller/rbac.yaml");
+        create_cluster_rbac(&client, &rbac).await;
+        let user = inplace_api_emulator::User::new("controller-token", CONTROLLER_USER, &[]);
+        let config = emulator.config_as(&user).await.unwrap();
+        Bed::with_controller(emulator, client, config)
+    }
+
+    fn with_controller(emulator: Handle, client: kube::Client, config: kube::Config) -> Bed {
+        let (metrics, stop, controller) = start_controller(config, test_settings());
         Bed {
             emulator,
             client,
@@ -298,4 +356,42 @@ pub async fn events_for(client: &kube::Client, name: &str) -> Vec<(String, Strin
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
+}
+
+/// A pod body on `node` with `labels`; `extra_meta` is merged into its metadata.
+pub fn pod(
+    name: &str,
+    node: &str,
+    labels: serde_json::Value,
+    extra_meta: serde_json::Value,
+) -> serde_json::Value {
+    let mut metadata = json!({"name": name, "namespace": "default", "labels": labels});
+    if let (Some(m), Some(e)) = (metadata.as_object_mut(), extra_meta.as_object()) {
+        for (k, v) in e {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+    })
+}
+
+/// Creates a pod and reports it Running and Ready, as its kubelet would.
+pub async fn create_running_pod(client: &kube::Client, body: serde_json::Value) {
+    use k8s_openapi::api::core::v1::Pod;
+    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(body).unwrap();
+    let name = pod.metadata.name.clone().unwrap();
+    api.create(&Default::default(), &pod).await.unwrap();
+    api.patch_status(
+        &name,
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }})),
+    )
+    .await
+    .unwrap();
 }

@@ -705,15 +705,40 @@ async fn garbage_collection_and_finalizers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(gone, "the dependent is collected");
-    // A finalizer holds deletion until removed.
+    // Finalizers hold deletion until the last one is removed; none may be added meanwhile.
     let mut held = plan("held");
-    held["metadata"]["finalizers"] = json!(["inplace.dev/test"]);
+    held["metadata"]["finalizers"] = json!(["inplace.dev/test", "inplace.dev/other"]);
     api.create(&PostParams::default(), &dyn_obj(held))
         .await
         .unwrap();
     api.delete("held", &DeleteParams::default()).await.unwrap();
+    let marked = api.get("held").await.unwrap().metadata.deletion_timestamp;
+    assert!(marked.is_some());
+    let added = api
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["inplace.dev/test", "inplace.dev/other", "late"]}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&added), 403);
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["inplace.dev/other"]}})),
+    )
+    .await
+    .unwrap();
     let still = api.get("held").await.unwrap();
-    assert!(still.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        still.metadata.deletion_timestamp, marked,
+        "the deletion time stays"
+    );
+    assert_eq!(
+        still.metadata.finalizers,
+        Some(vec!["inplace.dev/other".to_owned()])
+    );
     api.patch(
         "held",
         &PatchParams::default(),
