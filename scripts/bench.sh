@@ -17,8 +17,16 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v mksquashfs >/dev/null || need+=(squashfs-tools)
 if [ ${#need[@]} -gt 0 ]; then
     echo "bench: installing ${need[*]}"
+    # Install nginx without starting Debian's system service on port 80: the bench starts
+    # its own nginx with its own config. policy-rc.d is Debian's switch for that.
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+        ours=1
+    fi
     apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 ||
         { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
+    if [ -n "${ours:-}" ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use inplace_proto::{Artifact, Reason};
 use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
 
 use crate::settings::{DownloadSettings, Policy};
 
@@ -182,26 +182,158 @@ enum Attempt {
     Fail(FetchError),
 }
 
+/// Bytes are handed to the writer thread in blocks of this size: large enough that the
+/// channel and thread hand-off cost nothing next to the write and the hash.
+const BLOCK: usize = 1 << 20;
+
+/// Every this many bytes the writer asks the kernel to start writing back and drop what is
+/// already on disk, so the final `fsync` has little left to do and a 1 GiB artifact does
+/// not push the node's working set out of the page cache.
+const WRITEBACK_WINDOW: u64 = 16 << 20;
+
+/// The temporary file and the running hash of what it holds. Writes and hashing happen on
+/// a blocking thread, block by block, while the next block is received.
+struct Sink {
+    file: std::fs::File,
+    hasher: Sha256,
+    /// Bytes in the file.
+    len: u64,
+    /// Where the last writeback hint ended.
+    advised: u64,
+}
+
+impl Sink {
+    fn write_block(&mut self, block: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        self.file.write_all(block)?;
+        self.hasher.update(block);
+        self.len += block.len() as u64;
+        if self.len - self.advised >= WRITEBACK_WINDOW {
+            // Pages still dirty from the last window are dropped by this call's successor;
+            // the hint is advisory, so its failure changes nothing.
+            let start = self.advised.saturating_sub(WRITEBACK_WINDOW);
+            let _ = nix::fcntl::posix_fadvise(
+                &self.file,
+                start as i64,
+                (self.len - start) as i64,
+                nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+            );
+            self.advised = self.len;
+        }
+        Ok(())
+    }
+
+    fn truncate(&mut self) -> std::io::Result<()> {
+        use std::io::Seek;
+        self.file.set_len(0)?;
+        self.file.seek(std::io::SeekFrom::Start(0))?;
+        self.hasher = Sha256::new();
+        self.len = 0;
+        self.advised = 0;
+        Ok(())
+    }
+}
+
 /// The partial download carried between attempts.
 struct Partial {
     path: PathBuf,
-    file: tokio::fs::File,
-    hasher: Sha256,
+    /// `None` only while a blocking task holds it.
+    sink: Option<Sink>,
     done: u64,
     /// ETag or Last-Modified of the object the bytes came from.
     validator: Option<String>,
 }
 
 impl Partial {
+    /// Runs `work` on the sink on a blocking thread (file I/O never runs on the runtime).
+    async fn with_sink<R: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut Sink) -> std::io::Result<R> + Send + 'static,
+    ) -> std::io::Result<R> {
+        let mut sink = self.take_sink()?;
+        let (sink, result) = tokio::task::spawn_blocking(move || {
+            let result = work(&mut sink);
+            (sink, result)
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        self.sink = Some(sink);
+        result
+    }
+
+    fn take_sink(&mut self) -> std::io::Result<Sink> {
+        self.sink
+            .take()
+            .ok_or_else(|| std::io::Error::other("the temporary file was lost by a failed write"))
+    }
+
     async fn reset(&mut self) -> std::io::Result<()> {
-        self.file.set_len(0).await?;
-        use tokio::io::AsyncSeekExt;
-        self.file.seek(std::io::SeekFrom::Start(0)).await?;
-        self.hasher = Sha256::new();
+        self.with_sink(Sink::truncate).await?;
         self.done = 0;
         self.validator = None;
         Ok(())
     }
+
+    /// Streams `body` into the sink: the writer thread writes and hashes one block while
+    /// the next is received. Every byte received is in the file when this returns, so a
+    /// retry resumes exactly at `done`.
+    async fn stream<B>(
+        &mut self,
+        body: &mut B,
+        limit: u64,
+        stall: Duration,
+        progress: Progress<'_>,
+    ) -> Result<BodyEnd, std::io::Error>
+    where
+        B: futures::Stream<Item = reqwest::Result<Bytes>> + Unpin,
+    {
+        let mut sink = self.take_sink()?;
+        let (blocks, mut incoming) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let writer = tokio::task::spawn_blocking(move || {
+            while let Some(block) = incoming.blocking_recv() {
+                if let Err(e) = sink.write_block(&block) {
+                    return (sink, Err(e));
+                }
+            }
+            (sink, Ok(()))
+        });
+        let mut pending = BytesMut::with_capacity(BLOCK);
+        let end = loop {
+            let chunk = match tokio::time::timeout(stall, body.next()).await {
+                Err(_) => break BodyEnd::Stalled,
+                Ok(None) => break BodyEnd::Complete,
+                Ok(Some(Err(e))) => break BodyEnd::Broken(error_chain(&e)),
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            if self.done + chunk.len() as u64 > limit {
+                break BodyEnd::TooLong;
+            }
+            self.done += chunk.len() as u64;
+            pending.extend_from_slice(&chunk);
+            if pending.len() >= BLOCK && blocks.send(pending.split().freeze()).await.is_err() {
+                // The writer stopped on an error; it is returned below.
+                break BodyEnd::Complete;
+            }
+            progress(self.done);
+        };
+        if !pending.is_empty() {
+            let _ = blocks.send(pending.freeze()).await;
+        }
+        drop(blocks);
+        let (sink, written) = writer.await.map_err(std::io::Error::other)?;
+        self.done = sink.len;
+        self.sink = Some(sink);
+        written.map(|()| end)
+    }
+}
+
+/// How a response body ended.
+enum BodyEnd {
+    Complete,
+    Stalled,
+    Broken(String),
+    /// More bytes than the limit arrived (the excess was not written).
+    TooLong,
 }
 
 fn is_disk_full(e: &std::io::Error) -> bool {
@@ -384,32 +516,34 @@ impl HttpFetcher {
         }
 
         let mut body = response.bytes_stream();
-        loop {
-            let chunk = match tokio::time::timeout(self.settings.stall_timeout, body.next()).await {
-                Err(_) => {
-                    return Attempt::Retry {
-                        error: transport(format!(
-                            "stalled: no bytes for {:?} after {} bytes",
-                            self.settings.stall_timeout, partial.done
-                        )),
-                        after: None,
-                    };
-                }
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    return Attempt::Retry {
-                        error: transport(format!(
-                            "transfer broke after {} bytes: {}",
-                            partial.done,
-                            error_chain(&e)
-                        )),
-                        after: None,
-                    };
-                }
-                Ok(Some(Ok(chunk))) => chunk,
-            };
-            let len = chunk.len() as u64;
-            if partial.done + len > limit {
+        let end = match partial
+            .stream(&mut body, limit, self.settings.stall_timeout, progress)
+            .await
+        {
+            Ok(end) => end,
+            Err(e) => return Attempt::Fail(io(e)),
+        };
+        match end {
+            BodyEnd::Complete => {}
+            BodyEnd::Stalled => {
+                return Attempt::Retry {
+                    error: transport(format!(
+                        "stalled: no bytes for {:?} after {} bytes",
+                        self.settings.stall_timeout, partial.done
+                    )),
+                    after: None,
+                };
+            }
+            BodyEnd::Broken(detail) => {
+                return Attempt::Retry {
+                    error: transport(format!(
+                        "transfer broke after {} bytes: {detail}",
+                        partial.done
+                    )),
+                    after: None,
+                };
+            }
+            BodyEnd::TooLong => {
                 return Attempt::Fail(FetchError::SizeMismatch {
                     artifact: name.clone(),
                     detail: format!(
@@ -422,15 +556,6 @@ impl HttpFetcher {
                     ),
                 });
             }
-            if let Err(e) = partial.file.write_all(&chunk).await {
-                return Attempt::Fail(io(e));
-            }
-            partial.hasher.update(&chunk);
-            partial.done += len;
-            progress(partial.done);
-        }
-        if let Err(e) = partial.file.flush().await {
-            return Attempt::Fail(io(e));
         }
         if let Some(size) = artifact.size
             && partial.done != size
@@ -496,11 +621,17 @@ impl Fetcher for HttpFetcher {
             .create_new(true)
             .open(&path)
             .await
-            .map_err(io)?;
+            .map_err(io)?
+            .into_std()
+            .await;
         let mut partial = Partial {
             path,
-            file,
-            hasher: Sha256::new(),
+            sink: Some(Sink {
+                file,
+                hasher: Sha256::new(),
+                len: 0,
+                advised: 0,
+            }),
             done: 0,
             validator: None,
         };
@@ -510,7 +641,7 @@ impl Fetcher for HttpFetcher {
         match result {
             Ok(()) => Ok(partial.path),
             Err(mut e) => {
-                drop(partial.file);
+                drop(partial.sink.take());
                 if let Err(remove) = tokio::fs::remove_file(&partial.path).await
                     && remove.kind() != std::io::ErrorKind::NotFound
                 {
@@ -537,14 +668,26 @@ impl HttpFetcher {
         for n in 0..self.settings.attempts {
             match self.attempt(artifact, partial, limit, progress).await {
                 Attempt::Done => {
-                    let actual = hex::encode(partial.hasher.clone().finalize());
-                    if actual == artifact.sha256 {
-                        partial.file.sync_all().await.map_err(|e| FetchError::Io {
+                    let expected = artifact.sha256.clone();
+                    // Durable before it is called verified: a crash must not leave a
+                    // "verified" file half on disk.
+                    let mismatch = partial
+                        .with_sink(move |sink| {
+                            let actual = hex::encode(sink.hasher.clone().finalize());
+                            if actual != expected {
+                                return Ok(Some(actual));
+                            }
+                            sink.file.sync_all()?;
+                            Ok(None)
+                        })
+                        .await
+                        .map_err(|e| FetchError::Io {
                             artifact: artifact.name.clone(),
                             detail: e.to_string(),
                         })?;
+                    let Some(actual) = mismatch else {
                         return Ok(());
-                    }
+                    };
                     tracing::warn!(artifact = %artifact.name, %actual, "sha256 mismatch; downloading again");
                     last_error = Some(FetchError::HashMismatch {
                         artifact: artifact.name.clone(),

@@ -257,6 +257,46 @@ async fn truncated_transfer_resumes_with_range_when_the_etag_matches() {
     assert_eq!(seen.lock().unwrap().len(), 2);
 }
 
+/// The writer hands the file whole blocks; a cut in the middle of a block must still leave
+/// exactly the received bytes on disk, so the resume offset and the hash stay right.
+#[tokio::test]
+async fn large_body_resumes_at_an_odd_offset_past_several_blocks() {
+    let body: Arc<Vec<u8>> = Arc::new(
+        (0..5 * (1u32 << 20) + 77)
+            .map(|i| (i % 251) as u8)
+            .collect(),
+    );
+    let cut = 3 * (1usize << 20) + 12_345;
+    let served = body.clone();
+    let (base, seen) = serve(Arc::new(move |n, head: &str| match n {
+        1 => reply("200 OK", &served[..cut])
+            .header("Content-Length", &served.len().to_string())
+            .header("ETag", "\"big\""),
+        _ => {
+            assert!(head.contains(&format!("range: bytes={cut}-")), "{head}");
+            reply("206 Partial Content", &served[cut..])
+                .header("ETag", "\"big\"")
+                .header(
+                    "Content-Range",
+                    &format!("bytes {cut}-{}/{}", served.len() - 1, served.len()),
+                )
+        }
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(
+        &fetcher_with_limit(&base, 3, 64 << 20),
+        &artifact(&base, &body, Some(body.len() as u64)),
+        dir.path(),
+    )
+    .await;
+    assert!(
+        got.unwrap() == *body,
+        "the resumed file differs from the served body"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
 #[tokio::test]
 async fn changed_object_restarts_from_zero() {
     // First object A is cut short; by the retry the server has B (different ETag) and,
