@@ -1,7 +1,8 @@
 //! The agent's Debian package (packaging/node/build-deb.sh, the same builder
 //! `scripts/package.sh` runs) installed with `dpkg -i` on a booted systemd 252 Debian node:
 //! files in place, the config a conffile, the unit enabled and started by postinst, the
-//! agent active (Type=notify READY) and reporting on its plan against the API emulator;
+//! agent active (Type=notify READY) and reporting on its plan against the API emulator,
+//! its metrics readable with `inplace-agent metrics` and its STATUS= line set;
 //! `dpkg -r` stops, disables and removes it but keeps the conffile, `dpkg --purge` drops
 //! that too. Needs root, systemd-nspawn and debootstrap; a missing prerequisite fails with
 //! an install hint.
@@ -107,6 +108,35 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
     let revision = inplace_proto::revision_of(&plan.spec.content);
     api.create(&PostParams::default(), &plan).await.unwrap();
     wait_reported(&api, &node, &revision).await;
+
+    // Observability on the node, as the unit's hardening allows it: the metrics socket
+    // under /run (mode 0660), read with the agent's own client, and the STATUS= line
+    // `systemctl status` shows.
+    let metrics = node.exec_ok(&["inplace-agent", "metrics"]).await.unwrap();
+    assert!(
+        metrics.contains("inplace_agent_failures_total{reason=\"PolicyDenied\"} 1\n")
+            && metrics.contains("inplace_agent_phase{phase=\"Failed\"} 1\n"),
+        "{metrics}"
+    );
+    let socket = node
+        .exec_ok(&["stat", "-c", "%a %F", "/run/inplace/metrics.sock"])
+        .await
+        .unwrap();
+    assert_eq!(socket.trim(), "660 socket");
+    let status_text = node
+        .exec_ok(&[
+            "systemctl",
+            "show",
+            "--property=StatusText",
+            "--value",
+            "inplace-agent.service",
+        ])
+        .await
+        .unwrap();
+    assert!(
+        status_text.starts_with("Failed: ") && status_text.contains("not-allowed.invalid"),
+        "{status_text}"
+    );
 
     // Upgrading in place (same package again) restarts only the agent.
     let again = node.sh("dpkg -i /root/inplace-agent.deb").await.unwrap();
