@@ -1,4 +1,5 @@
-//! The demo, step by step: servers, images, nodes, controller, v1, then the v2 rollout.
+//! The demo, step by step: servers, images, nodes, controller, v1, then the v2 rollout
+//! (and, with `--broken-v3`, a crash-looping v3 that halts).
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
@@ -22,12 +23,16 @@ use kubectl_inplace::view::{self, Style};
 use serde_json::json;
 
 use crate::Args;
+use crate::concurrency::Concurrency;
 use crate::measure::{self, KubeletSeen, UnitRestart};
 use crate::render::Screen;
 
-/// The two kubelet versions the demo swaps between.
+/// The two kubelet versions the demo swaps between, and the broken one of `--broken-v3`.
 const V1: &str = "v1.31.0";
 const V2: &str = "v1.32.0";
+const V3: &str = "v1.33.0";
+/// The rollouts' `maxUnavailable` after the setup, which the demo checks from outside.
+const MAX_UNAVAILABLE: usize = 1;
 /// The NodeRollout's name.
 const ROLLOUT: &str = "kubelet";
 /// The label that selects the demo's nodes.
@@ -191,11 +196,32 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     keep.emulator = Some(emulator);
 
     // 2. Kubelet sysext images v1 and v2, served by the artifact server.
-    step(&format!("building kubelet sysext images {V1} and {V2}"));
-    let v1 = kubelet_image(&paths, V1).await?;
-    let v2 = kubelet_image(&paths, V2).await?;
+    let mut kubelets = vec![
+        FakeKubeletConfig::healthy(V1),
+        FakeKubeletConfig::healthy(V2),
+    ];
+    if args.broken_v3 {
+        kubelets.push(FakeKubeletConfig::crashing(V3));
+    }
+    let versions: Vec<&str> = kubelets.iter().map(|k| k.version.as_str()).collect();
+    step(&format!(
+        "building kubelet sysext images {}{}",
+        versions.join(", "),
+        if args.broken_v3 {
+            " (the last one crash-loops)"
+        } else {
+            ""
+        }
+    ));
+    let mut images = Vec::new();
+    for kubelet in &kubelets {
+        images.push(kubelet_image(&paths, kubelet).await?);
+    }
+    let [v1, v2, ..] = images.as_slice() else {
+        bail!("the v1 and v2 images were not built");
+    };
     let server = ArtifactServer::start().await?;
-    for (version, image) in [(V1, &v1), (V2, &v2)] {
+    for (version, image) in versions.iter().zip(&images) {
         let path = format!("/kubernetes/{}", kubernetes_image_file_name(version));
         server.put(&path, Artifact::file(&image.path)?);
         if let Some(rate) = image.size.checked_div(args.download_seconds) {
@@ -290,7 +316,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     releases
         .create(
             &PostParams::default(),
-            &release(&server, "kubelet-v1", V1, &v1, args)?,
+            &release(&server, "kubelet-v1", V1, v1, args)?,
         )
         .await
         .context("creating NodeRelease kubelet-v1")?;
@@ -308,7 +334,13 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
         .await
         .context("creating the NodeRollout")?;
     let watch = Watch::start(&client);
-    follow(&watch, "kubelet-v1", &members, &style, tty, None, fleet).await?;
+    let setup = Stage {
+        release: "kubelet-v1",
+        seen: None,
+        limits: None,
+        ends: Ending::AllSucceeded,
+    };
+    follow(&watch, &setup, &members, &style, tty, fleet).await?;
     for m in &members {
         let v = measure::kubelet_version(m.port).await;
         if v.as_deref() != Some(V1) {
@@ -321,13 +353,15 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     releases
         .create(
             &PostParams::default(),
-            &release(&server, "kubelet-v2", V2, &v2, args)?,
+            &release(&server, "kubelet-v2", V2, v2, args)?,
         )
         .await
         .context("creating NodeRelease kubelet-v2")?;
     step(&format!(
-        "rolling out kubelet {V2}: NodeRollout {ROLLOUT} → release kubelet-v2, maxUnavailable 1, disruption Cordon"
+        "rolling out kubelet {V2}: NodeRollout {ROLLOUT} → release kubelet-v2, maxUnavailable {MAX_UNAVAILABLE}, disruption Cordon"
     ));
+    let limits = Concurrency::start(&client, &format!("{FLEET_LABEL}=true"));
+    limits.listed().await?;
     let seen: BTreeMap<String, Arc<Mutex<KubeletSeen>>> = members
         .iter()
         .map(|m| (m.name.clone(), Arc::new(Mutex::new(KubeletSeen::default()))))
@@ -342,20 +376,17 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
         .patch(
             ROLLOUT,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"release": "kubelet-v2", "maxUnavailable": 1, "disruption": "Cordon"}})),
+            &Patch::Merge(json!({"spec": {"release": "kubelet-v2", "maxUnavailable": MAX_UNAVAILABLE, "disruption": "Cordon"}})),
         )
         .await
         .context("pointing the rollout at kubelet-v2")?;
-    let timings = follow(
-        &watch,
-        "kubelet-v2",
-        &members,
-        &style,
-        tty,
-        Some(&seen),
-        fleet,
-    )
-    .await?;
+    let rollout_v2 = Stage {
+        release: "kubelet-v2",
+        seen: Some(&seen),
+        limits: Some(&limits),
+        ends: Ending::AllSucceeded,
+    };
+    let timings = follow(&watch, &rollout_v2, &members, &style, tty, fleet).await?;
     let rollout_took = rollout_started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     for p in pollers {
@@ -387,6 +418,19 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
         args.health_window,
         &style,
     );
+    print_limits(&limits);
+    if args.broken_v3
+        && let Some(v3) = images.get(2)
+    {
+        let broken = Broken {
+            client: &client,
+            server: &server,
+            image: v3,
+            watch: &watch,
+            limits: &limits,
+        };
+        roll_out_broken_v3(&broken, &members, &style, tty, fleet, args).await?;
+    }
     let pids: Vec<(String, i32)> = fleet
         .lock()
         .map(|f| f.iter().map(|n| (n.name().to_owned(), n.pid1())).collect())
@@ -401,7 +445,8 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     Ok(())
 }
 
-async fn kubelet_image(paths: &Paths, version: &str) -> anyhow::Result<SysextImage> {
+async fn kubelet_image(paths: &Paths, kubelet: &FakeKubeletConfig) -> anyhow::Result<SysextImage> {
+    let version = kubelet.version.as_str();
     let binary = tokio::fs::read(&paths.fake_kubelet)
         .await
         .with_context(|| format!("reading {}", paths.fake_kubelet.display()))?;
@@ -409,7 +454,7 @@ async fn kubelet_image(paths: &Paths, version: &str) -> anyhow::Result<SysextIma
         .file("usr/bin/kubelet", binary, 0o755)
         .file(
             CONFIG_PATH.trim_start_matches('/'),
-            FakeKubeletConfig::healthy(version).render().into_bytes(),
+            kubelet.render().into_bytes(),
             0o644,
         )
         .file(
@@ -602,15 +647,43 @@ struct NodeTiming {
     succeeded: Option<Instant>,
 }
 
-/// Draws progress until every member's plan for `release` succeeded; fails when the
-/// rollout halts or a node fails.
+/// How a stage of the demo ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Every node's plan Succeeded; a failed node or a halt fails the demo.
+    AllSucceeded,
+    /// The rollout halts and no node is still activating; a node that succeeds fails it.
+    Halted,
+}
+
+/// One rollout the demo follows.
+struct Stage<'a> {
+    /// The release the rollout names.
+    release: &'a str,
+    /// The kubelets' answers, shown under the progress.
+    seen: Option<&'a BTreeMap<String, Arc<Mutex<KubeletSeen>>>>,
+    /// The `maxUnavailable` watch, checked on every redraw.
+    limits: Option<&'a Concurrency>,
+    /// When it is over.
+    ends: Ending,
+}
+
+fn halted(rollout: &NodeRollout) -> bool {
+    rollout.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Halted" && c.status == "True")
+    })
+}
+
+/// Draws progress until the stage ends (see [`Ending`]); fails early on anything else, and
+/// as soon as more nodes than `maxUnavailable` were activating or cordoned at once.
 async fn follow(
     watch: &Watch,
-    release: &str,
+    stage: &Stage<'_>,
     members: &[Member],
     style: &Style,
     tty: bool,
-    seen: Option<&BTreeMap<String, Arc<Mutex<KubeletSeen>>>>,
     fleet: &Arc<Mutex<Vec<Node>>>,
 ) -> anyhow::Result<BTreeMap<String, NodeTiming>> {
     let mut screen = Screen::new(tty);
@@ -625,7 +698,7 @@ async fn follow(
         for m in members {
             let plan = plans.iter().find(|p| {
                 p.metadata.name.as_deref() == Some(m.name.as_str())
-                    && p.spec.release.as_deref() == Some(release)
+                    && p.spec.release.as_deref() == Some(stage.release)
             });
             let t = timings.entry(m.name.clone()).or_insert(NodeTiming {
                 granted: None,
@@ -639,13 +712,15 @@ async fn follow(
             {
                 t.granted = Some(now);
             }
-            match view::effective_phase(plan) {
-                Phase::Succeeded => {
+            let phase = view::effective_phase(plan);
+            match (phase, stage.ends) {
+                (Phase::Succeeded, Ending::AllSucceeded) => {
                     if t.succeeded.is_none() {
                         t.succeeded = Some(now);
                     }
                 }
-                Phase::Failed | Phase::RolledBack => {
+                (Phase::Failed | Phase::RolledBack, Ending::AllSucceeded)
+                | (Phase::Succeeded, Ending::Halted) => {
                     let journal = node_sh(
                         fleet,
                         &m.name,
@@ -654,32 +729,33 @@ async fn follow(
                     .await
                     .unwrap_or_default();
                     bail!(
-                        "{} ended {:?}: {}\nagent journal:\n{journal}",
+                        "{} ended {phase:?}: {}\nagent journal:\n{journal}",
                         m.name,
-                        view::effective_phase(plan),
                         view::ready_summary(plan)
                     );
+                }
+                // Halting: done once final, or staged and never granted.
+                (_, Ending::Halted)
+                    if phase.is_final()
+                        || (phase == Phase::Staged && !crate::concurrency::is_activating(plan)) => {
                 }
                 _ => all_done = false,
             }
         }
         let mut frame = Vec::new();
         if let Some(r) = &rollout {
-            if r.spec.release == release {
+            if r.spec.release == stage.release {
                 frame.extend(view::rollout_lines(r, &plans, style));
+                all_done &= stage.ends == Ending::AllSucceeded || halted(r);
             } else {
                 all_done = false;
             }
-            if r.status.as_ref().is_some_and(|s| {
-                s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Halted" && c.status == "True")
-            }) {
+            if stage.ends == Ending::AllSucceeded && halted(r) {
                 screen.draw(&frame, &[]);
                 bail!("the rollout halted");
             }
         }
-        if let Some(seen) = seen {
+        if let Some(seen) = stage.seen {
             let mut kubelets = Vec::new();
             for m in members {
                 let v = seen[&m.name]
@@ -696,6 +772,9 @@ async fn follow(
             view::human_duration(started.elapsed())
         )];
         screen.draw(&frame, &clock);
+        if let Some(limits) = stage.limits {
+            limits.check(MAX_UNAVAILABLE).map_err(anyhow::Error::msg)?;
+        }
         if all_done {
             screen.finish();
             return Ok(timings);
@@ -707,6 +786,141 @@ async fn follow(
             );
         }
     }
+}
+
+fn print_limits(limits: &Concurrency) {
+    let (activating, cordoned) = limits.peaks();
+    println!(
+        "  max nodes activating at once: {} (maxUnavailable {MAX_UNAVAILABLE}); max cordoned at once: {}\n\
+         \x20   counted on every plan and Node event: a node is activating from its plan's desiredState\n\
+         \x20   Active until the agent reports a final phase.",
+        activating.count, cordoned.count
+    );
+}
+
+/// What the broken rollout needs from the demo's setup.
+struct Broken<'a> {
+    client: &'a kube::Client,
+    server: &'a ArtifactServer,
+    image: &'a SysextImage,
+    watch: &'a Watch,
+    limits: &'a Concurrency,
+}
+
+/// `--broken-v3`: points the rollout at a release whose kubelet crash-loops, with
+/// `maxFailures: 0`. The first node granted a slot fails its health check and rolls back to
+/// v2; the rollout halts naming it; every other node stays staged on v2, never activated.
+/// Fails unless exactly that is what the cluster and the nodes show.
+async fn roll_out_broken_v3(
+    broken: &Broken<'_>,
+    members: &[Member],
+    style: &Style,
+    tty: bool,
+    fleet: &Arc<Mutex<Vec<Node>>>,
+    args: &Args,
+) -> anyhow::Result<()> {
+    let releases: Api<NodeRelease> = Api::all(broken.client.clone());
+    let rollouts: Api<NodeRollout> = Api::all(broken.client.clone());
+    releases
+        .create(
+            &PostParams::default(),
+            &release(broken.server, "kubelet-v3", V3, broken.image, args)?,
+        )
+        .await
+        .context("creating NodeRelease kubelet-v3")?;
+    step(&format!(
+        "rolling out a broken kubelet {V3} (it crash-loops): NodeRollout {ROLLOUT} → release kubelet-v3, maxFailures 0"
+    ));
+    rollouts
+        .patch(
+            ROLLOUT,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"release": "kubelet-v3", "maxFailures": 0}})),
+        )
+        .await
+        .context("pointing the rollout at kubelet-v3")?;
+    let stage = Stage {
+        release: "kubelet-v3",
+        seen: None,
+        limits: Some(broken.limits),
+        ends: Ending::Halted,
+    };
+    follow(broken.watch, &stage, members, style, tty, fleet).await?;
+
+    let (rollout, plans) = broken.watch.snapshot();
+    let rollout = rollout.context("the rollout is gone")?;
+    let status = rollout.status.clone().unwrap_or_default();
+    let [failure] = status.failed_nodes.as_slice() else {
+        bail!(
+            "expected exactly one failed node, the rollout reports {:?}",
+            status.failed_nodes
+        );
+    };
+    let halt = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Halted" && c.status == "True")
+        .context("the rollout is not Halted")?;
+    if !halt.message.contains(&failure.node) || !halt.message.contains(&failure.reason) {
+        bail!(
+            "Halted does not name {} and {}: {}",
+            failure.node,
+            failure.reason,
+            halt.message
+        );
+    }
+    let link_v2 = format!(
+        "/opt/extensions/kubernetes/{}",
+        kubernetes_image_file_name(V2)
+    );
+    println!(
+        "\n{}",
+        if style.color {
+            "\x1b[1mBroken release\x1b[0m"
+        } else {
+            "Broken release"
+        }
+    );
+    println!(
+        "  kubelet-v3 ({V3}: its kubelet exits half a second after every start), maxFailures 0"
+    );
+    for m in members {
+        let plan = plans
+            .iter()
+            .find(|p| {
+                p.metadata.name.as_deref() == Some(m.name.as_str())
+                    && p.spec.release.as_deref() == Some("kubelet-v3")
+            })
+            .with_context(|| format!("{} has no plan for kubelet-v3", m.name))?;
+        let phase = view::effective_phase(plan);
+        let answer = measure::kubelet_version(m.port).await;
+        let link = node_sh(fleet, &m.name, "readlink /etc/extensions/kubernetes.raw").await?;
+        if answer.as_deref() != Some(V2) || link.trim() != link_v2 {
+            bail!(
+                "{}: expected back on {V2}, the kubelet answers {answer:?} and the sysext link is {}",
+                m.name,
+                link.trim()
+            );
+        }
+        let what = if m.name == failure.node {
+            if phase != Phase::RolledBack {
+                bail!("{} failed but its plan shows {phase:?}", m.name);
+            }
+            format!(
+                "RolledBack  {}: {}; the kubelet answers {V2} again",
+                failure.reason, failure.message
+            )
+        } else {
+            if plan.spec.desired_state != inplace_proto::DesiredState::Staged {
+                bail!("{} was activated after the rollout halted", m.name);
+            }
+            format!("{phase:?}, never activated; the kubelet answers {V2}")
+        };
+        println!("  {:<10} {what}", m.name);
+    }
+    println!("  rollout Halted=True {}: {}", halt.reason, halt.message);
+    print_limits(broken.limits);
+    Ok(())
 }
 
 /// One node's line in the summary: timing, gap seen by the poller, systemd's restart, link.

@@ -1,9 +1,13 @@
 //! `inplace-demo`: the local demo fleet. Boots nspawn nodes running the real agent unit,
 //! starts the API emulator, the controller and an artifact server, brings the fleet to
-//! kubelet v1, then rolls v2 out with `maxUnavailable: 1` while drawing live progress, and
-//! prints a summary (time per node, kubelet downtime per swap). Cleans up on exit, on an
-//! error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`) builds what it needs.
+//! kubelet v1, then rolls v2 out with `maxUnavailable: 1` while drawing live progress and
+//! watching that no more than one node is ever activating, and prints a summary (time per
+//! node, kubelet downtime per swap, the most nodes activating at once). `--broken-v3` then
+//! rolls out a crash-looping v3 and shows the rollout halt after the first rollback. Cleans
+//! up on exit, on an error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`)
+//! builds what it needs.
 
+mod concurrency;
 mod fleet;
 mod measure;
 mod render;
@@ -42,6 +46,10 @@ pub struct Args {
     /// Seconds the kubelet must stay healthy after a swap before the agent commits.
     #[arg(long, default_value_t = 5)]
     pub health_window: u64,
+    /// After v2, roll out a v3 whose kubelet crash-loops, with `maxFailures: 0`: the first
+    /// node rolls back to v2 and the rollout halts before any other node is touched.
+    #[arg(long)]
+    pub broken_v3: bool,
 }
 
 fn main() -> std::process::ExitCode {

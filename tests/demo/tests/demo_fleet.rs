@@ -1,7 +1,10 @@
-//! `make demo` proven by `make test`: the demo binary, non-interactive, on 2 real nspawn
-//! nodes with the real agent and controller, end to end. The demo itself fails unless every
-//! node's plan ends Succeeded on v2 and every kubelet answers v2; this test also checks what
-//! it printed. Needs root, systemd-nspawn, debootstrap and squashfs-tools.
+//! `make demo` proven by `make test`: the demo binary, non-interactive, on 3 real nspawn
+//! nodes with the real agent and controller, end to end, with `--broken-v3`. The demo itself
+//! fails unless every node's plan ends Succeeded on v2 and every kubelet answers v2, no more
+//! than `maxUnavailable` (1) nodes were ever activating or cordoned at once (watched on
+//! every plan and Node event), and the crash-looping v3 rolls back on exactly one node and
+//! halts the rollout with the others untouched on v2. This test also checks what it
+//! printed. Needs root, systemd-nspawn, debootstrap and squashfs-tools.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 #[test]
-fn the_demo_rolls_v2_out_to_every_node() {
+fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
     inplace_tests::prereq::require_nspawn().expect("prerequisites");
     inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
     let demo = PathBuf::from(env!("CARGO_BIN_EXE_inplace-demo"));
@@ -41,7 +44,14 @@ fn the_demo_rolls_v2_out_to_every_node() {
     let work = tempfile::tempdir().unwrap();
     let prefix = format!("demot{}", std::process::id());
     let out = Command::new(&demo)
-        .args(["--nodes", "2", "--no-wait", "--api-port", "0"])
+        .args([
+            "--nodes",
+            "3",
+            "--broken-v3",
+            "--no-wait",
+            "--api-port",
+            "0",
+        ])
         .args(["--download-seconds", "2", "--health-window", "3"])
         .args(["--name-prefix", &prefix])
         .arg("--bin-dir")
@@ -65,7 +75,16 @@ fn the_demo_rolls_v2_out_to_every_node() {
     ] {
         assert!(stdout.contains(want), "missing {want:?} in\n{stdout}");
     }
-    for n in 1..=2 {
+    // Exactly one: never two nodes activating (or cordoned) at once, and the rollout did
+    // activate nodes. Printed after v2 and again after v3.
+    assert_eq!(
+        stdout
+            .matches("max nodes activating at once: 1 (maxUnavailable 1); max cordoned at once: 1")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    for n in 1..=3 {
         let node = format!("{prefix}-{n}");
         let summary = stdout.split("\nSummary\n").nth(1).unwrap_or_default();
         let row = summary
@@ -87,6 +106,39 @@ fn the_demo_rolls_v2_out_to_every_node() {
             "{node} removed"
         );
     }
+    // The broken v3: one node rolled back to v2, the rollout halted naming it and its reason,
+    // the other two never activated and still on v2 (the demo checked kubelets and links).
+    let broken = stdout
+        .split("\nBroken release\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no broken-release section in\n{stdout}"));
+    let rows: Vec<&str> = broken
+        .lines()
+        .filter(|l| l.trim_start().starts_with(&format!("{prefix}-")))
+        .collect();
+    assert_eq!(rows.len(), 3, "{broken}");
+    let rolled_back: Vec<&&str> = rows.iter().filter(|r| r.contains("RolledBack")).collect();
+    assert_eq!(rolled_back.len(), 1, "{broken}");
+    assert!(
+        rolled_back[0].contains("the kubelet answers v1.32.0 again"),
+        "{broken}"
+    );
+    let failed_node = rolled_back[0].split_whitespace().next().unwrap();
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.contains("Staged, never activated; the kubelet answers v1.32.0"))
+            .count(),
+        2,
+        "{broken}"
+    );
+    let halted = broken
+        .lines()
+        .find(|l| l.contains("rollout Halted=True TooManyFailures"))
+        .unwrap_or_else(|| panic!("no Halted line in\n{broken}"));
+    assert!(
+        halted.contains(&format!("{failed_node} (")),
+        "the halt names {failed_node}: {halted}"
+    );
     // Not a TTY: progress is logged as lines, no escape sequences.
     assert!(!stdout.contains('\x1b'), "{stdout}");
 }
