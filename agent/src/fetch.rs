@@ -113,6 +113,11 @@ pub trait Fetcher: Send + Sync {
         dir: &Path,
         progress: Progress<'_>,
     ) -> Result<PathBuf, FetchError>;
+
+    /// Downloads a small file (a signature) into memory: at most `limit` bytes, with the
+    /// same redirect policy, retries and timeouts as artifacts. `what` names it in errors.
+    async fn fetch_small(&self, what: &str, url: &str, limit: usize)
+    -> Result<Vec<u8>, FetchError>;
 }
 
 /// The real fetcher, over reqwest.
@@ -171,9 +176,9 @@ pub fn build_client(
     })
 }
 
-/// What one attempt ended with.
-enum Attempt {
-    Done,
+/// What one attempt ended with, and what it delivered.
+enum Attempt<T = ()> {
+    Done(T),
     /// Try again after at least this long (from `Retry-After`), keeping resumable bytes.
     Retry {
         error: FetchError,
@@ -412,30 +417,9 @@ impl HttpFetcher {
                 .header(header::RANGE, format!("bytes={}-", partial.done))
                 .header(header::IF_RANGE, v.as_str());
         }
-        let response = match tokio::time::timeout(self.settings.stall_timeout, request.send()).await
-        {
-            Err(_) => {
-                return Attempt::Retry {
-                    error: transport(format!(
-                        "no response from {} within {:?}",
-                        artifact.url, self.settings.stall_timeout
-                    )),
-                    after: None,
-                };
-            }
-            Ok(Err(e)) if e.is_redirect() => {
-                return Attempt::Fail(FetchError::RedirectRefused {
-                    artifact: name.clone(),
-                    detail: error_chain(&e),
-                });
-            }
-            Ok(Err(e)) => {
-                return Attempt::Retry {
-                    error: transport(error_chain(&e)),
-                    after: None,
-                };
-            }
-            Ok(Ok(response)) => response,
+        let response = match self.send(request, name, &artifact.url).await {
+            Ok(response) => response,
+            Err(attempt) => return attempt,
         };
         let status = response.status();
         let headers = response.headers().clone();
@@ -503,10 +487,7 @@ impl HttpFetcher {
                     after: Some(Duration::ZERO),
                 };
             }
-            s if s == StatusCode::REQUEST_TIMEOUT
-                || s == StatusCode::TOO_MANY_REQUESTS
-                || s.is_server_error() =>
-            {
+            s if is_retryable(s) => {
                 return Attempt::Retry {
                     error: http_error(),
                     after: retry_after(&headers),
@@ -568,8 +549,15 @@ impl HttpFetcher {
                 after: None,
             };
         }
-        Attempt::Done
+        Attempt::Done(())
     }
+}
+
+/// Statuses that may change on retry.
+fn is_retryable(status: StatusCode) -> bool {
+    status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status.is_server_error()
 }
 
 /// The error and its causes on one line.
@@ -589,6 +577,30 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 
 #[async_trait]
 impl Fetcher for HttpFetcher {
+    async fn fetch_small(
+        &self,
+        what: &str,
+        url: &str,
+        limit: usize,
+    ) -> Result<Vec<u8>, FetchError> {
+        let mut last_error = None;
+        for n in 0..self.settings.attempts {
+            match self.small_attempt(what, url, limit).await {
+                Attempt::Done(bytes) => return Ok(bytes),
+                Attempt::Fail(e) => return Err(e),
+                Attempt::Retry { error, after } => {
+                    tracing::info!(what, attempt = n + 1, error = %error, "download attempt failed");
+                    last_error = Some(error);
+                    self.pause_after_attempt(n, after).await;
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| FetchError::Transport {
+            artifact: what.to_owned(),
+            detail: "no attempt was made".into(),
+        }))
+    }
+
     async fn fetch(
         &self,
         artifact: &Artifact,
@@ -657,6 +669,117 @@ impl Fetcher for HttpFetcher {
 }
 
 impl HttpFetcher {
+    /// Sends `request`: no answer in time and transport errors end the attempt with a retry,
+    /// a redirect the policy refused ends it for good.
+    async fn send<T>(
+        &self,
+        request: reqwest::RequestBuilder,
+        what: &str,
+        url: &str,
+    ) -> Result<reqwest::Response, Attempt<T>> {
+        let transport = |detail: String| FetchError::Transport {
+            artifact: what.to_owned(),
+            detail,
+        };
+        match tokio::time::timeout(self.settings.stall_timeout, request.send()).await {
+            Err(_) => Err(Attempt::Retry {
+                error: transport(format!(
+                    "no response from {url} within {:?}",
+                    self.settings.stall_timeout
+                )),
+                after: None,
+            }),
+            Ok(Err(e)) if e.is_redirect() => Err(Attempt::Fail(FetchError::RedirectRefused {
+                artifact: what.to_owned(),
+                detail: error_chain(&e),
+            })),
+            Ok(Err(e)) => Err(Attempt::Retry {
+                error: transport(error_chain(&e)),
+                after: None,
+            }),
+            Ok(Ok(response)) => Ok(response),
+        }
+    }
+
+    /// One attempt of [`Fetcher::fetch_small`].
+    async fn small_attempt(&self, what: &str, url: &str, limit: usize) -> Attempt<Vec<u8>> {
+        let transport = |detail: String| FetchError::Transport {
+            artifact: what.to_owned(),
+            detail,
+        };
+        let response = match self.send(self.client.get(url), what, url).await {
+            Ok(response) => response,
+            Err(attempt) => return attempt,
+        };
+        let status = response.status();
+        if status != StatusCode::OK {
+            let error = FetchError::Http {
+                artifact: what.to_owned(),
+                url: url.to_owned(),
+                status: status.as_u16(),
+            };
+            return if is_retryable(status) {
+                Attempt::Retry {
+                    error,
+                    after: retry_after(response.headers()),
+                }
+            } else {
+                Attempt::Fail(error)
+            };
+        }
+        let too_large = || {
+            Attempt::Fail(FetchError::SizeMismatch {
+                artifact: what.to_owned(),
+                detail: format!("{url} is larger than the limit of {limit} bytes"),
+            })
+        };
+        if response
+            .content_length()
+            .is_some_and(|length| length > limit as u64)
+        {
+            return too_large();
+        }
+        let mut body = response.bytes_stream();
+        let mut bytes = Vec::new();
+        loop {
+            match tokio::time::timeout(self.settings.stall_timeout, body.next()).await {
+                Err(_) => {
+                    return Attempt::Retry {
+                        error: transport(format!(
+                            "stalled: no bytes for {:?}",
+                            self.settings.stall_timeout
+                        )),
+                        after: None,
+                    };
+                }
+                Ok(None) => return Attempt::Done(bytes),
+                Ok(Some(Err(e))) => {
+                    return Attempt::Retry {
+                        error: transport(format!("transfer broke: {}", error_chain(&e))),
+                        after: None,
+                    };
+                }
+                Ok(Some(Ok(chunk))) => {
+                    if bytes.len() + chunk.len() > limit {
+                        return too_large();
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+            }
+        }
+    }
+
+    /// Waits before attempt `n + 1` (none after the last): `after` (a `Retry-After`) or
+    /// the backoff, capped.
+    async fn pause_after_attempt(&self, n: u32, after: Option<Duration>) {
+        if n + 1 < self.settings.attempts {
+            let delay = after
+                .unwrap_or_else(|| backoff(&self.settings, n))
+                .min(self.settings.max_backoff);
+            tokio::time::sleep(delay).await;
+        }
+    }
+
     async fn fetch_into(
         &self,
         artifact: &Artifact,
@@ -667,7 +790,7 @@ impl HttpFetcher {
         let mut last_error = None;
         for n in 0..self.settings.attempts {
             match self.attempt(artifact, partial, limit, progress).await {
-                Attempt::Done => {
+                Attempt::Done(()) => {
                     let expected = artifact.sha256.clone();
                     // Durable before it is called verified: a crash must not leave a
                     // "verified" file half on disk.
@@ -698,20 +821,13 @@ impl HttpFetcher {
                         artifact: artifact.name.clone(),
                         detail: e.to_string(),
                     })?;
-                    if n + 1 < self.settings.attempts {
-                        tokio::time::sleep(backoff(&self.settings, n)).await;
-                    }
+                    self.pause_after_attempt(n, None).await;
                 }
                 Attempt::Fail(e) => return Err(e),
                 Attempt::Retry { error, after } => {
                     tracing::info!(artifact = %artifact.name, attempt = n + 1, error = %error, "download attempt failed");
                     last_error = Some(error);
-                    if n + 1 < self.settings.attempts {
-                        let delay = after
-                            .unwrap_or_else(|| backoff(&self.settings, n))
-                            .min(self.settings.max_backoff);
-                        tokio::time::sleep(delay).await;
-                    }
+                    self.pause_after_attempt(n, after).await;
                 }
             }
         }

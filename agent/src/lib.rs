@@ -3,7 +3,7 @@
 //! One module per external system and per concern: [`settings`] (configuration),
 //! [`policy`] (node-local policy, pure), [`machine`] (the state machine, pure), [`journal`]
 //! (crash-safe local state), [`links`] (atomic swaps), [`store`] (where files live),
-//! [`fetch`] (downloads), [`archive`] (hardened tar extraction), [`systemd`] (D-Bus),
+//! [`fetch`] (downloads), [`signature`] (minisign signatures), [`archive`] (hardened tar extraction), [`systemd`] (D-Bus),
 //! [`health`] (checks), [`status`] (the plan's status), [`watch`] (the plan), [`notify`]
 //! (sd_notify), [`metrics`] and [`metrics_server`] (Prometheus), and [`update`], which
 //! coordinates them.
@@ -21,6 +21,7 @@ pub mod metrics_server;
 pub mod notify;
 pub mod policy;
 pub mod settings;
+pub mod signature;
 pub mod status;
 pub mod store;
 pub mod systemd;

@@ -2,7 +2,7 @@
 //! and the settings to the next [`Action`]; `update.rs` carries actions out. The phases and
 //! transitions are drawn in `docs/development/agent.md`.
 
-use inplace_proto::validate::Problems;
+use inplace_proto::validate::{FieldError, Problems};
 use inplace_proto::{DesiredState, NodeUpdatePlan, Reason, UpdateContent};
 
 use crate::journal::{FailedRevision, Failure, Journal, Step};
@@ -17,6 +17,8 @@ pub struct PlanView {
     pub revision: String,
     /// How far to take it.
     pub desired: DesiredState,
+    /// Whether the plan may lower the node's Kubernetes version.
+    pub allow_downgrade: bool,
     /// What to install.
     pub content: UpdateContent,
     /// API validation and node policy problems; `None` when the plan may be acted on.
@@ -34,6 +36,7 @@ impl PlanView {
             generation: plan.metadata.generation,
             revision: inplace_proto::revision_of(&plan.spec.content),
             desired: plan.spec.desired_state,
+            allow_downgrade: plan.spec.allow_downgrade,
             content: plan.spec.content.clone(),
             problems: (!problems.is_empty()).then_some(Problems(problems)),
         }
@@ -121,12 +124,36 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
     if journal.current_revision() == Some(plan.revision.as_str()) {
         return Action::UpToDate;
     }
+    if let Some(problems) = downgrade_problem(plan, journal) {
+        return Action::Refuse(problems);
+    }
     if let Some(failed) = journal.failure_of(&plan.revision) {
         return Action::Deny(failed.clone());
     }
     Action::Stage {
         activate: plan.desired == DesiredState::Active,
     }
+}
+
+/// The refusal of a plan that would lower the Kubernetes version the node runs committed,
+/// unless the plan allows it. Without a version on either side there is nothing to order.
+fn downgrade_problem(plan: &PlanView, journal: &Journal) -> Option<Problems> {
+    if plan.allow_downgrade {
+        return None;
+    }
+    let committed = journal.committed.as_ref()?;
+    let current = committed.content.kubernetes_version.as_deref()?;
+    let target = plan.content.kubernetes_version.as_deref()?;
+    inplace_proto::version::is_downgrade(current, target).then(|| {
+        Problems(vec![FieldError {
+            path: "spec.kubernetesVersion".into(),
+            reason: Reason::DowngradeDenied,
+            message: format!(
+                "{target} is lower than {current}, which this node runs (revision {}); set allowDowngrade to allow a downgrade",
+                committed.revision
+            ),
+        }])
+    })
 }
 
 /// Whether a staging in flight is for something other than the plan's current revision
@@ -161,6 +188,7 @@ mod tests {
             generation: Some(1),
             revision: inplace_proto::revision_of(&content),
             desired,
+            allow_downgrade: false,
             content,
             problems: None,
         }
@@ -334,5 +362,55 @@ mod tests {
                 Action::RollBack(RollbackCause::Failed(failure(Reason::HealthCheckFailed)))
             );
         }
+    }
+
+    #[test]
+    fn a_lower_kubernetes_version_is_refused_unless_allowed() {
+        let versioned = |tag: &str, version: Option<&str>| {
+            let mut p = plan(tag, DesiredState::Active);
+            p.content.kubernetes_version = version.map(str::to_owned);
+            p.revision = inplace_proto::revision_of(&p.content);
+            p
+        };
+        let j = committed(&versioned("a", Some("v1.31.2")));
+        let mut older = versioned("b", Some("v1.30.9"));
+        match decide(Some(&older), &j, 3) {
+            Action::Refuse(problems) => {
+                assert_eq!(problems.reason(), Reason::DowngradeDenied);
+                assert!(problems.has("spec.kubernetesVersion"), "{problems}");
+                let text = problems.to_string();
+                assert!(
+                    text.contains("v1.30.9") && text.contains("v1.31.2"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        older.allow_downgrade = true;
+        assert_eq!(
+            decide(Some(&older), &j, 3),
+            Action::Stage { activate: true }
+        );
+        for newer_or_unversioned in [
+            versioned("c", Some("v1.31.2")),
+            versioned("d", Some("v1.32.0")),
+            versioned("e", None),
+        ] {
+            assert_eq!(
+                decide(Some(&newer_or_unversioned), &j, 3),
+                Action::Stage { activate: true }
+            );
+        }
+        // Nothing committed yet (or committed without a version): nothing to compare.
+        let older = versioned("b", Some("v1.30.9"));
+        assert_eq!(
+            decide(Some(&older), &Journal::default(), 3),
+            Action::Stage { activate: true }
+        );
+        let j = committed(&versioned("a", None));
+        assert_eq!(
+            decide(Some(&older), &j, 3),
+            Action::Stage { activate: true }
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The node-local policy applied to a plan: pure, before any I/O. Every problem is reported
-//! with reason `PolicyDenied` and the field path, like the API's own validation.
+//! with the field path, like the API's own validation, and reason `PolicyDenied` — except
+//! a missing signature on a node that requires them, which is `SignatureInvalid`.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -12,6 +13,7 @@ use crate::settings::Policy;
 /// Checks `content` (at `spec`) against `policy`; all problems at once.
 pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
     let mut problems = Vec::new();
+    let mut unsigned = Vec::new();
     let mut deny = |path: String, message: String| {
         problems.push(FieldError {
             path,
@@ -24,6 +26,22 @@ pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
         let at = format!("spec.artifacts[{i}]");
         if let Some(message) = url_problem(&artifact.url, policy) {
             deny(format!("{at}.url"), message);
+        }
+        match &artifact.signature_url {
+            Some(signature_url) => {
+                if let Some(message) = url_problem(signature_url, policy) {
+                    deny(format!("{at}.signatureUrl"), message);
+                }
+            }
+            None if policy.require_signatures => unsigned.push(FieldError {
+                path: format!("{at}.signatureUrl"),
+                reason: Reason::SignatureInvalid,
+                message: format!(
+                    "artifact {} has no signatureUrl and this node requires signatures",
+                    artifact.name
+                ),
+            }),
+            None => {}
         }
         if let Some(size) = artifact.size
             && size > policy.max_artifact_size
@@ -99,6 +117,8 @@ pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
         }
     }
 
+    // After the PolicyDenied ones: a plan that breaks the policy is reported as such first.
+    problems.extend(unsigned);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -183,6 +203,8 @@ mod tests {
             allowed_units: vec!["kubelet.service".into()],
             max_artifact_size: 1000,
             allow_remote_health_checks: false,
+            require_signatures: false,
+            trusted_keys_dir: "/etc/inplace/keys".into(),
         }
     }
 
@@ -192,6 +214,7 @@ mod tests {
             kind,
             url: "https://dl.example/a.raw".into(),
             sha256: "0".repeat(64),
+            signature_url: None,
             size: Some(10),
             path: (kind == ArtifactType::Binary).then(|| "/opt/bin/a".into()),
             members: if kind == ArtifactType::Archive {
@@ -335,5 +358,48 @@ mod tests {
         a.size = Some(5000);
         let problems = check(&content(vec![a]), &policy()).unwrap_err();
         assert_eq!(problems.0.len(), 3, "{problems}");
+    }
+
+    #[test]
+    fn unsigned_artifacts_only_where_signatures_are_not_required() {
+        let c = content(vec![artifact(ArtifactType::Sysext)]);
+        check(&c, &policy()).unwrap();
+        let mut p = policy();
+        p.require_signatures = true;
+        let problems = check(&c, &p).unwrap_err();
+        assert!(problems.has("spec.artifacts[0].signatureUrl"), "{problems}");
+        assert_eq!(problems.reason(), Reason::SignatureInvalid);
+        assert!(problems.to_string().contains("artifact a "), "{problems}");
+        let mut a = artifact(ArtifactType::Sysext);
+        a.signature_url = Some("https://dl.example/a.raw.minisig".into());
+        check(&content(vec![a]), &p).unwrap();
+    }
+
+    #[test]
+    fn signature_urls_obey_the_url_policy() {
+        for url in [
+            "http://dl.example/a.raw.minisig",
+            "https://other.example/a.raw.minisig",
+            "https://user:pw@dl.example/a.raw.minisig",
+        ] {
+            let mut a = artifact(ArtifactType::Sysext);
+            a.signature_url = Some(url.into());
+            denied_at(
+                &content(vec![a]),
+                &policy(),
+                "spec.artifacts[0].signatureUrl",
+            );
+        }
+    }
+
+    #[test]
+    fn a_policy_violation_is_reported_before_a_missing_signature() {
+        let mut a = artifact(ArtifactType::Sysext);
+        a.url = "https://other.example/a.raw".into();
+        let mut p = policy();
+        p.require_signatures = true;
+        let problems = check(&content(vec![a]), &p).unwrap_err();
+        assert_eq!(problems.reason(), Reason::PolicyDenied);
+        assert!(problems.has("spec.artifacts[0].signatureUrl"), "{problems}");
     }
 }

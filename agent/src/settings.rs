@@ -84,6 +84,8 @@ struct PolicyFragment {
     allowed_units: Option<Vec<String>>,
     max_artifact_size: Option<u64>,
     allow_remote_health_checks: Option<bool>,
+    require_signatures: Option<bool>,
+    trusted_keys_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -146,6 +148,8 @@ impl Fragment {
             &mut p.allow_remote_health_checks,
             o.allow_remote_health_checks,
         );
+        over(&mut p.require_signatures, o.require_signatures);
+        over(&mut p.trusted_keys_dir, o.trusted_keys_dir);
         let (d, o) = (&mut self.download, other.download);
         over(&mut d.attempts, o.attempts);
         over(&mut d.connect_timeout, o.connect_timeout);
@@ -201,6 +205,12 @@ pub struct Policy {
     pub max_artifact_size: u64,
     /// Whether HTTP health checks may go to hosts other than loopback.
     pub allow_remote_health_checks: bool,
+    /// Whether every artifact must carry a `signatureUrl` (a plan without one is refused
+    /// before any I/O). Signatures that are given are verified either way.
+    pub require_signatures: bool,
+    /// Where the trusted minisign public keys (`*.pub`) live; read when a signature is
+    /// verified, so adding or removing a key needs no restart.
+    pub trusted_keys_dir: PathBuf,
 }
 
 /// Download behaviour.
@@ -448,6 +458,10 @@ fn build(
         inplace_proto::validate::check_unit_name(unit)
             .map_err(|m| invalid("policy.allowed_units", m))?;
     }
+    let trusted_keys_dir = p
+        .trusted_keys_dir
+        .unwrap_or_else(|| PathBuf::from("/etc/inplace/keys"));
+    absolute("policy.trusted_keys_dir", &trusted_keys_dir)?;
     let max_artifact_size = p.max_artifact_size.unwrap_or(8 << 30);
     if max_artifact_size == 0 {
         return Err(invalid("policy.max_artifact_size", "must be positive"));
@@ -518,6 +532,8 @@ fn build(
             allowed_units,
             max_artifact_size,
             allow_remote_health_checks: p.allow_remote_health_checks.unwrap_or(false),
+            require_signatures: p.require_signatures.unwrap_or(false),
+            trusted_keys_dir,
         },
         download,
         activation,
@@ -589,6 +605,11 @@ mod tests {
         assert!(s.policy.allowed_url_prefixes.is_empty());
         assert!(!s.policy.allow_http);
         assert!(!s.policy.allow_remote_health_checks);
+        assert!(!s.policy.require_signatures);
+        assert_eq!(
+            s.policy.trusted_keys_dir,
+            PathBuf::from("/etc/inplace/keys")
+        );
         assert_eq!(s.paths.extensions_dir, PathBuf::from("/etc/extensions"));
     }
 
@@ -676,6 +697,10 @@ mod tests {
                 "kubernetes.token_file",
             ),
             ("[activation]\nmax_attempts = 0", "activation.max_attempts"),
+            (
+                "[policy]\ntrusted_keys_dir = \"keys\"",
+                "policy.trusted_keys_dir",
+            ),
             ("[download]\nattempts = 0", "download.attempts"),
             ("[metrics]\nsocket = \"metrics.sock\"", "metrics.socket"),
             ("[metrics]\nlisten = \"0.0.0.0:9477\"", "metrics.listen"),

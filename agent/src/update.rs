@@ -28,6 +28,7 @@ use crate::machine::{self, Action, PlanView, RollbackCause};
 use crate::metrics::{AgentMetrics, Reported};
 use crate::notify;
 use crate::settings::Settings;
+use crate::signature;
 use crate::status::StatusSink;
 use crate::store;
 use crate::systemd::SystemdManager;
@@ -744,6 +745,14 @@ impl Agent {
                 this.set_bytes(index, size);
             }
         };
+        // Before the artifact: a bad signature costs no download.
+        let signature = signature::prepare(
+            self.host.fetcher.as_ref(),
+            artifact,
+            view.content.kubernetes_version.as_deref(),
+            &settings.policy.trusted_keys_dir,
+        )
+        .await?;
         match artifact.kind {
             ArtifactType::Sysext => {
                 let dir = store::sysext_dir(&settings.paths, &artifact.name);
@@ -755,6 +764,7 @@ impl Agent {
                     .ok()
                     .flatten()
                 {
+                    signature::verify_file(signature.as_ref(), &artifact.name, &existing).await?;
                     done(self);
                     return Ok(vec![Link {
                         path: link,
@@ -766,6 +776,7 @@ impl Agent {
                     .download(artifact, &dir, &progress)
                     .await
                     .map_err(fetch_failure)?;
+                signature::verify_download(signature.as_ref(), &artifact.name, &temp).await?;
                 let s = sha.clone();
                 let target = blocking(move || store::place_sysext(&temp, &dir, &file, &s))
                     .await
@@ -787,6 +798,7 @@ impl Agent {
                     .await
                     .unwrap_or(false)
                 {
+                    signature::verify_file(signature.as_ref(), &artifact.name, &existing).await?;
                     done(self);
                     return Ok(vec![Link {
                         path,
@@ -798,6 +810,7 @@ impl Agent {
                     .download(artifact, &store::tmp_dir(settings), &progress)
                     .await
                     .map_err(fetch_failure)?;
+                signature::verify_download(signature.as_ref(), &artifact.name, &temp).await?;
                 let s = sha.clone();
                 let target = blocking(move || store::place_cas(&temp, &cas, &s))
                     .await
@@ -832,6 +845,7 @@ impl Agent {
                     .download(artifact, &tmp, &progress)
                     .await
                     .map_err(fetch_failure)?;
+                signature::verify_download(signature.as_ref(), &artifact.name, &temp).await?;
                 let staging = tmp.join(format!("extract-{:016x}", rand::random::<u64>()));
                 let members: Vec<String> =
                     artifact.members.iter().map(|m| m.from.clone()).collect();

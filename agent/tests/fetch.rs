@@ -126,6 +126,8 @@ fn fetcher_with_limit(base: &str, attempts: u32, max_artifact_size: u64) -> Http
         allowed_units: vec![],
         max_artifact_size,
         allow_remote_health_checks: false,
+        require_signatures: false,
+        trusted_keys_dir: "/etc/inplace/keys".into(),
     };
     HttpFetcher::new(&settings, &policy).unwrap()
 }
@@ -136,6 +138,7 @@ fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
         kind: ArtifactType::Sysext,
         url: format!("{base}/ok/kubernetes.raw"),
         sha256: hex::encode(Sha256::digest(body)),
+        signature_url: None,
         size,
         path: None,
         members: vec![],
@@ -553,4 +556,54 @@ async fn sizes_over_4_gib_are_64_bit_and_resumed_at_64_bit_offsets() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("5000000000"), "{err}");
+}
+
+#[tokio::test]
+async fn small_files_are_retried_capped_and_follow_the_redirect_policy() {
+    let url = |base: &str, path: &str| format!("{base}/ok/{path}");
+    let (base, seen) = serve(Arc::new(|n, _: &str| match n {
+        1 => reply("503 Service Unavailable", b"busy").header("Retry-After", "0"),
+        _ => reply("200 OK", b"signature"),
+    }))
+    .await;
+    let got = fetcher(&base, 3)
+        .fetch_small("k (signature)", &url(&base, "k.minisig"), 64)
+        .await;
+    assert_eq!(got.unwrap(), b"signature");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+
+    // Over the limit: refused whether the server announces the length or not.
+    for reply in [
+        reply("200 OK", &[b'x'; 65]),
+        reply("200 OK", &[b'x'; 65]).without_length(),
+    ] {
+        let (base, _) = serve(Arc::new(move |_, _: &str| reply.clone())).await;
+        let err = fetcher(&base, 3)
+            .fetch_small("k (signature)", &url(&base, "k.minisig"), 64)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, FetchError::SizeMismatch { .. }), "{err}");
+        assert!(err.to_string().contains("k (signature)"), "{err}");
+    }
+
+    // 404 is permanent and named.
+    let (base, seen) = serve(Arc::new(|_, _: &str| reply("404 Not Found", b"no"))).await;
+    let err = fetcher(&base, 5)
+        .fetch_small("k (signature)", &url(&base, "k.minisig"), 64)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::Http { status: 404, .. }), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+
+    // A redirect outside the allowed prefixes is refused, never followed.
+    let (base, seen) = serve(Arc::new(|_, _: &str| {
+        reply("302 Found", b"").header("Location", "/elsewhere/k.minisig")
+    }))
+    .await;
+    let err = fetcher(&base, 3)
+        .fetch_small("k (signature)", &url(&base, "k.minisig"), 64)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
 }

@@ -84,6 +84,8 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
         allowed_units: vec![],
         max_artifact_size: 1 << 20,
         allow_remote_health_checks: false,
+        require_signatures: false,
+        trusted_keys_dir: "/etc/inplace/keys".into(),
     };
     let fetcher = HttpFetcher::new(&settings, &policy).unwrap();
     let artifact = Artifact {
@@ -91,6 +93,7 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
         kind: ArtifactType::Sysext,
         url: format!("{base}/ok/kubernetes.raw"),
         sha256: hex::encode(Sha256::digest(BODY)),
+        signature_url: None,
         size: Some(BODY.len() as u64),
         path: None,
         members: vec![],

@@ -103,6 +103,8 @@ pub struct PlanView {
     pub cordoned: bool,
     /// [`DRAIN_TIMEOUT_ANNOTATION`].
     pub drain_timeout: Option<String>,
+    /// `spec.allowDowngrade`.
+    pub allow_downgrade: bool,
     /// The status the agent wrote.
     pub report: PlanReport,
 }
@@ -165,6 +167,8 @@ pub struct PlanIntent {
     pub cordoned: bool,
     /// [`DRAIN_TIMEOUT_ANNOTATION`].
     pub drain_timeout: Option<String>,
+    /// `spec.allowDowngrade`, the rollout's own.
+    pub allow_downgrade: bool,
 }
 
 /// One thing to do, in order. The executor stops at the first failure and the next
@@ -447,6 +451,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
             granted_at: current.and_then(|p| p.granted_at),
             cordoned: plan.is_some_and(|p| p.cordoned),
             drain_timeout: current.and_then(|p| p.drain_timeout.clone()),
+            allow_downgrade: input.spec.allow_downgrade,
         };
         // A granted node still waiting for its drain: done, or out of time?
         if state == NodeState::Updating
@@ -773,6 +778,7 @@ fn view_of(intent: &PlanIntent) -> PlanView {
         granted_at: intent.granted_at,
         cordoned: intent.cordoned,
         drain_timeout: intent.drain_timeout.clone(),
+        allow_downgrade: intent.allow_downgrade,
         report: PlanReport::default(),
     }
 }
@@ -787,6 +793,7 @@ fn plan_differs(plan: Option<&PlanView>, intent: &PlanIntent) -> bool {
         || plan.granted_at != intent.granted_at
         || plan.cordoned != intent.cordoned
         || plan.drain_timeout != intent.drain_timeout
+        || plan.allow_downgrade != intent.allow_downgrade
 }
 
 type ConditionSpec = (&'static str, bool, Reason, String);

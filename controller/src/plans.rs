@@ -36,6 +36,7 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
         granted_at: annotation(GRANTED_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
         cordoned: annotation(CORDONED_ANNOTATION).is_some_and(|v| v == "true"),
         drain_timeout: annotation(DRAIN_TIMEOUT_ANNOTATION).cloned(),
+        allow_downgrade: plan.spec.allow_downgrade,
         report: PlanReport {
             phase: status.and_then(|s| s.phase),
             target_revision: status.and_then(|s| s.target_revision.clone()),
@@ -82,6 +83,7 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> Result<V
         intent.desired_state,
     );
     spec.revision = Some(intent.revision.clone());
+    spec.allow_downgrade = intent.allow_downgrade;
     let spec = serde_json::to_value(&spec).map_err(|source| Error::Serialize {
         what: "plan spec",
         source,
@@ -153,6 +155,7 @@ fn same_controller_fields(a: &PlanView, b: &PlanView) -> bool {
         && a.granted_at == b.granted_at
         && a.cordoned == b.cordoned
         && a.drain_timeout == b.drain_timeout
+        && a.allow_downgrade == b.allow_downgrade
 }
 
 /// Plans the controller wrote whose new state the watch cache may not show yet. Without
@@ -243,6 +246,7 @@ mod tests {
             granted_at: Some("2026-11-22T03:00:00Z".parse().unwrap()),
             cordoned: true,
             drain_timeout: None,
+            allow_downgrade: true,
         }
     }
 
@@ -268,6 +272,10 @@ mod tests {
         assert_eq!(view.granted_at, intent().granted_at);
         assert!(view.cordoned);
         assert_eq!(view.desired_state, DesiredState::Active);
+        assert!(
+            view.allow_downgrade,
+            "the rollout's allowDowngrade reaches the plan"
+        );
         assert_eq!(plan_owner(&plan), Some("ro"));
     }
 

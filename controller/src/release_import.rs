@@ -379,6 +379,7 @@ pub fn build_release(
             kind: ArtifactType::Sysext,
             url: url.to_string(),
             sha256: entry.sha256.clone(),
+            signature_url: None,
             size: None,
             path: None,
             members: Vec::new(),

@@ -164,6 +164,7 @@ mod tests {
             granted_at: Some("2026-11-25T09:00:00Z".parse().unwrap()),
             cordoned,
             drain_timeout: None,
+            allow_downgrade: false,
             report: PlanReport {
                 phase,
                 target_revision: Some(REV.into()),

@@ -178,6 +178,45 @@ async fn pause_stops_new_activations_and_resume_finishes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_downgrade_is_copied_from_the_rollout_into_every_plan() {
+    let bed = Bed::start().await;
+    let _fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    for name in workers(2) {
+        create_node(&bed.client, &name, &[]).await;
+    }
+    create_release(&bed.client, "rel", "v1").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 2, "paused": true, "allowDowngrade": true}),
+    )
+    .await;
+    let plans_say = |allowed: bool| {
+        let plans = bed.plans();
+        async move {
+            for name in workers(2) {
+                match plans.get_opt(&name).await.unwrap() {
+                    Some(plan) if plan.spec.allow_downgrade == allowed => {}
+                    _ => return None,
+                }
+            }
+            Some(())
+        }
+    };
+    eventually("every plan allows downgrades", || plans_say(true)).await;
+    // Taking the permission back reaches the plans already written.
+    patch_rollout(&bed.client, "ro", json!({"allowDowngrade": false})).await;
+    eventually("no plan allows downgrades", || plans_say(false)).await;
+    let plan = bed.plans().get("worker-1").await.unwrap();
+    let release = bed.releases().get("rel").await.unwrap();
+    assert_eq!(
+        plan.spec.revision,
+        release.status.and_then(|s| s.revision),
+        "the flag is not content: the plan keeps the release's revision"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_release_touches_nothing_until_it_is_created() {
     let bed = Bed::start().await;
     let _fleet = Fleet::start(bed.client.clone(), SimConfig::default());

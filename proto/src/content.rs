@@ -66,6 +66,14 @@ pub struct Artifact {
     #[schemars(regex(pattern = SHA256_PATTERN))]
     pub sha256: String,
 
+    /// Where to download a detached minisign signature (`.minisig`) over the file's bytes.
+    /// Its trusted comment must name the file (`file:<last segment of url>`) and, when it
+    /// names a version (`version:v1.31.2`), that must be `kubernetesVersion`. Required by
+    /// nodes whose policy sets `require_signatures`; verified whenever it is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub signature_url: Option<String>,
+
     /// The size in bytes. Optional, but enforced while streaming when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<i64>", range(min = 1))]

@@ -14,6 +14,7 @@ pub mod rollout;
 pub mod rollout_slots;
 pub mod strict;
 pub mod validate;
+pub mod version;
 
 pub use content::{
     Activation, ArchiveMember, Artifact, ArtifactType, HealthChecks, HttpCheck, UpdateContent,

@@ -50,6 +50,13 @@ pub struct NodeUpdatePlanSpec {
     #[serde(default)]
     pub desired_state: DesiredState,
 
+    /// Allow a `kubernetesVersion` lower than the one the node runs committed. Without it
+    /// the agent refuses such a plan (`DowngradeDenied`). Not part of the revision: it is
+    /// permission to install the content, not the content (the controller copies it from
+    /// the NodeRollout).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_downgrade: bool,
+
     /// The artifacts, activation and health checks, copied from the release.
     #[serde(flatten)]
     pub content: UpdateContent,
@@ -183,6 +190,7 @@ impl NodeUpdatePlanSpec {
             revision: Some(crate::revision_of(&release.content)),
             release: Some(release_name.to_owned()),
             desired_state,
+            allow_downgrade: false,
             content: release.content.clone(),
         }
     }

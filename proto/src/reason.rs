@@ -91,8 +91,12 @@ reasons! {
     DiskFull,
     /// A verified artifact could not be staged (for example an archive was refused).
     StagingFailed,
-    /// A signature over an artifact is missing, invalid or from an untrusted key.
+    /// An artifact's signature is missing (the node requires one), invalid, from a key the
+    /// node does not trust, or names another file or version; nothing was installed.
     SignatureInvalid,
+    /// The plan's `kubernetesVersion` is lower than the one the node runs and the plan does
+    /// not set `allowDowngrade`; nothing was done.
+    DowngradeDenied,
     /// systemd-sysext skipped an extension (incompatible release file); rolled back.
     ExtensionNotMerged,
     /// A unit's restart job did not end `done`; rolled back.

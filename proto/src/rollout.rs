@@ -64,6 +64,11 @@ pub struct NodeRolloutSpec {
     /// Stop activating more nodes. Staging goes on; nodes already activating finish.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+
+    /// Allow nodes to go to a lower `kubernetesVersion` than the one they run (copied into
+    /// every plan the rollout writes). Without it such nodes refuse with `DowngradeDenied`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_downgrade: bool,
 }
 
 fn default_max_unavailable() -> IntOrString {

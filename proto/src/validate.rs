@@ -197,9 +197,21 @@ fn check_artifact(
                     format!("{path}.url"),
                     "the URL must end in a file name: the image is stored under it",
                 );
+            } else if artifact.signature_url.is_some() && url_basename(&url).is_none() {
+                out.invalid(
+                    format!("{path}.url"),
+                    "a signed artifact's URL must end in a file name: the signature's trusted comment names it",
+                );
             }
         }
         Err(message) => out.invalid(format!("{path}.url"), message),
+    }
+    if let Some(signature_url) = &artifact.signature_url {
+        let at = format!("{path}.signatureUrl");
+        match parse_url(signature_url) {
+            Ok(url) => check_url_scheme_and_credentials(&url, &at, out),
+            Err(message) => out.invalid(at, message),
+        }
     }
 
     let mut target = |field: String, value: &str, out: &mut Collector| {
@@ -319,6 +331,14 @@ pub fn url_file_name(url: &Url) -> Option<&str> {
     (check_artifact_name(name).is_ok()).then_some(name)
 }
 
+/// The last path segment of a URL as written (percent-encoded), when there is one: the
+/// `file:` a signature's trusted comment must name.
+pub fn url_basename(url: &Url) -> Option<&str> {
+    url.path_segments()?
+        .next_back()
+        .filter(|name| !name.is_empty())
+}
+
 /// A target path on the node: absolute, normalized, no `..`, not the root.
 pub fn check_node_path(path: &str) -> Result<(), String> {
     if path.len() > MAX_PATH_LEN {
@@ -403,16 +423,7 @@ pub fn check_unit_name(unit: &str) -> Result<(), String> {
 
 /// `v<major>.<minor>.<patch>` with an optional pre-release or build suffix.
 fn is_kubernetes_version(version: &str) -> bool {
-    let Some(rest) = version.strip_prefix('v') else {
-        return false;
-    };
-    let core = rest.split(['-', '+']).next().unwrap_or("");
-    let parts: Vec<&str> = core.split('.').collect();
-    version.len() <= 64
-        && parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+    crate::version::KubernetesVersion::parse(version).is_some()
 }
 
 /// A Kubernetes object name (DNS subdomain: RFC 1123, at most 253 characters).

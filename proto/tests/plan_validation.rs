@@ -319,3 +319,40 @@ fn every_problem_is_reported_and_invalid_wins_over_denied() {
     assert!(text.contains("spec.artifacts[0].sha256"), "{text}");
     assert!(text.contains("spec.activation.restartUnits[0]"), "{text}");
 }
+
+#[test]
+fn signature_urls_must_be_http_without_credentials_and_name_a_file() {
+    let mut signed = plan();
+    sysext(&mut signed).signature_url =
+        Some("https://extensions.example/kubernetes-v1.31.2-x86-64.raw.minisig".into());
+    signed.validate().unwrap();
+    let path = "spec.artifacts[0].signatureUrl";
+    for (bad, reason) in [
+        ("not a url", Reason::InvalidPlan),
+        ("file:///etc/k.raw.minisig", Reason::PolicyDenied),
+        ("https://u:p@x.example/k.raw.minisig", Reason::PolicyDenied),
+    ] {
+        assert_eq!(
+            only_problem(|p| sysext(p).signature_url = Some(bad.into())),
+            (reason, path.into()),
+            "{bad}"
+        );
+    }
+    // The signature's trusted comment names the artifact's file: its URL must end in one.
+    assert_eq!(
+        only_problem(|p| {
+            let kubectl = &mut p.spec.content.artifacts[1];
+            kubectl.url = "https://dl.example/".into();
+            kubectl.signature_url = Some("https://dl.example/kubectl.minisig".into());
+        }),
+        (Reason::InvalidPlan, "spec.artifacts[1].url".into())
+    );
+}
+
+#[test]
+fn allow_downgrade_is_not_content_so_a_stated_revision_still_matches() {
+    let mut plan = plan();
+    plan.spec.revision = Some(revision_of(&plan.spec.content));
+    plan.spec.allow_downgrade = true;
+    plan.validate().unwrap();
+}

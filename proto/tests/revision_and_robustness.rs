@@ -126,3 +126,18 @@ fn a_plan_built_from_a_release_is_valid_and_states_its_revision() {
     let plan = NodeUpdatePlan::new("worker-1", spec);
     plan.validate().unwrap();
 }
+
+#[test]
+fn a_signature_changes_the_revision_and_its_absence_changes_nothing() {
+    let a: NodeRelease = object_from_yaml(RELEASE_A).unwrap();
+    // An absent signatureUrl is not serialized, so it is not hashed: revisions of content
+    // written before signatures existed stay what they were.
+    let hashed = serde_json::to_value(&a.spec.content).unwrap();
+    assert!(hashed["artifacts"][0].get("signatureUrl").is_none());
+    let mut signed = a.clone();
+    signed.spec.content.artifacts[0].signature_url = Some("https://x.example/k.raw.minisig".into());
+    assert_ne!(
+        revision_of(&a.spec.content),
+        revision_of(&signed.spec.content)
+    );
+}

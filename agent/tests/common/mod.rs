@@ -77,6 +77,27 @@ impl Fetcher for FakeFetcher {
         progress(bytes.len() as u64);
         Ok(path)
     }
+
+    async fn fetch_small(
+        &self,
+        what: &str,
+        url: &str,
+        limit: usize,
+    ) -> Result<Vec<u8>, FetchError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.objects.lock().unwrap().get(url) {
+            Some(bytes) if bytes.len() > limit => Err(FetchError::SizeMismatch {
+                artifact: what.into(),
+                detail: format!("{url} is larger than the limit of {limit} bytes"),
+            }),
+            Some(bytes) => Ok(bytes.clone()),
+            None => Err(FetchError::Http {
+                artifact: what.into(),
+                url: url.into(),
+                status: 404,
+            }),
+        }
+    }
 }
 
 pub struct FakeSystemd {

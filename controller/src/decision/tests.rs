@@ -19,6 +19,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
         disruption: Disruption::None,
         drain_timeout: Duration::from_secs(60),
         paused: false,
+        allow_downgrade: false,
     }
 }
 
@@ -56,6 +57,7 @@ fn plan(desired: DesiredState, report: PlanReport) -> PlanView {
         granted_at: None,
         cordoned: false,
         drain_timeout: None,
+        allow_downgrade: false,
         report,
     }
 }
@@ -538,6 +540,7 @@ fn a_new_revision_restages_and_drops_the_old_grant() {
             granted_at: None,
             cordoned: false,
             drain_timeout: None,
+            allow_downgrade: false,
         }
     );
 }

@@ -41,6 +41,8 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         allowed_units: vec![],
         max_artifact_size: size,
         allow_remote_health_checks: false,
+        require_signatures: false,
+        trusted_keys_dir: "/etc/inplace/keys".into(),
     };
     let fetcher = HttpFetcher::new(&settings, &policy)?;
     let artifact = Artifact {
@@ -48,6 +50,7 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         kind: ArtifactType::Sysext,
         url: url.into(),
         sha256: sha256.into(),
+        signature_url: None,
         size: Some(size),
         path: None,
         members: vec![],

@@ -19,6 +19,8 @@ fuzz_target!(|data: &[u8]| {
         allowed_units: vec!["kubelet.service".into()],
         max_artifact_size: 1 << 30,
         allow_remote_health_checks: false,
+        require_signatures: true,
+        trusted_keys_dir: "/etc/inplace/keys".into(),
     };
     let _ = inplace_agent::policy::check(&plan.spec.content, &policy);
 });
