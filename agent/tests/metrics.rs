@@ -249,3 +249,43 @@ async fn disabled_metrics_and_routable_listen_addresses_are_named() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn status_lines_name_every_phase_with_download_progress() {
+    let bed = Bed::new();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let host = inplace_agent::update::Host {
+        systemd: bed.systemd.clone(),
+        fetcher: bed.fetcher.clone(),
+        probes: Arc::new(common::FakeProbes),
+        status: bed.status.clone(),
+        notify: Arc::new(move |line: &str| sink.lock().unwrap().push(line.to_owned())),
+    };
+    let mut agent = inplace_agent::update::Agent::open(bed.settings.clone(), host)
+        .await
+        .unwrap();
+    let mut plan = bed.plan("OK v1", "kubectl v1", "Active");
+    // Both sizes declared: the line shows a percentage.
+    plan.spec.content.artifacts[1].size = Some("kubectl v1".len() as u64);
+    agent.handle(Some(&plan)).await.unwrap();
+    let lines = lines.lock().unwrap().clone();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("Downloading 0% (0 B of 15 B): ")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("Downloading 100% (15 B of 15 B): ")),
+        "{lines:#?}"
+    );
+    for phase in ["Activating: ", "Verifying: ", "Succeeded: "] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(phase)),
+            "{phase} in {lines:#?}"
+        );
+    }
+}
