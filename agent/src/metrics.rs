@@ -186,11 +186,15 @@ impl AgentMetrics {
             *state.failures.entry(reason.as_str()).or_default() += 1;
         };
         match report.phase {
-            // A refusal is a failure of the plan even though nothing was done; a denied
-            // revision or a node staying degraded restates a failure counted before.
+            // A refusal (invalid plan, policy, downgrade, …) is a failure of the plan even
+            // though nothing was done; a denied revision or a node staying degraded only
+            // restates a failure counted before.
             Phase::Failed
                 if worked
-                    || matches!(report.reason, Reason::InvalidPlan | Reason::PolicyDenied) =>
+                    || !matches!(
+                        report.reason,
+                        Reason::RevisionDenied | Reason::RollbackFailed
+                    ) =>
             {
                 if let Some(cause) = rolled_back_for {
                     failed(cause);
@@ -483,8 +487,13 @@ mod tests {
             (B, Phase::Failed, Reason::HashMismatch),
             (B, Phase::Failed, Reason::RevisionDenied),
             (A, Phase::Failed, Reason::PolicyDenied),
+            (B, Phase::Failed, Reason::DowngradeDenied),
         ]);
         let text = m.render();
+        assert!(
+            text.contains("failures_total{reason=\"DowngradeDenied\"} 1\n"),
+            "{text}"
+        );
         assert!(
             text.contains("failures_total{reason=\"PolicyDenied\"} 2\n"),
             "{text}"
