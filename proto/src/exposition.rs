@@ -199,6 +199,15 @@ fn write_sample(
     let _ = writeln!(out, " {value}");
 }
 
+/// The families declared in an exposition text, as `(name, type)` from its `# TYPE` lines
+/// (for tests and docs checks).
+pub fn declared_families(text: &str) -> Vec<(&str, &str)> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_once(' '))
+        .collect()
+}
+
 /// Locks metric state behind a mutex, poisoned or not: a panic while the lock was held
 /// leaves plain counters behind, still worth exporting.
 pub fn lock_state<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -297,6 +306,18 @@ mod tests {
         assert_eq!(
             text.finish(),
             "# HELP m a \\\\ b\\nc \"q\"\n# TYPE m gauge\nm{v=\"x\\\\y\\\"z\\nw\"} 1\n"
+        );
+    }
+
+    #[test]
+    fn declared_families_are_read_back() {
+        let mut text = Exposition::new();
+        text.family("a_total", "A.", MetricType::Counter)
+            .sample(&[], 1u8);
+        text.family("b", "B.", MetricType::Gauge);
+        assert_eq!(
+            declared_families(&text.finish()),
+            vec![("a_total", "counter"), ("b", "gauge")]
         );
     }
 
