@@ -31,6 +31,11 @@ use crate::render::Screen;
 const V1: &str = "v1.31.0";
 const V2: &str = "v1.32.0";
 const V3: &str = "v1.33.0";
+/// How long the agent may wait for a healthy window before it rolls back. A crash-looping
+/// kubelet never gives it one, so the broken release's rollback comes after its timeout: a
+/// shorter one keeps the demo short.
+const HEALTH_TIMEOUT: &str = "3m";
+const BROKEN_HEALTH_TIMEOUT: &str = "45s";
 /// The rollouts' `maxUnavailable` after the setup, which the demo checks from outside.
 const MAX_UNAVAILABLE: usize = 1;
 /// The NodeRollout's name.
@@ -316,7 +321,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     releases
         .create(
             &PostParams::default(),
-            &release(&server, "kubelet-v1", V1, v1, args)?,
+            &release(&server, "kubelet-v1", V1, v1, HEALTH_TIMEOUT, args)?,
         )
         .await
         .context("creating NodeRelease kubelet-v1")?;
@@ -353,7 +358,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     releases
         .create(
             &PostParams::default(),
-            &release(&server, "kubelet-v2", V2, v2, args)?,
+            &release(&server, "kubelet-v2", V2, v2, HEALTH_TIMEOUT, args)?,
         )
         .await
         .context("creating NodeRelease kubelet-v2")?;
@@ -478,6 +483,7 @@ fn release(
     name: &str,
     version: &str,
     image: &SysextImage,
+    timeout: &str,
     args: &Args,
 ) -> anyhow::Result<NodeRelease> {
     let url = server.url(&format!(
@@ -493,7 +499,7 @@ fn release(
                            "sha256": image.sha256, "size": image.size}],
             "activation": {"restartUnits": ["kubelet.service"]},
             "healthChecks": {"units": ["kubelet.service"],
-                             "window": format!("{}s", args.health_window), "timeout": "3m"},
+                             "window": format!("{}s", args.health_window), "timeout": timeout},
         }
     });
     serde_json::from_value(value).with_context(|| format!("NodeRelease {name}"))
@@ -824,7 +830,14 @@ async fn roll_out_broken_v3(
     releases
         .create(
             &PostParams::default(),
-            &release(broken.server, "kubelet-v3", V3, broken.image, args)?,
+            &release(
+                broken.server,
+                "kubelet-v3",
+                V3,
+                broken.image,
+                BROKEN_HEALTH_TIMEOUT,
+                args,
+            )?,
         )
         .await
         .context("creating NodeRelease kubelet-v3")?;
@@ -907,7 +920,7 @@ async fn roll_out_broken_v3(
                 bail!("{} failed but its plan shows {phase:?}", m.name);
             }
             format!(
-                "RolledBack  {}: {}; the kubelet answers {V2} again",
+                "RolledBack  reason {}: {}; the kubelet answers {V2} again",
                 failure.reason, failure.message
             )
         } else {
