@@ -199,12 +199,21 @@ fn write_sample(
     let _ = writeln!(out, " {value}");
 }
 
-/// The families declared in an exposition text, as `(name, type)` from its `# TYPE` lines
-/// (for tests and docs checks).
+/// The families declared in an exposition text, as `(name, type)` from its `# TYPE` lines.
 pub fn declared_families(text: &str) -> Vec<(&str, &str)> {
     text.lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
         .filter_map(|rest| rest.split_once(' '))
+        .collect()
+}
+
+/// The table rows (`` | `name` | type | ``) a Markdown guide lacks for the families of an
+/// exposition text: the check that keeps a metrics reference in step with the code.
+pub fn undocumented_families(text: &str, guide: &str) -> Vec<String> {
+    declared_families(text)
+        .into_iter()
+        .map(|(name, kind)| format!("| `{name}` | {kind} |"))
+        .filter(|row| !guide.contains(row.as_str()))
         .collect()
 }
 
@@ -315,9 +324,14 @@ mod tests {
         text.family("a_total", "A.", MetricType::Counter)
             .sample(&[], 1u8);
         text.family("b", "B.", MetricType::Gauge);
+        let text = text.finish();
         assert_eq!(
-            declared_families(&text.finish()),
+            declared_families(&text),
             vec![("a_total", "counter"), ("b", "gauge")]
+        );
+        assert_eq!(
+            undocumented_families(&text, "| `a_total` | counter | x |\n| `b` | counter |"),
+            vec!["| `b` | gauge |"]
         );
     }
 
