@@ -367,8 +367,13 @@ async fn measure(
     rows.push(
         Row::reference(
             "2 footprint",
-            "agent idle RSS (VmRSS, after v1 committed)",
-            format!("{:.1}", rss_kib as f64 / 1024.0),
+            "agent idle RSS (VmRSS, after v1 committed; of it anonymous / file-backed)",
+            format!(
+                "{:.1} ({:.1} / {:.1})",
+                rss_kib as f64 / 1024.0,
+                status_field_text(&s1, "RssAnon").unwrap_or(0) as f64 / 1024.0,
+                status_field_text(&s1, "RssFile").unwrap_or(0) as f64 / 1024.0
+            ),
             "MiB",
             proc_reproduce,
         )
