@@ -10,7 +10,7 @@
 //! dev-dependency).
 //!
 //! Points (update): `stage.begin`, `stage.artifact`, `stage.done`, `activate.begin`,
-//! `activate.swap`, `activate.sysext_refreshed`, `activate.unit_restarted`,
+//! `activate.swap`, `activate.remove`, `activate.sysext_refreshed`, `activate.unit_restarted`,
 //! `verify.begin`, `verify.progress`, `commit.before`, `commit.saved`.
 //! Points (rollback): `rollback.begin`, `rollback.restore`, `rollback.sysext_refreshed`,
 //! `rollback.unit_restarted`, `rollback.verify`, `rollback.saved`.
@@ -24,6 +24,7 @@ pub const POINTS: &[&str] = &[
     "stage.done",
     "activate.begin",
     "activate.swap",
+    "activate.remove",
     "activate.sysext_refreshed",
     "activate.unit_restarted",
     "verify.begin",

@@ -75,6 +75,23 @@ pub struct Before {
     pub prior: Prior,
 }
 
+/// What activation removes: the links of the committed revision that `next` no longer has
+/// and that still point where the agent put them (`ours` reads that from the host). A path
+/// someone changed since is left alone. Each comes with its prior, to be recorded in
+/// [`InFlight::before`] with the rest, so a rollback puts it back like any replaced link.
+pub fn retired(committed: &[Link], next: &[Link], ours: impl Fn(&Link) -> bool) -> Vec<Before> {
+    committed
+        .iter()
+        .filter(|link| next.iter().all(|n| n.path != link.path) && ours(link))
+        .map(|link| Before {
+            path: link.path.clone(),
+            prior: Prior::Symlink {
+                target: link.target.clone(),
+            },
+        })
+        .collect()
+}
+
 /// The revision being worked on.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -98,6 +115,18 @@ pub struct InFlight {
     pub failure: Option<Failure>,
     /// When work on it started.
     pub started_at: DateTime<Utc>,
+}
+
+impl InFlight {
+    /// The paths activation removes: recorded in `before` but not linked by this revision
+    /// (see [`retired`]). Derived from the journal, so a resumed activation removes the same.
+    pub fn removals(&self) -> Vec<PathBuf> {
+        self.before
+            .iter()
+            .filter(|b| self.links.iter().all(|l| l.path != b.path))
+            .map(|b| b.path.clone())
+            .collect()
+    }
 }
 
 /// A revision that failed here and is not retried automatically.
@@ -375,6 +404,59 @@ mod tests {
         assert_eq!(j.previous.as_ref().unwrap().revision, "b");
         assert!(j.failed.is_empty());
         assert!(j.in_flight.is_none());
+    }
+
+    fn link(path: &str, target: &str) -> Link {
+        Link {
+            path: path.into(),
+            target: target.into(),
+            sha256: "0".repeat(64),
+        }
+    }
+
+    #[test]
+    fn retired_are_the_committed_links_the_next_revision_drops_and_still_ours() {
+        let committed = [
+            link("/etc/extensions/k.raw", "/opt/extensions/k/1.raw"),
+            link("/etc/extensions/tools.raw", "/opt/extensions/tools/1.raw"),
+            link("/opt/bin/crictl", "/store/c1"),
+            link("/opt/bin/ctr", "/store/ctr1"),
+        ];
+        let next = [link("/etc/extensions/k.raw", "/opt/extensions/k/2.raw")];
+        // Someone replaced /opt/bin/ctr since: it is not the agent's any more.
+        let retired = retired(&committed, &next, |l| l.path != Path::new("/opt/bin/ctr"));
+        let expected: Vec<Before> = committed[1..3]
+            .iter()
+            .map(|l| Before {
+                path: l.path.clone(),
+                prior: Prior::Symlink {
+                    target: l.target.clone(),
+                },
+            })
+            .collect();
+        assert_eq!(retired, expected);
+        // A revision that keeps every path retires nothing; a first install has nothing.
+        assert!(super::retired(&committed, &committed, |_| true).is_empty());
+        assert!(super::retired(&[], &next, |_| true).is_empty());
+    }
+
+    #[test]
+    fn removals_are_the_recorded_paths_the_flight_does_not_link() {
+        let mut f = flight("b");
+        assert!(f.removals().is_empty());
+        f.before = vec![
+            Before {
+                path: "/etc/extensions/k.raw".into(),
+                prior: Prior::Absent,
+            },
+            Before {
+                path: "/opt/bin/crictl".into(),
+                prior: Prior::Symlink {
+                    target: "/store/c1".into(),
+                },
+            },
+        ];
+        assert_eq!(f.removals(), vec![PathBuf::from("/opt/bin/crictl")]);
     }
 
     #[test]

@@ -22,7 +22,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::archive;
 use crate::fetch::{FetchError, Fetcher, Progress};
 use crate::health::{self, Probes};
-use crate::journal::{Before, Failure, InFlight, Journal, JournalError, JournalFile, Link, Step};
+use crate::journal::{
+    self, Before, Failure, InFlight, Journal, JournalError, JournalFile, Link, Step,
+};
 use crate::links;
 use crate::machine::{self, Action, PlanView, RollbackCause};
 use crate::metrics::{AgentMetrics, Reported};
@@ -956,17 +958,30 @@ impl Agent {
         }
 
         if !resumed {
-            // Record what every managed path holds *before* the first swap.
+            // Record what every managed path holds *before* the first swap, and which
+            // links of the committed revision this one drops (they go, and come back on
+            // a rollback, the same way).
             let backup_dir = store::backup_dir(&self.settings, &revision);
             let paths: Vec<PathBuf> = flight_links.iter().map(|l| l.path.clone()).collect();
+            let committed = self
+                .journal
+                .committed
+                .as_ref()
+                .map(|c| c.links.clone())
+                .unwrap_or_default();
+            let next = flight_links.clone();
             let before = blocking(move || {
-                paths
+                let mut before = paths
                     .into_iter()
                     .map(|path| {
                         let prior = links::capture_prior(&path, &backup_dir)?;
                         Ok(Before { path, prior })
                     })
-                    .collect::<std::io::Result<Vec<_>>>()
+                    .collect::<std::io::Result<Vec<_>>>()?;
+                before.extend(journal::retired(&committed, &next, |l| {
+                    links::points_at(&l.path, &l.target)
+                }));
+                Ok(before)
             })
             .await;
             let before = match before {
@@ -990,9 +1005,11 @@ impl Agent {
                 flight.before = before;
             }
         }
-        if let Some(flight) = self.journal.in_flight.as_mut() {
-            flight.step = Step::Activating;
-        }
+        let Some(flight) = self.journal.in_flight.as_mut() else {
+            return Ok(());
+        };
+        flight.step = Step::Activating;
+        let removals = flight.removals();
         self.save().await?;
         self.report(
             Some(view),
@@ -1005,7 +1022,7 @@ impl Agent {
         self.failpoint("activate.begin");
 
         if let Err(failure) = self
-            .switch_to(&flight_links, &view.content, "activate")
+            .switch_to(&flight_links, &removals, &view.content)
             .await
         {
             return self
@@ -1059,19 +1076,28 @@ impl Agent {
         }
     }
 
-    /// Points every link at its target, refreshes sysext, reloads, restarts units.
+    /// Points every link at its target, removes the links the revision dropped, refreshes
+    /// sysext (a dropped extension is unmerged), reloads, restarts units. Idempotent, so a
+    /// resumed activation runs it again from the start.
     async fn switch_to(
         &self,
         targets: &[Link],
+        removals: &[PathBuf],
         content: &UpdateContent,
-        stage: &'static str,
     ) -> Result<(), Failure> {
         let swaps = targets.to_vec();
+        let dropped = removals.to_vec();
         let lock = self.settings.paths.lock_file.clone();
         blocking(move || {
             for link in &swaps {
                 links::swap_symlink(&link.path, &link.target)?;
                 crate::failpoints::hit(&lock, "activate.swap");
+            }
+            for path in &dropped {
+                links::remove_durably(path).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("removing {}: {e}", path.display()))
+                })?;
+                crate::failpoints::hit(&lock, "activate.remove");
             }
             Ok(())
         })
@@ -1080,14 +1106,10 @@ impl Agent {
             reason: Reason::StagingFailed,
             message: format!("cannot swap links: {e}"),
         })?;
-        self.refresh(
-            content,
-            targets
-                .iter()
-                .any(|l| l.path.starts_with(&self.settings.paths.extensions_dir)),
-            stage,
-        )
-        .await
+        let extensions = &self.settings.paths.extensions_dir;
+        let sysext_touched = targets.iter().any(|l| l.path.starts_with(extensions))
+            || removals.iter().any(|p| p.starts_with(extensions));
+        self.refresh(content, sysext_touched, "activate").await
     }
 
     /// Refreshes sysext (when `sysext_touched`), proves `content`'s extensions merged,

@@ -259,24 +259,28 @@ async fn plan_for_another_node_is_ignored() {
     assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), 0);
 }
 
+/// Applies `plan` with kubelet's restart hanging and drops the agent mid-step: "kill -9"
+/// during activation, after the links were switched.
+async fn killed_while_kubelet_restarts(bed: &Bed, plan: &NodeUpdatePlan) {
+    bed.systemd.hang.store(true, Ordering::SeqCst);
+    let mut agent = bed.agent().await;
+    let run = agent.handle(Some(plan));
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), run)
+            .await
+            .is_err()
+    );
+    drop(agent);
+    bed.systemd.hang.store(false, Ordering::SeqCst);
+}
+
 #[tokio::test]
 async fn crash_during_activation_resumes_on_restart() {
     let bed = Bed::new();
     drop(bed.with_v1().await);
     let plan = bed.plan("OK v2", "kubectl v2", "Active");
-    bed.systemd.hang.store(true, Ordering::SeqCst);
-    {
-        let mut agent = bed.agent().await;
-        // "kill -9" while kubelet restarts: the future is dropped mid-step.
-        let run = agent.handle(Some(&plan));
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(300), run)
-                .await
-                .is_err()
-        );
-    }
+    killed_while_kubelet_restarts(&bed, &plan).await;
     assert_eq!(bed.link(), "OK v2", "the swap happened before the crash");
-    bed.systemd.hang.store(false, Ordering::SeqCst);
     let mut agent = bed.agent().await;
     assert_eq!(
         agent.journal().in_flight.as_ref().unwrap().step,
@@ -297,17 +301,9 @@ async fn crash_loop_during_activation_rolls_back_and_stops() {
     let bed = Bed::new();
     drop(bed.with_v1().await);
     let plan = bed.plan("OK v2", "kubectl v2", "Active");
-    bed.systemd.hang.store(true, Ordering::SeqCst);
     for _ in 0..3 {
-        let mut agent = bed.agent().await;
-        let run = agent.handle(Some(&plan));
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(300), run)
-                .await
-                .is_err()
-        );
+        killed_while_kubelet_restarts(&bed, &plan).await;
     }
-    bed.systemd.hang.store(false, Ordering::SeqCst);
     let mut agent = bed.agent().await;
     agent.handle(Some(&plan)).await.unwrap();
     assert_eq!(bed.last().phase, Some(Phase::RolledBack));
@@ -324,17 +320,7 @@ async fn plan_deleted_mid_activation_ends_on_the_committed_revision() {
     let bed = Bed::new();
     drop(bed.with_v1().await);
     let plan = bed.plan("OK v2", "kubectl v2", "Active");
-    bed.systemd.hang.store(true, Ordering::SeqCst);
-    {
-        let mut agent = bed.agent().await;
-        let run = agent.handle(Some(&plan));
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(300), run)
-                .await
-                .is_err()
-        );
-    }
-    bed.systemd.hang.store(false, Ordering::SeqCst);
+    killed_while_kubelet_restarts(&bed, &plan).await;
     let mut agent = bed.agent().await;
     agent.handle(None).await.unwrap();
     assert_eq!(bed.link(), "OK v1");
@@ -641,4 +627,191 @@ async fn archive_members_are_installed_and_rolled_back_with_their_revision() {
         "only the new image is downloaded"
     );
     assert_eq!(crictl(&bed), "crictl v1");
+}
+
+/// `plan` with two more artifacts: a `crictl` binary (`crictl` bytes) at
+/// `<root>/opt/bin/crictl` and a `tools` sysext image (`tools` bytes).
+fn with_crictl_and_tools(
+    bed: &Bed,
+    mut plan: NodeUpdatePlan,
+    crictl: &str,
+    tools: &str,
+) -> NodeUpdatePlan {
+    let crictl_url = format!(
+        "https://dl.example/bin/{}/crictl",
+        hex::encode(&Sha256::digest(crictl)[..4])
+    );
+    let tools_url = format!(
+        "https://dl.example/tools/{}/tools.raw",
+        hex::encode(&Sha256::digest(tools)[..4])
+    );
+    let mut objects = bed.fetcher.objects.lock().unwrap();
+    objects.insert(crictl_url.clone(), crictl.as_bytes().to_vec());
+    objects.insert(tools_url.clone(), tools.as_bytes().to_vec());
+    for artifact in [
+        serde_json::json!({"name": "crictl", "type": "Binary", "url": crictl_url,
+                           "sha256": hex::encode(Sha256::digest(crictl)),
+                           "path": format!("{}/opt/bin/crictl", bed.root().display())}),
+        serde_json::json!({"name": "tools", "type": "Sysext", "url": tools_url,
+                           "sha256": hex::encode(Sha256::digest(tools))}),
+    ] {
+        plan.spec
+            .content
+            .artifacts
+            .push(serde_json::from_value(artifact).unwrap());
+    }
+    plan
+}
+
+fn crictl_link(bed: &Bed) -> std::path::PathBuf {
+    bed.root().join("opt/bin/crictl")
+}
+
+fn tools_link(bed: &Bed) -> std::path::PathBuf {
+    bed.settings.paths.extensions_dir.join("tools.raw")
+}
+
+fn tools_merged(bed: &Bed) -> bool {
+    inplace_agent::store::extension_release(&bed.settings.paths, "tools").exists()
+}
+
+/// Installs v1 with kubectl, crictl and the kubernetes and tools sysexts; returns the agent
+/// and where crictl and tools point.
+async fn v1_with_crictl_and_tools(
+    bed: &Bed,
+) -> (
+    inplace_agent::update::Agent,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let mut agent = bed.agent().await;
+    let v1 = with_crictl_and_tools(
+        bed,
+        bed.plan("OK v1", "kubectl v1", "Active"),
+        "crictl v1",
+        "tools v1",
+    );
+    agent.handle(Some(&v1)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert_eq!(crictl(bed), "crictl v1");
+    assert!(tools_merged(bed));
+    let crictl_target = std::fs::read_link(crictl_link(bed)).unwrap();
+    let tools_target = std::fs::read_link(tools_link(bed)).unwrap();
+    (agent, crictl_target, tools_target)
+}
+
+/// Every symlink under `dir` points at an existing file.
+fn assert_no_dangling_links(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+        {
+            assert!(path.exists(), "{} dangles", path.display());
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_binary_and_sysext_are_unlinked_and_nothing_dangles_after_collection() {
+    let bed = Bed::new();
+    let (mut agent, crictl_v1, tools_v1) = v1_with_crictl_and_tools(&bed).await;
+    agent
+        .handle(Some(&bed.plan("OK v2", "kubectl v2", "Active")))
+        .await
+        .unwrap();
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::Succeeded),
+        "{:?}",
+        bed.ready()
+    );
+    assert!(
+        std::fs::symlink_metadata(crictl_link(&bed)).is_err(),
+        "the dropped binary's link is removed"
+    );
+    assert!(
+        std::fs::symlink_metadata(tools_link(&bed)).is_err(),
+        "the dropped extension's link is removed"
+    );
+    assert!(
+        !tools_merged(&bed),
+        "the dropped extension is no longer merged"
+    );
+    assert!(
+        crictl_v1.exists() && tools_v1.exists(),
+        "the previous revision's files stay on disk"
+    );
+    assert_eq!(bed.degraded(), ("False".into(), "AsExpected".into()));
+    // Two commits later the old files are collected; no link is left pointing at them.
+    agent
+        .handle(Some(&bed.plan("OK v3", "kubectl v3", "Active")))
+        .await
+        .unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert!(!crictl_v1.exists() && !tools_v1.exists());
+    assert_no_dangling_links(&bed.root().join("opt/bin"));
+    assert_no_dangling_links(&bed.settings.paths.extensions_dir);
+    assert_eq!(bed.degraded(), ("False".into(), "AsExpected".into()));
+}
+
+#[tokio::test]
+async fn a_rolled_back_revision_puts_the_dropped_links_back() {
+    let bed = Bed::new();
+    let (mut agent, crictl_v1, tools_v1) = v1_with_crictl_and_tools(&bed).await;
+    agent
+        .handle(Some(&bed.plan("OK v2 unhealthy", "kubectl v2", "Active")))
+        .await
+        .unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    assert_eq!(std::fs::read_link(crictl_link(&bed)).unwrap(), crictl_v1);
+    assert_eq!(std::fs::read_link(tools_link(&bed)).unwrap(), tools_v1);
+    assert_eq!(crictl(&bed), "crictl v1");
+    assert!(tools_merged(&bed), "the extension is merged again");
+    assert_eq!(bed.link(), "OK v1");
+}
+
+#[tokio::test]
+async fn a_crash_after_removing_a_dropped_link_resumes_and_rolls_back_to_it() {
+    let bed = Bed::new();
+    let (agent, crictl_v1, _) = v1_with_crictl_and_tools(&bed).await;
+    drop(agent);
+    let plan = bed.plan("OK v2 unhealthy", "kubectl v2", "Active");
+    killed_while_kubelet_restarts(&bed, &plan).await;
+    assert!(std::fs::symlink_metadata(crictl_link(&bed)).is_err());
+    let mut agent = bed.agent().await;
+    assert_eq!(
+        agent.journal().in_flight.as_ref().unwrap().step,
+        Step::Activating
+    );
+    agent.handle(Some(&plan)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    assert_eq!(std::fs::read_link(crictl_link(&bed)).unwrap(), crictl_v1);
+    assert!(tools_merged(&bed));
+}
+
+#[tokio::test]
+async fn a_file_a_person_put_at_a_dropped_path_is_left_alone() {
+    let bed = Bed::new();
+    let (mut agent, _, _) = v1_with_crictl_and_tools(&bed).await;
+    let path = crictl_link(&bed);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, "#!/bin/sh\necho hand-made\n").unwrap();
+    agent
+        .handle(Some(&bed.plan("OK v2", "kubectl v2", "Active")))
+        .await
+        .unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "#!/bin/sh\necho hand-made\n"
+    );
+    assert!(
+        !std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
 }
