@@ -11,8 +11,10 @@
 //! (update points) or one whose kubelet dies (rollback points). systemd restarts the agent
 //! with the point disarmed (it fires once); the case waits for the final phase and checks
 //! the invariant of faults.md on the host and in the status:
-//! * the sysext link and the managed binary link point at complete files whose sha256 is
-//!   the one of the expected revision (new after an update, old after a rollback); no
+//! * the sysext link and the managed binary links point at complete files whose sha256 is
+//!   the one of the expected revision (new after an update, old after a rollback); a
+//!   binary the committed revision dropped (the `activate.remove` case leaves `crictl` out
+//!   of its plan) has no link left; no
 //!   `.inplace-new` temporaries; the staging directory is empty;
 //! * the merged /usr is the healthy image and kubelet.service is active;
 //! * the previous committed revision's image is still on disk;
@@ -44,6 +46,7 @@ const UPDATE_POINTS: &[&str] = &[
     "stage.done",
     "activate.begin",
     "activate.swap",
+    "activate.remove",
     "activate.sysext_refreshed",
     "activate.unit_restarted",
     "verify.begin",
@@ -75,6 +78,10 @@ struct Bed {
     broken: (Vec<u8>, String),
     /// The committed case tag and revision.
     committed: (String, String),
+    /// Whether the committed revision links `/opt/bin/crictl`.
+    committed_crictl: bool,
+    /// Whether the next plan leaves `crictl` out (dropping it from the committed revision).
+    without_crictl: bool,
     injected: usize,
     cases: usize,
 }
@@ -98,20 +105,31 @@ fn kubectl(tag: &str) -> Vec<u8> {
     format!("#!/bin/sh\necho kubectl-{tag}\n").into_bytes()
 }
 
+fn crictl(tag: &str) -> Vec<u8> {
+    format!("#!/bin/sh\necho crictl-{tag}\n").into_bytes()
+}
+
 impl Bed {
     fn plan(&self, tag: &str, healthy: bool) -> NodeUpdatePlan {
         let (bytes, sha) = if healthy { &self.healthy } else { &self.broken };
         let server = &self.real.server;
+        let mut artifacts = vec![
+            serde_json::json!({"name": "kubernetes", "type": "Sysext",
+                "url": server.url(&format!("/{tag}/kubernetes-{tag}.raw")),
+                "sha256": sha, "size": bytes.len()}),
+            serde_json::json!({"name": "kubectl", "type": "Binary",
+                "url": server.url(&format!("/{tag}/kubectl")),
+                "sha256": hex::encode(sha2::Sha256::digest(kubectl(tag))),
+                "path": "/opt/bin/kubectl"}),
+        ];
+        if !self.without_crictl {
+            artifacts.push(serde_json::json!({"name": "crictl", "type": "Binary",
+                "url": server.url(&format!("/{tag}/crictl")),
+                "sha256": hex::encode(sha2::Sha256::digest(crictl(tag))),
+                "path": "/opt/bin/crictl"}));
+        }
         self.real.plan(
-            vec![
-                serde_json::json!({"name": "kubernetes", "type": "Sysext",
-                    "url": server.url(&format!("/{tag}/kubernetes-{tag}.raw")),
-                    "sha256": sha, "size": bytes.len()}),
-                serde_json::json!({"name": "kubectl", "type": "Binary",
-                    "url": server.url(&format!("/{tag}/kubectl")),
-                    "sha256": hex::encode(sha2::Sha256::digest(kubectl(tag))),
-                    "path": "/opt/bin/kubectl"}),
-            ],
+            artifacts,
             serde_json::json!({"units": ["kubelet.service"], "window": "1s", "timeout": "60s"}),
         )
     }
@@ -128,6 +146,9 @@ impl Bed {
         self.real
             .server
             .put_bytes(&format!("/{tag}/kubectl"), kubectl(tag));
+        self.real
+            .server
+            .put_bytes(&format!("/{tag}/crictl"), crictl(tag));
     }
 
     async fn restarts(&self) -> u64 {
@@ -175,6 +196,19 @@ impl Bed {
             format!("kubectl-{tag}"),
             "{label}"
         );
+        let crictl_now = node
+            .sh_ok(
+                "if [ -L /opt/bin/crictl ] || [ -e /opt/bin/crictl ]; \
+                 then /opt/bin/crictl || echo broken; else echo absent; fi",
+            )
+            .await
+            .unwrap();
+        let crictl_wanted = if self.committed_crictl {
+            format!("crictl-{tag}")
+        } else {
+            "absent".to_owned()
+        };
+        assert_eq!(crictl_now.trim(), crictl_wanted, "{label}: /opt/bin/crictl");
         assert_eq!(
             node.exec_ok(&["cat", "/usr/lib/kubelet-flavor"])
                 .await
@@ -230,6 +264,7 @@ impl Bed {
         let tag = format!("c{}", self.cases);
         let label = format!("case {tag} ({kill:?}, healthy={healthy})");
         self.publish(&tag, healthy);
+        self.without_crictl = matches!(kill, Kill::Point("activate.remove"));
         let plan = self.plan(&tag, healthy);
         let revision = inplace_proto::revision_of(&plan.spec.content);
         let restarts = self.restarts().await;
@@ -286,6 +321,7 @@ impl Bed {
         let previous = self.committed.clone();
         if healthy {
             self.committed = (tag.clone(), revision.clone());
+            self.committed_crictl = !self.without_crictl;
         }
         let (ctag, crev) = self.committed.clone();
         self.check_invariant(&ctag, &crev, &previous.0, &label)
@@ -334,6 +370,8 @@ async fn boot() -> Bed {
         healthy: read(&healthy).await,
         broken: read(&broken).await,
         committed: (String::new(), String::new()),
+        committed_crictl: true,
+        without_crictl: false,
         injected: 0,
         cases: 0,
     };
