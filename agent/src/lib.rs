@@ -1,6 +1,7 @@
 //! The inplace node agent as a library: everything but argument parsing.
 //!
 //! One module per external system and per concern: [`settings`] (configuration),
+//! [`check_config`] (what `check-config` checks on the node),
 //! [`policy`] (node-local policy, pure), [`machine`] (the state machine, pure), [`journal`]
 //! (crash-safe local state), [`links`] (atomic swaps), [`store`] (where files live),
 //! [`fetch`] (downloads), [`signature`] (minisign signatures), [`archive`] (hardened tar extraction), [`systemd`] (D-Bus),
@@ -9,6 +10,7 @@
 //! coordinates them.
 
 pub mod archive;
+pub mod check_config;
 pub mod failpoints;
 pub mod fetch;
 pub mod health;

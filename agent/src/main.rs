@@ -1,7 +1,8 @@
 //! `inplace-agent`: applies this node's NodeUpdatePlan.
 //!
 //! `inplace-agent [--config FILE] [run]` runs the agent; `inplace-agent check-config`
-//! validates the configuration (and its drop-ins) and prints the merged result;
+//! validates the configuration (and its drop-ins, and the trusted keys directory) and
+//! prints the merged result;
 //! `inplace-agent metrics` prints the running agent's metrics.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use inplace_agent::metrics_server::{self, Endpoints};
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::systemd::DbusSystemd;
 use inplace_agent::update::{Agent, Host};
-use inplace_agent::{kube_client, notify, status, watch};
+use inplace_agent::{check_config, kube_client, notify, status, watch};
 use inplace_proto::NodeUpdatePlan;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::signal::unix::{SignalKind, signal};
@@ -35,7 +36,8 @@ struct Cli {
 enum Command {
     /// Run the agent (the default).
     Run,
-    /// Validate the configuration and print the merged settings.
+    /// Validate the configuration (and the trusted keys it names) and print the merged
+    /// settings.
     CheckConfig,
     /// After a person repaired a node whose rollback failed: allow automatic action again.
     /// Takes the single-instance lock, so stop the service first.
@@ -107,10 +109,15 @@ fn main() -> std::process::ExitCode {
 fn check_config(path: &Path) -> anyhow::Result<()> {
     let files = settings::layer_files(path)?;
     let settings = settings::load(path, hostname)?;
+    let keys = check_config::trusted_keys(&settings.policy)?;
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an error worth a panic.
-    let _ = writeln!(out, "# read (when present): {files:?}\n{settings:#?}");
+    let _ = writeln!(
+        out,
+        "# read (when present): {files:?}\n{settings:#?}\n{}",
+        check_config::describe(&settings.policy.trusted_keys_dir, &keys)
+    );
     Ok(())
 }
 

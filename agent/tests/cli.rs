@@ -87,3 +87,41 @@ async fn second_instance_exits_with_a_clear_message_and_clear_degraded_works() {
     assert!(text.contains("kubelet did not come back"), "{text}");
     assert!(file.load().await.unwrap().degraded.is_none());
 }
+
+#[test]
+fn check_config_checks_the_trusted_keys_when_signatures_are_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let path = config(
+        dir.path(),
+        &format!(
+            "[policy]\nrequire_signatures = true\ntrusted_keys_dir = \"{}\"\n",
+            keys.display()
+        ),
+    );
+    let (ok, text) = agent(&path, &["check-config"]);
+    assert!(!ok);
+    assert!(
+        text.contains(&keys.display().to_string()) && text.contains("does not exist"),
+        "{text}"
+    );
+    std::fs::create_dir(&keys).unwrap();
+    let (ok, text) = agent(&path, &["check-config"]);
+    assert!(!ok);
+    assert!(text.contains("no minisign public key"), "{text}");
+    std::fs::write(keys.join("broken.pub"), "untrusted comment: x\nAAAA\n").unwrap();
+    let (ok, text) = agent(&path, &["check-config"]);
+    assert!(!ok);
+    assert!(text.contains("broken.pub"), "{text}");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/minisign/release.pub"
+        ),
+        keys.join("broken.pub"),
+    )
+    .unwrap();
+    let (ok, text) = agent(&path, &["check-config"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("broken.pub ("), "{text}");
+}
