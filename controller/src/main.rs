@@ -107,6 +107,10 @@ struct FromSha256sums {
     /// The release's `metadata.name` (default: `<name>-<version>` in lowercase).
     #[arg(long)]
     release_name: Option<String>,
+    /// Set the artifact's `signatureUrl` to its URL plus this suffix (`.minisig`: the
+    /// minisign signature published next to the image).
+    #[arg(long)]
+    signature_suffix: Option<String>,
     /// How to print the release.
     #[arg(long, value_enum, default_value_t = OutputFormat::Yaml)]
     output: OutputFormat,
@@ -272,6 +276,9 @@ fn release_from_sha256sums(args: FromSha256sums) -> anyhow::Result<()> {
     let url = import::parse_sums_url(&args.url).map_err(import_failed)?;
     let wanted =
         import::Wanted::new(&args.name, &args.version, &args.arch).map_err(import_failed)?;
+    if let Some(suffix) = &args.signature_suffix {
+        import::check_signature_suffix(suffix).map_err(import_failed)?;
+    }
     let settings = FetchSettings {
         timeout: args.timeout.get(),
         max_bytes: MAX_SUMS_BYTES,
@@ -285,6 +292,7 @@ fn release_from_sha256sums(args: FromSha256sums) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("[{}] {e}", e.kind()))?;
     let options = ReleaseOptions {
         release_name: args.release_name,
+        signature_suffix: args.signature_suffix,
     };
     let release =
         import::release_from_sha256sums(&url, &text, &wanted, &options).map_err(import_failed)?;

@@ -336,6 +336,39 @@ pub fn parse_sums_url(text: &str) -> Result<Url, ImportError> {
 pub struct ReleaseOptions {
     /// `metadata.name`; default `<name>-<version>` in lowercase.
     pub release_name: Option<String>,
+    /// When set, the artifact's `signatureUrl` is its URL with this appended (`.minisig`:
+    /// the minisign signature published next to the image).
+    pub signature_suffix: Option<String>,
+}
+
+/// Checks a `--signature-suffix` (before any request): it may only hold characters that
+/// need no escaping and no `/`, so the signature sits next to the image.
+pub fn check_signature_suffix(suffix: &str) -> Result<(), ImportError> {
+    let invalid = |message: &str| ImportError::InvalidArgument {
+        flag: "--signature-suffix",
+        value: suffix.to_owned(),
+        message: message.to_owned(),
+    };
+    if suffix.is_empty() {
+        return Err(invalid("must not be empty (for example .minisig)"));
+    }
+    if !suffix
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+    {
+        return Err(invalid(
+            "may hold only letters, digits, '.', '-' and '_' (the signature is next to the image)",
+        ));
+    }
+    Ok(())
+}
+
+/// The signature's URL: the image's URL with `suffix` appended.
+fn signature_url(url: &Url, suffix: &str) -> Result<String, ImportError> {
+    check_signature_suffix(suffix)?;
+    // The image URL is a file joined to the SHA256SUMS file's directory: no query or
+    // fragment, so appending extends its file name.
+    Ok(format!("{url}{suffix}"))
 }
 
 /// Builds the release for `entry`, found in the SHA256SUMS at `sums_url`: one Sysext
@@ -365,6 +398,11 @@ pub fn build_release(
             line: entry.line,
             message: format!("{} cannot be joined to {sums_url}: {e}", entry.file),
         })?;
+    let signature_url = options
+        .signature_suffix
+        .as_deref()
+        .map(|suffix| signature_url(&url, suffix))
+        .transpose()?;
     let kubernetes_version =
         (wanted.name == KUBERNETES_EXTENSION).then(|| format!("v{}", without_v(&wanted.version)));
     let content = UpdateContent {
@@ -379,7 +417,7 @@ pub fn build_release(
             kind: ArtifactType::Sysext,
             url: url.to_string(),
             sha256: entry.sha256.clone(),
-            signature_url: None,
+            signature_url,
             size: None,
             path: None,
             members: Vec::new(),
@@ -657,6 +695,43 @@ mod tests {
     }
 
     #[test]
+    fn a_signature_suffix_sets_the_signature_url_next_to_the_image() {
+        let signed = ReleaseOptions {
+            signature_suffix: Some(".minisig".into()),
+            ..ReleaseOptions::default()
+        };
+        let release = release_from_sha256sums(
+            &sums_url(),
+            &bakery(),
+            &kubernetes("v1.31.2", "x86-64"),
+            &signed,
+        )
+        .unwrap();
+        assert_eq!(
+            release.spec.content.artifacts[0].signature_url.as_deref(),
+            Some("https://extensions.example/kubernetes/kubernetes-v1.31.2-x86-64.raw.minisig")
+        );
+        assert!(release.validate().is_ok());
+        // Without the option there is none.
+        let unsigned = release_from_sha256sums(
+            &sums_url(),
+            &bakery(),
+            &kubernetes("v1.31.2", "x86-64"),
+            &ReleaseOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(unsigned.spec.content.artifacts[0].signature_url, None);
+        for bad in ["", "/../x.minisig", ".sig?x=1", ".mini sig"] {
+            let error = check_signature_suffix(bad).unwrap_err();
+            assert_eq!(error.kind(), "invalid_argument");
+            assert!(
+                error.to_string().starts_with("--signature-suffix"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
     fn other_extensions_get_no_kubernetes_version() {
         let docker = Wanted::new("docker", "24.0.9", "x86-64").unwrap();
         let release =
@@ -678,6 +753,7 @@ mod tests {
 
         let named = ReleaseOptions {
             release_name: Some("docker-rc1".into()),
+            ..ReleaseOptions::default()
         };
         let release = release_from_sha256sums(&sums_url(), &text, &wanted, &named).unwrap();
         assert_eq!(release.metadata.name.as_deref(), Some("docker-rc1"));

@@ -274,3 +274,33 @@ async fn images_are_next_to_the_url_given_even_when_it_redirects() {
         server.url("/releases/download/latest/kubernetes-v1.31.2-x86-64.raw")
     );
 }
+
+#[tokio::test]
+async fn a_signature_suffix_points_signature_url_next_to_the_image() {
+    let server = bakery().await;
+    let output = kubernetes(
+        &server.url(SUMS),
+        "v1.31.2",
+        &["--signature-suffix", ".minisig"],
+    )
+    .await;
+    let release: NodeRelease = inplace_proto::strict::object_from_yaml(&stdout(&output)).unwrap();
+    let artifact = &release.spec.content.artifacts[0];
+    assert_eq!(
+        artifact.signature_url.as_deref(),
+        Some(format!("{}.minisig", server.url(V31_X86)).as_str())
+    );
+    assert!(release.validate().is_ok());
+
+    // A suffix that would leave the image's directory is refused before any request.
+    let before = server.requests().len();
+    let output = kubernetes(
+        &server.url(SUMS),
+        "v1.31.2",
+        &["--signature-suffix", "/../keys.pub"],
+    )
+    .await;
+    let stderr = failure(&output, "invalid_argument");
+    assert!(stderr.contains("--signature-suffix"), "{stderr}");
+    assert_eq!(server.requests().len(), before, "a request was made");
+}
