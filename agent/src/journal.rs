@@ -107,7 +107,9 @@ pub struct InFlight {
     /// Its links, known once staged.
     #[serde(default)]
     pub links: Vec<Link>,
-    /// What each managed path held before activation (recorded before the first swap).
+    /// What each managed path held before activation (recorded before the first swap):
+    /// the revision's own paths, and the committed revision's links it drops (see
+    /// [`retired`]), which activation removes and a rollback puts back.
     #[serde(default)]
     pub before: Vec<Before>,
     /// Why it is being rolled back (set with `Step::RollingBack`).
