@@ -43,6 +43,16 @@ pub const NODES_REFUSED_CONDITION: &str = "NodesRefused";
 /// this often until the drain completes or `drainTimeout` passes).
 pub const DRAIN_RETRY: StdDuration = StdDuration::from_secs(5);
 
+/// The most nodes one round starts staging (a new plan, or a plan moved to the revision).
+/// A round's status is written and its grants are made only after its writes, so staging a
+/// 30,000-node fleet in one round would hold back every status report and activation until
+/// 30,000 plans are written; in batches, the first nodes are granted while later ones are
+/// still being staged (the rollout asks to be looked at again at once, [`STAGING_REQUEUE`]).
+pub const STAGING_BATCH: usize = 500;
+
+/// How soon a round that left nodes unstaged (past [`STAGING_BATCH`]) is followed by the next.
+pub const STAGING_REQUEUE: StdDuration = StdDuration::ZERO;
+
 /// The rollout's release, as far as the rollout is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseState {
@@ -561,10 +571,13 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     }
 
     // Turn intents into actions, node by node in activation order.
+    let mut staging_started = 0;
+    let mut staging_deferred = false;
     for (i, node) in owned.iter().enumerate() {
         let state = &states[i];
         let intent = &mut intents[i];
         let newly_granted = grant_rank[i].is_some();
+        let actions_before = decision.actions.len();
         let wants_cordon = *state == NodeState::Updating
             && intent.granted_at.is_some()
             && input.spec.disruption != Disruption::None;
@@ -608,10 +621,22 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
             intent.cordoned = false;
         }
         if plan_differs(written.as_ref(), intent) {
-            decision.actions.push(NodeAction::ApplyPlan {
-                node: node.name.clone(),
-                intent: intent.clone(),
-            });
+            // Only a plain "start staging" write waits for a later round; a node with
+            // anything else to do this round (a cordon to undo) gets its plan written too.
+            let starts_staging = *state == NodeState::Pending
+                && decision.actions.len() == actions_before
+                && written
+                    .as_ref()
+                    .is_none_or(|p| p.revision.as_deref() != Some(intent.revision.as_str()));
+            if starts_staging && staging_started == STAGING_BATCH {
+                staging_deferred = true;
+            } else {
+                staging_started += usize::from(starts_staging);
+                decision.actions.push(NodeAction::ApplyPlan {
+                    node: node.name.clone(),
+                    intent: intent.clone(),
+                });
+            }
         }
         if newly_granted {
             decision.events.push(event(
@@ -746,7 +771,10 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
         ]
     };
     finish_conditions(input, &mut decision, conditions);
-    decision.requeue_after = drains_pending.into_iter().min();
+    decision.requeue_after = drains_pending
+        .into_iter()
+        .chain(staging_deferred.then_some(STAGING_REQUEUE))
+        .min();
     decision
 }
 

@@ -454,6 +454,41 @@ fn a_node_that_joins_later_is_staged() {
 }
 
 #[test]
+fn staging_goes_in_batches_and_grants_do_not_wait_for_it() {
+    let s = spec(IntOrString::Int(10), 0);
+    let mut nodes: Vec<NodeView> = (0..STAGING_BATCH + 7)
+        .map(|i| node(&format!("new-{i:05}")))
+        .collect();
+    nodes.extend((0..3).map(|i| staged(node(&format!("old-{i}")))));
+    let d = decide(&input(&s, nodes));
+    let staging: Vec<&str> = applies(&d)
+        .into_iter()
+        .filter(|(_, intent)| intent.granted_at.is_none())
+        .map(|(node, _)| node)
+        .collect();
+    assert_eq!(staging.len(), STAGING_BATCH);
+    assert_eq!(staging[0], "new-00000", "staged in activation order");
+    assert_eq!(granted(&d), ["old-0", "old-1", "old-2"]);
+    assert_eq!(
+        d.requeue_after,
+        Some(STAGING_REQUEUE),
+        "the rest next round"
+    );
+    assert_eq!(d.status.nodes.pending, count(STAGING_BATCH + 7));
+
+    // Once the first batch is written, the next round stages the remainder.
+    let mut nodes: Vec<NodeView> = (0..STAGING_BATCH + 7)
+        .map(|i| node(&format!("new-{i:05}")))
+        .collect();
+    for n in &mut nodes[..STAGING_BATCH] {
+        n.plan = Some(plan(DesiredState::Staged, PlanReport::default()));
+    }
+    let d = decide(&input(&s, nodes));
+    assert_eq!(applies(&d).len(), 7);
+    assert_eq!(d.requeue_after, None);
+}
+
+#[test]
 fn a_deleted_node_drops_out_of_the_counts_and_frees_its_slot() {
     let s = spec(IntOrString::Int(1), 0);
     // "a" held the slot and was deleted: it is not in the input any more.
