@@ -428,19 +428,37 @@ enum Shape {
     Partial,
 }
 
+/// One line of a watch stream, serialised straight from the stored object (building it with
+/// `json!` deep-copied the object, once per watcher and event).
+#[derive(serde::Serialize)]
+struct WatchEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    object: &'a Value,
+}
+
 fn event_line(kind: &str, obj: &Value, t: &Target, shape: &Shape, ty: &ResourceType) -> Bytes {
-    let o = match shape {
-        Shape::Full => out(obj, t),
-        Shape::Partial => table::row_object(obj, "Metadata"),
+    let converted;
+    let object = match shape {
+        Shape::Full if !(t.ty.custom && t.version != t.ty.version) => obj,
+        Shape::Full => {
+            converted = out(obj, t);
+            &converted
+        }
+        Shape::Partial => {
+            converted = table::row_object(obj, "Metadata");
+            &converted
+        }
         Shape::Table(include) => {
             let rv = obj
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            table::table(ty, &[obj], include, rv, None, true)
+            converted = table::table(ty, &[obj], include, rv, None, true);
+            &converted
         }
     };
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": o})).unwrap_or_default();
+    let mut line = serde_json::to_vec(&WatchEvent { kind, object }).unwrap_or_default();
     line.push(b'\n');
     Bytes::from(line)
 }
@@ -677,28 +695,44 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
-fn strip_for_generation(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.remove("metadata");
-        m.remove("status");
-    }
-    v
+/// Whether two values are equal apart from the keys in `skip` (when both are objects).
+/// Compares in place: cloning whole objects to strip keys cost two deep copies per write.
+fn equal_except(a: &Value, b: &Value, skip: &[&str]) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let kept = |m: &serde_json::Map<String, Value>| {
+        m.keys().filter(|k| !skip.contains(&k.as_str())).count()
+    };
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skip.contains(&k.as_str()))
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
-fn without_volatile(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
-            for e in mf {
-                if let Some(e) = e.as_object_mut() {
-                    e.remove("time");
-                }
-            }
-        }
+/// Whether a write changes what bumps `metadata.generation` (all but metadata and status).
+fn same_generation_fields(a: &Value, b: &Value) -> bool {
+    equal_except(a, b, &["metadata", "status"])
+}
+
+/// Whether two states of an object differ only in what changes on every write (the
+/// resourceVersion, the times of managedFields entries): such a write is a no-op.
+fn same_but_volatile(a: &Value, b: &Value) -> bool {
+    if !equal_except(a, b, &["metadata"]) {
+        return false;
     }
-    v
+    let (Some(am), Some(bm)) = (a.get("metadata"), b.get("metadata")) else {
+        return a.get("metadata") == b.get("metadata");
+    };
+    if !equal_except(am, bm, &["resourceVersion", "managedFields"]) {
+        return false;
+    }
+    match (am.get("managedFields"), bm.get("managedFields")) {
+        (Some(Value::Array(x)), Some(Value::Array(y))) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(e, f)| equal_except(e, f, &["time"]))
+        }
+        (x, y) => x == y,
+    }
 }
 
 /// The common write path: preserve system metadata, schema (defaults, pruning, validation,
@@ -1000,7 +1034,7 @@ fn write(
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(1);
-        let bump = strip_for_generation(old) != strip_for_generation(&new);
+        let bump = !same_generation_fields(old, &new);
         new["metadata"]["generation"] = json!(if bump { g + 1 } else { g });
     }
     // Field ownership.
@@ -1032,7 +1066,7 @@ fn write(
     }
     // No-op writes don't change the resourceVersion (as in kube-apiserver).
     if let Some(old) = &old
-        && without_volatile(old) == without_volatile(&new)
+        && same_but_volatile(old, &new)
     {
         return Ok((200, out(old, t), warnings));
     }
@@ -1215,13 +1249,19 @@ fn patch(st: &Arc<State>, t: &Target, req: &Request) -> Result<Reply, ApiError> 
         .trim()
         .to_string();
     let mut c = ctx(t, req, "patch");
+    // Decoded before taking the store's lock: every other request waits while it is held.
+    let apply_config: Option<Value> = match ct.as_str() {
+        "application/apply-patch+yaml" => Some(
+            serde_yaml::from_slice(&req.body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+        ),
+        _ => None,
+    };
     let mut inner = st.store.lock();
     let old = current(&inner, t);
     let name = t.name();
-    let new = match ct.as_str() {
-        "application/apply-patch+yaml" => {
-            let config: Value = serde_yaml::from_slice(&req.body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    let new = match (ct.as_str(), apply_config) {
+        ("application/apply-patch+yaml", Some(config)) => {
             let Some(manager) = req.query.get("fieldManager").filter(|m| !m.is_empty()) else {
                 return Err(ApiError::bad_request(
                     "PATCH, application/apply-patch+yaml requires fieldManager to be set",
@@ -1259,9 +1299,12 @@ fn patch(st: &Arc<State>, t: &Target, req: &Request) -> Result<Reply, ApiError> 
             }
             merged
         }
-        "application/merge-patch+json"
-        | "application/strategic-merge-patch+json"
-        | "application/json-patch+json" => {
+        (
+            "application/merge-patch+json"
+            | "application/strategic-merge-patch+json"
+            | "application/json-patch+json",
+            _,
+        ) => {
             if ct == "application/strategic-merge-patch+json" && t.ty.custom {
                 return Err(ApiError::new(
                     415,
@@ -1298,7 +1341,7 @@ fn patch(st: &Arc<State>, t: &Target, req: &Request) -> Result<Reply, ApiError> 
             }
             doc
         }
-        other => {
+        (other, _) => {
             return Err(ApiError::new(
                 415,
                 "UnsupportedMediaType",
@@ -1447,7 +1490,7 @@ fn delete_one(
             marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
         }
         marked["metadata"]["finalizers"] = Value::Array(finalizers);
-        if without_volatile(&marked) == without_volatile(&old) {
+        if same_but_volatile(&marked, &old) {
             return Ok((200, out(&old, t)));
         }
         let stored = inner.put(&res, key, marked);
@@ -1905,4 +1948,42 @@ fn core_to_events_v1(c: &Value) -> Value {
         ],
     );
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_is_a_no_op_only_when_nothing_but_volatile_fields_change() {
+        let old = json!({
+            "metadata": {"name": "a", "resourceVersion": "7",
+                         "managedFields": [{"manager": "m", "time": "2026-01-01T00:00:00Z"}]},
+            "spec": {"x": 1},
+        });
+        let mut new = old.clone();
+        new["metadata"]["resourceVersion"] = json!("8");
+        new["metadata"]["managedFields"][0]["time"] = json!("2026-01-02T00:00:00Z");
+        assert!(same_but_volatile(&old, &new));
+        new["metadata"]["managedFields"][0]["manager"] = json!("other");
+        assert!(!same_but_volatile(&old, &new));
+        let mut labelled = old.clone();
+        labelled["metadata"]["labels"] = json!({"k": "v"});
+        assert!(!same_but_volatile(&old, &labelled));
+        assert!(!same_but_volatile(&old, &json!({"spec": {"x": 1}})));
+    }
+
+    #[test]
+    fn generation_follows_everything_but_metadata_and_status() {
+        let old = json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"p": 1}});
+        let mut new = old.clone();
+        new["metadata"]["labels"] = json!({"k": "v"});
+        new["status"] = json!({"p": 2});
+        assert!(same_generation_fields(&old, &new));
+        new["spec"]["x"] = json!(2);
+        assert!(!same_generation_fields(&old, &new));
+        let mut extra = old.clone();
+        extra["data"] = json!({});
+        assert!(!same_generation_fields(&old, &extra));
+    }
 }

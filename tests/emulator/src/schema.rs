@@ -5,6 +5,23 @@
 use crate::cel_rules;
 use crate::error::{Cause, cause};
 use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A schema `pattern`, compiled once per distinct pattern: compiling one on every write was
+/// the largest single cost of a plan write (the plan schema has four). `None` for a pattern
+/// the regex crate cannot compile, which, as before, is not enforced.
+fn compiled_pattern(pattern: &str) -> Option<Arc<regex::Regex>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<Arc<regex::Regex>>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache
+        .entry(pattern.to_owned())
+        .or_insert_with(|| regex::Regex::new(pattern).ok().map(Arc::new))
+        .clone()
+}
 
 /// Apply `default`s of the schema to absent fields, recursively (like the real server does on
 /// every write and read).
@@ -300,8 +317,8 @@ fn validate(v: &Value, old: Option<&Value>, s: &Value, path: &str, errs: &mut Ve
                 ));
             }
             if let Some(p) = s.get("pattern").and_then(Value::as_str) {
-                match regex::Regex::new(p) {
-                    Ok(re) if !re.is_match(st) => errs.push(cause(
+                match compiled_pattern(p) {
+                    Some(re) if !re.is_match(st) => errs.push(cause(
                         "FieldValueInvalid",
                         path,
                         format!(
