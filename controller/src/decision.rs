@@ -43,12 +43,20 @@ pub const NODES_REFUSED_CONDITION: &str = "NodesRefused";
 /// this often until the drain completes or `drainTimeout` passes).
 pub const DRAIN_RETRY: StdDuration = StdDuration::from_secs(5);
 
-/// The most nodes one round starts staging (a new plan, or a plan moved to the revision).
+/// The fewest nodes one round may start staging (a new plan, or a plan moved to the
+/// revision); a rollout with more slots stages a slot count per round ([`staging_batch`]).
 /// A round's status is written and its grants are made only after its writes, so staging a
 /// 30,000-node fleet in one round would hold back every status report and activation until
 /// 30,000 plans are written; in batches, the first nodes are granted while later ones are
 /// still being staged (the rollout asks to be looked at again at once, [`STAGING_REQUEUE`]).
 pub const STAGING_BATCH: usize = 500;
+
+/// How many nodes one round starts staging at most: a wave's worth (the slots), at least
+/// [`STAGING_BATCH`]. Each round costs a pass over every selected node, so a batch smaller
+/// than a wave would spend more rounds staging than activating.
+pub fn staging_batch(slots: usize) -> usize {
+    slots.max(STAGING_BATCH)
+}
 
 /// How soon a round that left nodes unstaged (past [`STAGING_BATCH`]) is followed by the next.
 pub const STAGING_REQUEUE: StdDuration = StdDuration::ZERO;
@@ -571,6 +579,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     }
 
     // Turn intents into actions, node by node in activation order.
+    let staging_limit = staging_batch(slots);
     let mut staging_started = 0;
     let mut staging_deferred = false;
     for (i, node) in owned.iter().enumerate() {
@@ -628,7 +637,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
                 && written
                     .as_ref()
                     .is_none_or(|p| p.revision.as_deref() != Some(intent.revision.as_str()));
-            if starts_staging && staging_started == STAGING_BATCH {
+            if starts_staging && staging_started == staging_limit {
                 staging_deferred = true;
             } else {
                 staging_started += usize::from(starts_staging);

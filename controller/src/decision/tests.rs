@@ -489,6 +489,17 @@ fn staging_goes_in_batches_and_grants_do_not_wait_for_it() {
 }
 
 #[test]
+fn a_rollout_with_many_slots_stages_a_wave_per_round() {
+    assert_eq!(staging_batch(10), STAGING_BATCH);
+    assert_eq!(staging_batch(3_000), 3_000);
+    let s = spec(IntOrString::String("10%".into()), 0);
+    let nodes: Vec<NodeView> = (0..6_000).map(|i| node(&format!("n-{i:05}"))).collect();
+    let d = decide(&input(&s, nodes));
+    assert_eq!(applies(&d).len(), 600, "10% of 6,000 nodes");
+    assert_eq!(d.requeue_after, Some(STAGING_REQUEUE));
+}
+
+#[test]
 fn a_deleted_node_drops_out_of_the_counts_and_frees_its_slot() {
     let s = spec(IntOrString::Int(1), 0);
     // "a" held the slot and was deleted: it is not in the input any more.
