@@ -49,6 +49,6 @@ docs:
 	python3 -c 'import sys,re; p="docs/usage/troubleshooting.md"; s=open(p).read(); t=sys.argv[1]+"\n"; \
 	open(p,"w").write(re.sub(r"(<!-- reasons:begin -->\n).*?(<!-- reasons:end -->)", lambda m: m.group(1)+t+m.group(2), s, flags=re.S))' "$$table"
 
-## Node packages from a release build, into target/packages/: the agent sysext image (Flatcar), the .deb, SHA256SUMS.
+## Node packages from the size-optimised `node` build of the agent, into target/packages/: the agent sysext image (Flatcar), the .deb, SHA256SUMS.
 packages:
 	@./scripts/package.sh

@@ -30,6 +30,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
-cargo build --release -q -p inplace-bench -p inplace-agent -p inplace-tests --bin inplace-bench --bin inplace-agent --bin fake-kubelet
-cargo run --release -q -p inplace-tests --bin inplace-testbed -- build-rootfs
-exec "$CARGO_TARGET_DIR/release/inplace-bench" all "$@"
+# The `node` profile is what ships to nodes (scripts/package.sh): the agent measured, and the
+# fetcher inside `inplace-bench fetch-one`, are the packaged code.
+cargo build --profile node -q -p inplace-bench -p inplace-agent -p inplace-tests --bin inplace-bench --bin inplace-agent --bin fake-kubelet
+cargo run --profile node -q -p inplace-tests --bin inplace-testbed -- build-rootfs
+exec "$CARGO_TARGET_DIR/node/inplace-bench" all "$@"

@@ -3,7 +3,8 @@
 #   inplace-agent-<version>-x86-64.raw   systemd-sysext image (Flatcar, any sysext host)
 #   inplace-agent_<version>_amd64.deb    Debian/Ubuntu package (image-builder)
 #   SHA256SUMS
-# usage: scripts/package.sh [BINARY]   (default: cargo build --release -p inplace-agent)
+# usage: scripts/package.sh [BINARY]   (default: cargo build --profile node -p inplace-agent,
+# the size-optimised profile in Cargo.toml every node runs)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,8 +15,8 @@ version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Ca
 if [[ $# -ge 1 ]]; then
     binary=$1
 else
-    ${CARGO:-cargo} build --release --locked -p inplace-agent --bin inplace-agent
-    binary=$target/release/inplace-agent
+    ${CARGO:-cargo} build --profile node --locked -p inplace-agent --bin inplace-agent
+    binary=$target/node/inplace-agent
 fi
 mkdir -p "$out"
 packaging/node/build-sysext.sh "$binary" "$version" "$out"

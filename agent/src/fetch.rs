@@ -189,7 +189,13 @@ enum Attempt<T = ()> {
 
 /// Bytes are handed to the writer thread in blocks of this size: large enough that the
 /// channel and thread hand-off cost nothing next to the write and the hash.
-const BLOCK: usize = 1 << 20;
+const BLOCK: usize = 512 << 10;
+
+/// Blocks waiting for the writer. Two keep the network and the disk both busy; more would
+/// only pile up in memory while the disk is the slower side (as it is for a large artifact
+/// once writeback throttles), so the fetcher's memory stays flat at about
+/// (QUEUED + 2) × BLOCK whatever the artifact's size.
+const QUEUED: usize = 2;
 
 /// Every this many bytes the writer asks the kernel to start writing back and drop what is
 /// already on disk, so the final `fsync` has little left to do and a 1 GiB artifact does
@@ -293,7 +299,7 @@ impl Partial {
         B: futures::Stream<Item = reqwest::Result<Bytes>> + Unpin,
     {
         let mut sink = self.take_sink()?;
-        let (blocks, mut incoming) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let (blocks, mut incoming) = tokio::sync::mpsc::channel::<Bytes>(QUEUED);
         let writer = tokio::task::spawn_blocking(move || {
             while let Some(block) = incoming.blocking_recv() {
                 if let Err(e) = sink.write_block(&block) {

@@ -84,17 +84,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig => check_config(&cli.config),
         Command::Metrics { socket } => print_metrics(&cli.config, socket),
-        Command::ClearDegraded => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the runtime")
-            .and_then(|rt| rt.block_on(clear_degraded(&cli.config))),
-        Command::Run => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .context("starting the runtime")
-            .and_then(|rt| rt.block_on(run(&cli.config))),
+        Command::ClearDegraded => runtime().and_then(|rt| rt.block_on(clear_degraded(&cli.config))),
+        Command::Run => runtime().and_then(|rt| rt.block_on(run(&cli.config))),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -104,6 +95,17 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// One thread runs every task: the agent waits on the API, systemd and the network, and
+/// its CPU work (hashing, writing, unpacking) runs on tokio's blocking pool. A multi-threaded
+/// scheduler would add worker threads, their stacks and its own code (and libm) to the
+/// footprint of an agent that idles on every node.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
 }
 
 fn check_config(path: &Path) -> anyhow::Result<()> {
