@@ -115,34 +115,42 @@ enum Command {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let multi_thread = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    };
     match cli.command {
+        // The fetcher runs the way the agent runs it: every task on one thread, hashing and
+        // writing on the blocking pool (agent/src/main.rs).
         Command::FetchOne {
             url,
             sha256,
             size,
             dir,
-        } => rt.block_on(download::fetch_one(&url, &sha256, size, &dir)),
+        } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(download::fetch_one(&url, &sha256, size, &dir)),
         Command::Download(o) => {
-            let rows = rt.block_on(download::run(&o.effective()))?;
+            let rows = multi_thread()?.block_on(download::run(&o.effective()))?;
             report::print_table(&rows);
             Ok(())
         }
         Command::Node(o) => {
-            let rows = rt.block_on(node::run(&o.effective()))?;
+            let rows = multi_thread()?.block_on(node::run(&o.effective()))?;
             report::print_table(&rows);
             Ok(())
         }
         Command::Fleet(o) => {
-            let rows = rt.block_on(fleet::run(&o.effective()))?;
+            let rows = multi_thread()?.block_on(fleet::run(&o.effective()))?;
             report::print_table(&rows);
             Ok(())
         }
         Command::All(o) => {
             let o = o.effective();
+            let rt = multi_thread()?;
             let mut rows = Vec::new();
             let mut notes = Vec::new();
             let load_before = machine::load_average();

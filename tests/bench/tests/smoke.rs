@@ -30,7 +30,8 @@ fn quick_download_produces_rows() {
         String::from_utf8_lossy(&out.stderr)
     );
     for row in [
-        "from artifact server: curl -o f (disk-write limit)",
+        "from artifact server: curl -o f (the disk-write limit",
+        "dd conv=fsync of the cached file",
         "from artifact server: curl \\| tee f \\| openssl dgst -sha256",
         "from artifact server: agent fetcher",
         "fetcher peak RSS",
