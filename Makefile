@@ -2,10 +2,23 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kube-smoke
 
 ## Every check CI runs: formatting, lints, and every test.
-test: deps lint unit fuzz-short
+test: deps lint kube-smoke unit fuzz-short
+
+# The real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) of the release
+# pinned in tests/kube/go.mod, built from the official Go modules; the suites run against it.
+KUBE_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/kube/bin
+export PATH := $(KUBE_BIN):$(PATH)
+
+## Build (cached) kube-testbed: etcd + kube-apiserver + kube-controller-manager + kubectl.
+kube:
+	@./tests/kube/build.sh "$(KUBE_BIN)"
+
+## Start the real server once, show its version, apply the shipped manifests with its kubectl.
+kube-smoke: kube testbed
+	@./scripts/kube-smoke.sh
 
 deps:
 	@./scripts/install-deps.sh
@@ -23,7 +36,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) deny --log-level error check bans licenses sources
 
-unit: testbed
+unit: testbed kube
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 ## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.

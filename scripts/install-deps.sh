@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh machine of this project's kind (Debian bookworm,
-# root, Rust toolchain with cargo-nextest). Idempotent and quick when everything is there.
+# root, Rust by rustup, Go). Idempotent and quick when everything is there. kubectl is not
+# installed here: the suites use the one built with kube-apiserver from the pinned release
+# (tests/kube, `make kube`).
 set -euo pipefail
 
+if ! command -v go >/dev/null; then
+    echo "Go is missing: the real Kubernetes control plane of the tests is built from its Go modules" >&2
+    echo "(tests/kube/go.mod names the Go version). Install Go, then run make again." >&2
+    exit 1
+fi
+
 need_apt=()
-command -v kubectl >/dev/null || need_apt+=(kubernetes-client)
 command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v mksquashfs >/dev/null || need_apt+=(squashfs-tools)

@@ -1,6 +1,8 @@
 //! The revision of a piece of content: a short hash that names "this exact set of
 //! artifacts, activation and checks". Stable across field order and formatting, because it
-//! is computed over the typed value with object keys sorted, never over the input text.
+//! is computed over the typed value with object keys sorted, never over the input text, and
+//! with `artifacts` in name order: the API declares that list a map keyed by name, and
+//! kube-apiserver's `self == oldSelf` on a NodeRelease holds for a reordered list.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -12,8 +14,10 @@ pub const REVISION_LEN: usize = 12;
 
 /// The revision hash of `content`.
 pub fn revision_of(content: &UpdateContent) -> String {
+    let mut by_name = content.clone();
+    by_name.artifacts.sort_by(|a, b| a.name.cmp(&b.name));
     // Serializing a typed value cannot fail: it holds only strings, numbers and lists.
-    let value = serde_json::to_value(content).unwrap_or(Value::Null);
+    let value = serde_json::to_value(&by_name).unwrap_or(Value::Null);
     let mut hasher = Sha256::new();
     write_canonical(&value, &mut hasher);
     let digest = hex::encode(hasher.finalize());

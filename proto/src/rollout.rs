@@ -43,6 +43,9 @@ pub struct NodeRolloutSpec {
     /// nodes rounded down (at least 1), as Kubernetes rounds `maxUnavailable`. Staging is
     /// not limited.
     #[serde(default = "default_max_unavailable")]
+    // maxLength bounds the CEL cost estimate of the rule below (an unbounded string is sized
+    // at ~3M characters by the API server's estimator); "100%" is the longest valid value.
+    #[schemars(extend("maxLength" = 4))]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')", "message": "maxUnavailable must be a positive integer or a percentage from 1% to 100%"},
     ]))]

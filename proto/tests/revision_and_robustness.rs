@@ -141,3 +141,21 @@ fn a_signature_changes_the_revision_and_its_absence_changes_nothing() {
         revision_of(&signed.spec.content)
     );
 }
+
+// `artifacts` is a list of type map keyed by name: kube-apiserver compares such lists without
+// regard to order when it evaluates the release's `self == oldSelf` rule, so a reordered
+// release is accepted as unchanged and must keep its revision (else the fleet re-rolls).
+#[test]
+fn reordering_the_artifacts_keeps_the_revision() {
+    let a: NodeRelease = object_from_yaml(RELEASE_A).unwrap();
+    let mut two = a.clone();
+    let mut kubelet = two.spec.content.artifacts[0].clone();
+    kubelet.name = "kubelet".into();
+    two.spec.content.artifacts.push(kubelet);
+    let mut reordered = two.clone();
+    reordered.spec.content.artifacts.reverse();
+    assert_eq!(
+        revision_of(&two.spec.content),
+        revision_of(&reordered.spec.content)
+    );
+}

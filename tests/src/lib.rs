@@ -1,4 +1,4 @@
-//! Test beds for inplace: the Kubernetes API emulator, real systemd hosts booted with
+//! Test beds for inplace: the real Kubernetes API server ([`apiserver`]), the API emulator, real systemd hosts booted with
 //! `systemd-nspawn`, and a controllable artifact server. The end-to-end suites live in
 //! `tests/tests/`.
 //!
@@ -8,11 +8,13 @@
 //! - [`artifact_server`]: an HTTP/1.1 server on loopback that can misbehave on request.
 //! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
 
+pub mod apiserver;
 pub mod artifact_server;
 pub mod error;
 pub mod fake_kubelet;
 pub mod nspawn;
 pub mod prereq;
 pub mod sysext;
+pub mod test_api;
 
 pub use error::{Error, Result};

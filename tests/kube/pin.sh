@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Pins this module to one Kubernetes release. k8s.io/kubernetes requires every staging module
+# (k8s.io/api, k8s.io/apiserver, ...) at v0.0.0 and replaces it with its own ./staging folder,
+# which a consumer cannot see; the module proxy serves them as v0.MINOR.PATCH. So this reads the
+# release's own go.mod and adds one `replace` per staging module to the published version.
+# Usage: tests/kube/pin.sh [v1.36.3]   (then commit go.mod and go.sum)
+set -euo pipefail
+release=${1:-v1.36.3}
+staging="v0.${release#v1.}"
+cd "$(dirname "$0")"
+release_gomod=$(go mod download -json "k8s.io/kubernetes@${release}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+modules=$(go mod edit -json "$release_gomod" | python3 -c '
+import json, sys
+for r in json.load(sys.stdin).get("Replace") or []:
+    if r["New"]["Path"].startswith("./staging/"):
+        print(r["Old"]["Path"])')
+args=()
+for module in $modules; do
+    args+=("-replace=${module}=${module}@${staging}")
+done
+go mod edit "${args[@]}"
+go mod edit -require="k8s.io/kubernetes@${release}"
+go mod tidy
+echo "pinned k8s.io/kubernetes ${release}, $(wc -w <<<"$modules") staging modules at ${staging}"

@@ -1,0 +1,315 @@
+//! The real Kubernetes control plane for tests and the demo: etcd, kube-apiserver and
+//! kube-controller-manager of the release pinned in `tests/kube/go.mod`, built from the
+//! official Go modules by `tests/kube/build.sh` (cached), started by `kube-testbed serve`.
+//!
+//! The server runs with `--authorization-mode=Node,RBAC`, `NodeRestriction` and
+//! ValidatingAdmissionPolicy, anonymous access off. Identities are x509 client certificates
+//! signed by the server's CA: the admin (`system:masters`) and, per node, `system:node:NAME`
+//! in `system:nodes`, as a kubelet's are. One [`ApiServer`] per test process; startup on a
+//! loaded 2-core machine can take half a minute, so nothing here asserts a duration.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, bail};
+
+/// How long a (cold, loaded) server may take to answer `/readyz`.
+const STARTUP_LIMIT: Duration = Duration::from_secs(300);
+
+/// The repository root (this crate is `tests/`).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// Where `tests/kube/build.sh` puts `kube-testbed` and its `kubectl` link:
+/// `$INPLACE_KUBE_BIN_DIR`, else `target/kube/bin` under the cargo target directory.
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("INPLACE_KUBE_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    target.join("kube").join("bin")
+}
+
+/// The `kube-testbed` binary, built first if it is missing or older than its sources
+/// (`make test` builds it before the suites, so this is a check of file times).
+pub fn binary() -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| ensure_built().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// kubectl of the pinned release (a link to `kube-testbed`).
+pub fn kubectl() -> anyhow::Result<PathBuf> {
+    Ok(binary()?.with_file_name("kubectl"))
+}
+
+fn ensure_built() -> anyhow::Result<PathBuf> {
+    let source = repo_root().join("tests").join("kube");
+    let binary = bin_dir().join("kube-testbed");
+    if is_newer_than_sources(&binary, &source)? {
+        return Ok(binary);
+    }
+    eprintln!(
+        "building kube-apiserver, etcd and kubectl from the pinned Go modules (tests/kube; minutes the first time)"
+    );
+    let output = Command::new(source.join("build.sh"))
+        .arg(bin_dir())
+        .output()
+        .context("running tests/kube/build.sh (is Go installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "tests/kube/build.sh failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(binary)
+}
+
+fn is_newer_than_sources(binary: &Path, source: &Path) -> anyhow::Result<bool> {
+    let Ok(built) = binary.metadata().and_then(|m| m.modified()) else {
+        return Ok(false);
+    };
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for entry in
+        std::fs::read_dir(source).with_context(|| format!("reading {}", source.display()))?
+    {
+        let path = entry?.path();
+        let relevant = path
+            .extension()
+            .is_some_and(|e| e == "go" || e == "mod" || e == "sum" || e == "sh");
+        if relevant {
+            newest = newest.max(path.metadata()?.modified()?);
+        }
+    }
+    Ok(built >= newest)
+}
+
+/// A running control plane; dropping it stops every process it started.
+pub struct ApiServer {
+    dir: PathBuf,
+    _tempdir: Option<tempfile::TempDir>,
+    child: Child,
+    // Held open: `serve --exit-on-stdin-eof` stops when this test process ends, however it ends.
+    _stdin: ChildStdin,
+    url: String,
+}
+
+impl ApiServer {
+    /// Starts a server in a new temporary directory.
+    pub async fn start() -> anyhow::Result<ApiServer> {
+        let tempdir = tempfile::Builder::new()
+            .prefix("inplace-kube-")
+            .tempdir()
+            .context("creating the server's directory")?;
+        let mut server = Self::start_in(tempdir.path(), &[]).await?;
+        server._tempdir = Some(tempdir);
+        Ok(server)
+    }
+
+    /// Starts a server keeping its state (CA, etcd data, logs, kubeconfigs) in `dir`, and
+    /// writes `dir/NAME.kubeconfig` for each of `nodes`.
+    pub async fn start_in(dir: &Path, nodes: &[String]) -> anyhow::Result<ApiServer> {
+        let binary = tokio::task::spawn_blocking(binary).await??;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let ready = dir.join("ready");
+        let _ = std::fs::remove_file(&ready);
+        let log = std::fs::File::create(dir.join("serve.log"))?;
+        let mut command = Command::new(&binary);
+        command
+            .args(["serve", "--exit-on-stdin-eof", "--dir"])
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        for node in nodes {
+            command.args(["--node", node]);
+        }
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdin = child.stdin.take().context("no stdin pipe")?;
+        let started = Instant::now();
+        while !ready.exists() {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "kube-testbed serve exited ({status}) before the API server was ready:\n{}",
+                    log_tails(dir)
+                );
+            }
+            if started.elapsed() > STARTUP_LIMIT {
+                let _ = child.kill();
+                bail!(
+                    "the API server was not ready after {STARTUP_LIMIT:?}:\n{}",
+                    log_tails(dir)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let url = std::fs::read_to_string(dir.join("server-url"))?;
+        Ok(ApiServer {
+            dir: dir.to_path_buf(),
+            _tempdir: None,
+            child,
+            _stdin: stdin,
+            url,
+        })
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The server's state directory (logs: `kube-apiserver.log`, `etcd.log`, ...).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The admin's kubeconfig (`system:masters`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// Writes a kubeconfig for `user` in `groups` (a new client certificate) to `out`.
+    pub fn write_kubeconfig(&self, out: &Path, user: &str, groups: &[&str]) -> anyhow::Result<()> {
+        let mut command = Command::new(binary()?);
+        command
+            .args(["kubeconfig", "--dir"])
+            .arg(&self.dir)
+            .args(["--user", user]);
+        for group in groups {
+            command.args(["--group", group]);
+        }
+        let output = command.arg("--out").arg(out).output()?;
+        if !output.status.success() {
+            bail!(
+                "writing a kubeconfig for {user}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// The kubeconfig of `node`'s kubelet identity (`system:node:NODE` in `system:nodes`),
+    /// written once into the server's directory.
+    pub fn node_kubeconfig(&self, node: &str) -> anyhow::Result<PathBuf> {
+        let path = self.dir.join(format!("{node}.kubeconfig"));
+        if !path.exists() {
+            self.write_kubeconfig(&path, &format!("system:node:{node}"), &["system:nodes"])?;
+        }
+        Ok(path)
+    }
+
+    /// A kube client configuration from a kubeconfig file of this server.
+    pub async fn config_from(&self, kubeconfig: &Path) -> anyhow::Result<kube::Config> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)?;
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)
+    }
+
+    /// A kube client acting as the admin.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        Ok(kube::Client::try_from(
+            self.config_from(&self.admin_kubeconfig()).await?,
+        )?)
+    }
+
+    /// A kube client acting as `node`'s kubelet identity.
+    pub async fn client_as_node(&self, node: &str) -> anyhow::Result<kube::Client> {
+        let kubeconfig = self.node_kubeconfig(node)?;
+        Ok(kube::Client::try_from(
+            self.config_from(&kubeconfig).await?,
+        )?)
+    }
+
+    /// kubectl of the server's release, as the admin.
+    pub fn kubectl(&self) -> anyhow::Result<Command> {
+        let mut command = Command::new(kubectl()?);
+        command.arg("--kubeconfig").arg(self.admin_kubeconfig());
+        Ok(command)
+    }
+
+    /// Runs kubectl as the admin with `args`; its standard output, or an error with its
+    /// standard error.
+    pub fn run_kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let output = self.kubectl()?.args(args).output()?;
+        if !output.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Applies the CRDs in `dir` with kubectl and waits until each is Established (served).
+    pub async fn apply_crd_dir(&self, dir: &Path) -> anyhow::Result<()> {
+        let dir = dir.to_str().context("CRD directory is not UTF-8")?;
+        self.run_kubectl(&["apply", "--server-side", "-f", dir])?;
+        self.run_kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=120s",
+            "-f",
+            dir,
+        ])?;
+        Ok(())
+    }
+
+    /// Kills kube-apiserver (SIGKILL, as a crash) and keeps it down until [`Self::resume`];
+    /// etcd keeps the data.
+    pub fn kill_apiserver(&self) -> anyhow::Result<()> {
+        std::fs::File::create(self.dir.join("apiserver.hold"))?;
+        let pid = std::fs::read_to_string(self.dir.join("kube-apiserver.pid"))?;
+        let pid: i32 = pid.trim().parse().context("kube-apiserver.pid")?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )?;
+        Ok(())
+    }
+
+    /// Lets the supervisor start kube-apiserver again (on the same port).
+    pub fn resume(&self) -> anyhow::Result<()> {
+        std::fs::remove_file(self.dir.join("apiserver.hold"))?;
+        Ok(())
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        // The children die with it (parent-death signal); etcd runs inside it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The last lines of each component's log, for a failure message.
+fn log_tails(dir: &Path) -> String {
+    let mut text = String::new();
+    for name in [
+        "serve.log",
+        "kube-apiserver.log",
+        "etcd.log",
+        "kube-controller-manager.log",
+    ] {
+        if let Ok(log) = std::fs::read_to_string(dir.join(name)) {
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+            let _ = writeln!(text, "--- {name} (last lines)\n{tail}");
+        }
+    }
+    text
+}

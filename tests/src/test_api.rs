@@ -1,0 +1,142 @@
+//! The Kubernetes API a suite runs against: the real kube-apiserver ([`ApiServer`], the
+//! default) or the API emulator, for the cases only it can produce (injected 429/500/409
+//! answers, cut watches on demand, the 30,000-node simulation). Suites are written once
+//! against [`TestApi`]; `INPLACE_TEST_API=emulator` runs a default suite on the emulator.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
+
+use crate::apiserver::ApiServer;
+
+/// A running API server of either kind.
+pub enum TestApi {
+    /// kube-apiserver + etcd + kube-controller-manager of the pinned release.
+    Real(ApiServer),
+    /// The project's emulator (`tests/emulator`).
+    Emulator(Handle),
+}
+
+impl TestApi {
+    /// The default backend: the real server, unless `INPLACE_TEST_API=emulator`.
+    pub async fn start() -> anyhow::Result<TestApi> {
+        if std::env::var("INPLACE_TEST_API").is_ok_and(|v| v == "emulator") {
+            return Self::start_emulator(EmulatorConfig {
+                authz: inplace_api_emulator::AuthzMode::Rbac,
+                ..EmulatorConfig::default()
+            })
+            .await;
+        }
+        Ok(TestApi::Real(ApiServer::start().await?))
+    }
+
+    /// The emulator with `config`, for a case only it can produce.
+    pub async fn start_emulator(config: EmulatorConfig) -> anyhow::Result<TestApi> {
+        Ok(TestApi::Emulator(Emulator::start(config).await?))
+    }
+
+    /// The emulator, when this is one (its fault injection, its store).
+    pub fn emulator(&self) -> Option<&Handle> {
+        match self {
+            TestApi::Emulator(handle) => Some(handle),
+            TestApi::Real(_) => None,
+        }
+    }
+
+    /// The real server, when this is one.
+    pub fn real(&self) -> Option<&ApiServer> {
+        match self {
+            TestApi::Real(server) => Some(server),
+            TestApi::Emulator(_) => None,
+        }
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        match self {
+            TestApi::Real(server) => server.url().to_owned(),
+            TestApi::Emulator(handle) => handle.url(),
+        }
+    }
+
+    /// The admin's client configuration.
+    pub async fn admin_config(&self) -> anyhow::Result<kube::Config> {
+        match self {
+            TestApi::Real(server) => server.config_from(&server.admin_kubeconfig()).await,
+            TestApi::Emulator(handle) => handle.config_as(&User::admin()).await,
+        }
+    }
+
+    /// A client acting as the admin.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        Ok(kube::Client::try_from(self.admin_config().await?)?)
+    }
+
+    /// A client acting as `node`'s kubelet identity (`system:node:NODE` in `system:nodes`).
+    pub async fn client_as_node(&self, node: &str) -> anyhow::Result<kube::Client> {
+        match self {
+            TestApi::Real(server) => server.client_as_node(node).await,
+            TestApi::Emulator(handle) => handle.client_as_node(node).await,
+        }
+    }
+
+    /// A kubeconfig (YAML) of `node`'s kubelet identity, as a node's
+    /// `/etc/kubernetes/kubelet.conf` holds it.
+    pub fn node_kubeconfig_yaml(&self, node: &str) -> anyhow::Result<String> {
+        match self {
+            TestApi::Real(server) => {
+                let path = server.node_kubeconfig(node)?;
+                std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))
+            }
+            TestApi::Emulator(handle) => Ok(handle.kubeconfig_yaml(&User::node(node))),
+        }
+    }
+
+    /// Writes the admin's kubeconfig to `path` (for kubectl and the controller binary).
+    pub fn write_admin_kubeconfig(&self, path: &Path) -> anyhow::Result<()> {
+        match self {
+            TestApi::Real(server) => {
+                std::fs::copy(server.admin_kubeconfig(), path)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                Ok(())
+            }
+            TestApi::Emulator(handle) => handle.write_kubeconfig(path, &User::admin()),
+        }
+    }
+
+    /// Applies the CRDs in `dir` (and waits until the real server serves them).
+    pub async fn apply_crd_dir(&self, dir: &Path) -> anyhow::Result<()> {
+        match self {
+            TestApi::Real(server) => server.apply_crd_dir(dir).await,
+            TestApi::Emulator(handle) => handle.apply_crd_dir(dir).await,
+        }
+    }
+
+    /// Applies the manifests at `path` (a file or a directory) as the admin with kubectl of
+    /// the pinned release.
+    pub fn kubectl_apply(&self, path: &Path) -> anyhow::Result<()> {
+        let path = path.to_str().context("path is not UTF-8")?;
+        let kubeconfig = tempfile::NamedTempFile::new()?;
+        self.write_admin_kubeconfig(kubeconfig.path())?;
+        let output = std::process::Command::new(crate::apiserver::kubectl()?)
+            .arg("--kubeconfig")
+            .arg(kubeconfig.path())
+            .args(["apply", "-f", path])
+            .output()?;
+        anyhow::ensure!(
+            output.status.success(),
+            "kubectl apply -f {path}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        Ok(())
+    }
+}
+
+/// The committed manifests: `packaging/kubernetes/<relative>`.
+pub fn packaging(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../packaging/kubernetes")
+        .join(relative)
+}

@@ -1,0 +1,283 @@
+//! The shipped API objects against the real kube-apiserver (Node,RBAC authorization,
+//! NodeRestriction, ValidatingAdmissionPolicy) of the pinned release: what the emulator
+//! cannot prove because it is our own reading of the server.
+
+// Test code: a failed setup step should fail the test loudly.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, revision_of};
+use inplace_tests::apiserver::ApiServer;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn packaging() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes")
+}
+
+/// A server with the CRDs, the agent's RBAC and its admission policy applied.
+async fn server_with_agent_objects() -> ApiServer {
+    let server = ApiServer::start()
+        .await
+        .expect("the real API server starts");
+    server
+        .apply_crd_dir(&packaging().join("crds"))
+        .await
+        .expect("the CRDs are accepted and become Established");
+    let agent = packaging().join("agent");
+    server
+        .run_kubectl(&["apply", "-f", agent.to_str().unwrap()])
+        .expect("the agent's RBAC and admission policy apply");
+    server
+}
+
+fn plan(node: &str) -> NodeUpdatePlan {
+    serde_json::from_value(json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeUpdatePlan",
+        "metadata": {"name": node},
+        "spec": {
+            "nodeName": node, "desiredState": "Staged",
+            "artifacts": [{"name": "kubernetes", "type": "Sysext", "url": "https://x.example/k.raw", "sha256": "a".repeat(64)}],
+        }
+    }))
+    .unwrap()
+}
+
+fn release(artifacts: serde_json::Value) -> NodeRelease {
+    serde_json::from_value(json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
+        "metadata": {"name": "v1"},
+        "spec": {"version": "v1", "artifacts": artifacts},
+    }))
+    .unwrap()
+}
+
+fn sysext(name: &str, digit: &str) -> serde_json::Value {
+    json!({"name": name, "type": "Sysext", "url": format!("https://x.example/{name}.raw"), "sha256": digit.repeat(64)})
+}
+
+/// The API's refusal of a request: (HTTP code, reason, message). Panics on success or on an
+/// error that did not come from the server.
+fn refusal<T: std::fmt::Debug>(result: kube::Result<T>) -> (u16, String, String) {
+    match result {
+        Err(kube::Error::Api(status)) => {
+            (status.code, status.reason.clone(), status.message.clone())
+        }
+        other => panic!("expected the API server to refuse, got {other:?}"),
+    }
+}
+
+fn status_patch() -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"status": {"observedGeneration": 1}}))
+}
+
+#[tokio::test]
+async fn the_shipped_manifests_apply_with_the_real_kubectl() {
+    let server = ApiServer::start().await.unwrap();
+    let version = server.run_kubectl(&["version", "-o", "json"]).unwrap();
+    let version: serde_json::Value = serde_json::from_str(&version).unwrap();
+    let server_version = version["serverVersion"]["gitVersion"].as_str().unwrap();
+    assert_eq!(
+        server_version,
+        version["clientVersion"]["gitVersion"].as_str().unwrap(),
+        "kubectl is of the server's release"
+    );
+    assert!(server_version.starts_with("v1."), "{server_version}");
+
+    let all = packaging();
+    server
+        .run_kubectl(&["apply", "-k", all.to_str().unwrap()])
+        .expect("kubectl apply -k packaging/kubernetes");
+    let crds = all.join("crds");
+    server
+        .run_kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=120s",
+            "-f",
+            crds.to_str().unwrap(),
+        ])
+        .unwrap();
+    // The everyday verbs docs/usage/cluster-api.md needs (the emulator refused them: protobuf).
+    server
+        .run_kubectl(&["create", "namespace", "workload"])
+        .unwrap();
+    server
+        .run_kubectl(&[
+            "-n",
+            "workload",
+            "create",
+            "secret",
+            "generic",
+            "kc",
+            "--from-literal=value=x",
+        ])
+        .unwrap();
+    let examples = all.join("examples");
+    server
+        .run_kubectl(&["apply", "-f", examples.to_str().unwrap()])
+        .expect("the example objects are valid");
+}
+
+#[tokio::test]
+async fn a_node_identity_writes_only_the_status_of_its_own_plan() {
+    let server = server_with_agent_objects().await;
+    let admin: Api<NodeUpdatePlan> = Api::all(server.client().await.unwrap());
+    for node in ["worker-1", "worker-2"] {
+        admin
+            .create(&PostParams::default(), &plan(node))
+            .await
+            .unwrap();
+    }
+    let node_client = server.client_as_node("worker-1").await.unwrap();
+    let as_node: Api<NodeUpdatePlan> = Api::all(node_client.clone());
+    let params = PatchParams::default();
+
+    as_node
+        .get("worker-1")
+        .await
+        .expect("a node reads its plan");
+    as_node
+        .patch_status("worker-1", &params, &status_patch())
+        .await
+        .expect("a node writes its own plan's status");
+
+    // A ValidatingAdmissionPolicy takes effect asynchronously after it is created: retry
+    // until the server enforces it (bounded; no duration is asserted).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (code, _, message) = loop {
+        match as_node
+            .patch_status("worker-2", &params, &status_patch())
+            .await
+        {
+            Ok(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            result => break refusal(result),
+        }
+    };
+    assert_eq!(code, 403);
+    assert!(
+        message.contains("inplace-node-plan-restriction")
+            && message
+                .contains("node worker-1 may only write the plan named after it, not worker-2"),
+        "{message}"
+    );
+
+    // RBAC refuses before any admission policy runs: the message is the authorizer's.
+    let (code, reason, message) = refusal(
+        as_node
+            .patch(
+                "worker-1",
+                &params,
+                &Patch::Merge(json!({"spec": {"desiredState": "Active"}})),
+            )
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+    assert!(
+        message.contains(r#"User "system:node:worker-1" cannot patch resource "nodeupdateplans""#),
+        "{message}"
+    );
+    let (code, _, message) = refusal(
+        Api::<NodeRelease>::all(node_client.clone())
+            .create(
+                &PostParams::default(),
+                &release(json!([sysext("kubernetes", "a")])),
+            )
+            .await,
+    );
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains("cannot create resource \"nodereleases\""),
+        "{message}"
+    );
+    let (code, _, message) = refusal(
+        Api::<NodeRollout>::all(node_client.clone())
+            .list(&Default::default())
+            .await,
+    );
+    assert_eq!(code, 403, "{message}");
+    let (code, _, message) = refusal(as_node.delete("worker-2", &Default::default()).await);
+    assert_eq!(code, 403, "{message}");
+}
+
+/// The agent's `nodeKubeletVersion` health check reads the node's own Node object. The
+/// shipped RBAC grants nothing on nodes: the Node authorizer answers for a kubelet's identity.
+#[tokio::test]
+async fn a_node_identity_reads_its_node_through_the_node_authorizer() {
+    let server = server_with_agent_objects().await;
+    let admin: Api<Node> = Api::all(server.client().await.unwrap());
+    for name in ["worker-1", "worker-2"] {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        admin.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let as_node: Api<Node> = Api::all(server.client_as_node("worker-1").await.unwrap());
+    as_node
+        .get("worker-1")
+        .await
+        .expect("a kubelet identity reads its own Node");
+    // What the docs must say: since Kubernetes 1.32 (AuthorizeNodeWithSelectors) the Node
+    // authorizer lets a kubelet read only its own Node, and NodeRestriction lets it change
+    // only its own.
+    let (code, _, message) = refusal(as_node.get("worker-2").await);
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains("node 'worker-1' cannot read 'worker-2', only its own Node object"),
+        "{message}"
+    );
+    let (code, _, message) = refusal(
+        as_node
+            .patch(
+                "worker-2",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+            )
+            .await,
+    );
+    assert_eq!(code, 403, "{message}");
+}
+
+/// `spec.artifacts` is a map list: the real server's `self == oldSelf` ignores its order, so
+/// a reordered release is accepted as unchanged, and its revision must not change.
+#[tokio::test]
+async fn a_reordered_release_is_unchanged_for_the_server_and_keeps_its_revision() {
+    let server = server_with_agent_objects().await;
+    let api: Api<NodeRelease> = Api::all(server.client().await.unwrap());
+    let created = api
+        .create(
+            &PostParams::default(),
+            &release(json!([
+                sysext("kubernetes", "a"),
+                sysext("containerd", "b")
+            ])),
+        )
+        .await
+        .unwrap();
+    let reordered =
+        json!({"spec": {"artifacts": [sysext("containerd", "b"), sysext("kubernetes", "a")]}});
+    let updated = api
+        .patch("v1", &PatchParams::default(), &Patch::Merge(reordered))
+        .await
+        .expect("the server takes a reordered artifact list as the same release");
+    assert_ne!(
+        created.spec.content.artifacts,
+        updated.spec.content.artifacts
+    );
+    assert_eq!(
+        revision_of(&created.spec.content),
+        revision_of(&updated.spec.content)
+    );
+
+    let changed =
+        json!({"spec": {"artifacts": [sysext("containerd", "c"), sysext("kubernetes", "a")]}});
+    let (code, _, message) = refusal(
+        api.patch("v1", &PatchParams::default(), &Patch::Merge(changed))
+            .await,
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(message.contains("a NodeRelease is immutable"), "{message}");
+}
