@@ -188,6 +188,9 @@ func startControllerManager(p *pki, dir, server string) (*child, error) {
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--leader-elect=false",
 		"--secure-port=0",
+		// Each controller acts as its own ServiceAccount with its bootstrap role, as kubeadm
+		// sets it up (the garbage collector may delete anything; kcm's own user may not).
+		"--use-service-account-credentials=true",
 		"--controllers=garbage-collector-controller,disruption-controller,namespace-controller,serviceaccount-controller",
 		"--concurrent-gc-syncs=5",
 	}}

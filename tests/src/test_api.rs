@@ -73,6 +73,14 @@ impl TestApi {
         Ok(kube::Client::try_from(self.admin_config().await?)?)
     }
 
+    /// A client acting as the admin that does not retry 429/503/504 answers (kube's default
+    /// client retries them for minutes), to observe them.
+    pub async fn client_without_retries(&self) -> anyhow::Result<kube::Client> {
+        let mut config = self.admin_config().await?;
+        config.default_retry = false;
+        Ok(kube::Client::try_from(config)?)
+    }
+
     /// A client acting as `node`'s kubelet identity (`system:node:NODE` in `system:nodes`).
     pub async fn client_as_node(&self, node: &str) -> anyhow::Result<kube::Client> {
         match self {

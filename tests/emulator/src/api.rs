@@ -950,11 +950,21 @@ fn write(
                     .and_then(Value::as_array)
                     .cloned()
                     .unwrap_or_default();
-                if new_f.iter().any(|f| !old_f.contains(f)) {
-                    return Err(ApiError::forbidden(format!(
-                        "{} \"{name}\" is forbidden: no new finalizers can be added if the object is being deleted",
-                        crate::error::qualified(&ty.plural, &ty.group)
-                    )));
+                let added: Vec<&Value> = new_f.iter().filter(|f| !old_f.contains(f)).collect();
+                if !added.is_empty() {
+                    // kube-apiserver's object-meta validation: 422 Invalid, not 403.
+                    return Err(ApiError::invalid(
+                        &ty.kind,
+                        &ty.group,
+                        &name,
+                        vec![cause(
+                            "FieldValueForbidden",
+                            "metadata.finalizers",
+                            format!(
+                                "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                            ),
+                        )],
+                    ));
                 }
             }
         }
