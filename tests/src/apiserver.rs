@@ -109,11 +109,17 @@ pub struct ApiServer {
 impl ApiServer {
     /// Starts a server in a new temporary directory.
     pub async fn start() -> anyhow::Result<ApiServer> {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts a server in a new temporary directory with extra kube-apiserver flags (e.g.
+    /// `--etcd-compaction-interval=1s`).
+    pub async fn start_with(apiserver_args: &[&str]) -> anyhow::Result<ApiServer> {
         let tempdir = tempfile::Builder::new()
             .prefix("inplace-kube-")
             .tempdir()
             .context("creating the server's directory")?;
-        let mut server = Self::start_in(tempdir.path(), &[]).await?;
+        let mut server = Self::spawn(tempdir.path(), &[], apiserver_args).await?;
         server._tempdir = Some(tempdir);
         Ok(server)
     }
@@ -121,6 +127,14 @@ impl ApiServer {
     /// Starts a server keeping its state (CA, etcd data, logs, kubeconfigs) in `dir`, and
     /// writes `dir/NAME.kubeconfig` for each of `nodes`.
     pub async fn start_in(dir: &Path, nodes: &[String]) -> anyhow::Result<ApiServer> {
+        Self::spawn(dir, nodes, &[]).await
+    }
+
+    async fn spawn(
+        dir: &Path,
+        nodes: &[String],
+        apiserver_args: &[&str],
+    ) -> anyhow::Result<ApiServer> {
         let binary = tokio::task::spawn_blocking(binary).await??;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let ready = dir.join("ready");
@@ -135,6 +149,9 @@ impl ApiServer {
             .stderr(log);
         for node in nodes {
             command.args(["--node", node]);
+        }
+        for arg in apiserver_args {
+            command.arg(format!("--apiserver-arg={arg}"));
         }
         let mut child = command
             .spawn()

@@ -281,3 +281,113 @@ async fn a_reordered_release_is_unchanged_for_the_server_and_keeps_its_revision(
     assert_eq!(code, 422, "{message}");
     assert!(message.contains("a NodeRelease is immutable"), "{message}");
 }
+
+/// A watch from a resourceVersion that etcd has compacted gets `410 Gone` from the real
+/// server (not from our emulator's history window), and kube-runtime's watcher — what the
+/// agent and the controller use — relists and goes on.
+#[tokio::test]
+async fn a_compacted_resource_version_is_gone_and_the_watcher_relists() {
+    // No watch cache: a watch is served by etcd, so compaction decides what is too old.
+    let server = ApiServer::start_with(&["--watch-cache=false", "--etcd-compaction-interval=2s"])
+        .await
+        .unwrap();
+    server
+        .apply_crd_dir(&packaging().join("crds"))
+        .await
+        .unwrap();
+    let api: Api<NodeUpdatePlan> = Api::all(server.client().await.unwrap());
+    let created = api
+        .create(&PostParams::default(), &plan("worker-1"))
+        .await
+        .unwrap();
+    let old = created.metadata.resource_version.clone().unwrap();
+    for generation in 1..=3 {
+        let patch = json!({"status": {"observedGeneration": generation}});
+        api.patch_status("worker-1", &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+    }
+    // Compaction runs on the server's interval: watch until the old version is refused.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let gone = loop {
+        let params = kube::api::WatchParams::default().fields("metadata.name=worker-1");
+        let mut events = Box::pin(api.watch(&params, &old).await.unwrap());
+        let first = futures::StreamExt::next(&mut events).await;
+        match first {
+            Some(Ok(kube::api::WatchEvent::Error(status))) if status.code == 410 => break status,
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(500)).await,
+            other => panic!("no 410 Gone for a compacted resourceVersion: {other:?}"),
+        }
+    };
+    assert!(gone.message.contains("too old"), "{gone:?}");
+
+    let mut watcher = Box::pin(kube::runtime::watcher::watcher(
+        api.clone(),
+        kube::runtime::watcher::Config::default().fields("metadata.name=worker-1"),
+    ));
+    let latest = latest_plan(&mut watcher).await;
+    assert_eq!(latest.status.and_then(|s| s.observed_generation), Some(3));
+}
+
+/// The watcher's next Apply/InitApply object.
+async fn latest_plan(
+    watcher: &mut (
+             impl futures::Stream<
+        Item = Result<kube::runtime::watcher::Event<NodeUpdatePlan>, kube::runtime::watcher::Error>,
+    > + Unpin
+         ),
+) -> NodeUpdatePlan {
+    use kube::runtime::watcher::Event;
+    loop {
+        let event =
+            tokio::time::timeout(Duration::from_secs(180), futures::StreamExt::next(watcher))
+                .await
+                .expect("the watcher delivers")
+                .expect("the stream goes on");
+        if let Ok(Event::Apply(plan) | Event::InitApply(plan)) = event {
+            return plan;
+        }
+    }
+}
+
+/// kube-apiserver killed mid-watch and started again (etcd keeps the data): the watcher
+/// backs off through the outage and delivers the writes made after it.
+#[tokio::test]
+async fn a_watch_survives_an_api_server_restart() {
+    let server = server_with_agent_objects().await;
+    let api: Api<NodeUpdatePlan> = Api::all(server.client().await.unwrap());
+    api.create(&PostParams::default(), &plan("worker-1"))
+        .await
+        .unwrap();
+    let node_api: Api<NodeUpdatePlan> = Api::all(server.client_as_node("worker-1").await.unwrap());
+    let mut watcher = Box::pin(kube::runtime::watcher::watcher(
+        node_api,
+        kube::runtime::watcher::Config::default().fields("metadata.name=worker-1"),
+    ));
+    latest_plan(&mut watcher).await;
+
+    server.kill_apiserver().unwrap();
+    let down = api.get("worker-1").await;
+    assert!(down.is_err(), "the API is down: {down:?}");
+    server.resume().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let patch = json!({"spec": {"desiredState": "Active"}});
+    while api
+        .patch("worker-1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "kube-apiserver did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    loop {
+        let plan = latest_plan(&mut watcher).await;
+        if plan.spec.desired_state == inplace_proto::DesiredState::Active {
+            break;
+        }
+    }
+}
