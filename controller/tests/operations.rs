@@ -1,5 +1,6 @@
 //! Running the controller: leader election with two replicas, the metrics and probe
-//! endpoints, graceful shutdown.
+//! endpoints, graceful shutdown (on the real kube-apiserver), and surviving conflicts, cut
+//! watches and an outage (on the emulator: only it injects those faults on demand).
 
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
@@ -10,9 +11,10 @@ use std::time::Duration;
 
 use inplace_controller::leader::LeaseSettings;
 use inplace_controller::run::Settings;
+use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::json;
-use support::sim_agent::{Fleet, SimConfig};
+use support::sim_agent::SimConfig;
 use support::*;
 
 fn lease(identity: &str) -> LeaseSettings {
@@ -56,8 +58,8 @@ fn free_addr() -> std::net::SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_one_leader_and_a_clean_handover() {
-    let (emulator, client) = emulator().await;
-    let _fleet = Fleet::start(client.clone(), SimConfig::default());
+    let (api, client) = cluster().await;
+    let _fleet = fleet(&api, &client, SimConfig::default());
     create_node(&client, "worker-1", &[]).await;
     create_release(&client, "rel", "v1").await;
 
@@ -67,14 +69,16 @@ async fn two_replicas_one_leader_and_a_clean_handover() {
         lease: Some(lease(identity)),
         ..test_settings()
     };
-    let (metrics_a, stop_a, task_a) =
-        start_controller(admin_config(&emulator).await, settings("replica-a", addr_a));
+    let (metrics_a, stop_a, task_a) = start_controller(
+        api.admin_config().await.unwrap(),
+        settings("replica-a", addr_a),
+    );
     eventually("replica-a leads", || async {
         (holder(&client).await.as_deref() == Some("replica-a")).then_some(())
     })
     .await;
     let (metrics_b, stop_b, task_b) = start_controller(
-        admin_config(&emulator).await,
+        api.admin_config().await.unwrap(),
         settings("replica-b", free_addr()),
     );
     create_rollout(&client, "first", json!({"release": "rel"})).await;
@@ -140,9 +144,9 @@ async fn two_replicas_one_leader_and_a_clean_handover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_cannot_renew_steps_down() {
-    let (emulator, client) = emulator().await;
+    let (api, client) = cluster().await;
     let (metrics, _stop, task) = start_controller(
-        admin_config(&emulator).await,
+        api.admin_config().await.unwrap(),
         Settings {
             lease: Some(lease("replica-a")),
             ..test_settings()
@@ -173,12 +177,17 @@ async fn a_leader_that_cannot_renew_steps_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_survives_conflicts_cut_watches_and_an_outage() {
     use inplace_api_emulator::OutageKind;
-    let bed = Bed::start().await;
+    // The emulator: conflicts on the next N writes, 410 Gone on the next watches, watches
+    // cut and an outage of a chosen length on demand are faults only it injects.
+    let api = TestApi::start_emulator(inplace_api_emulator::EmulatorConfig::default())
+        .await
+        .unwrap();
+    let bed = Bed::start_on(api).await;
     let config = SimConfig {
         activate: Duration::from_millis(400),
         ..SimConfig::default()
     };
-    let fleet = Fleet::start(bed.client.clone(), config);
+    let fleet = bed.fleet(config);
     for i in 1..=4 {
         create_node(&bed.client, &format!("worker-{i}"), &[]).await;
     }
@@ -189,16 +198,15 @@ async fn a_rollout_survives_conflicts_cut_watches_and_an_outage() {
         json!({"release": "rel", "maxUnavailable": 1}),
     )
     .await;
-    bed.emulator.faults().conflict_next_writes(5);
+    bed.faults().conflict_next_writes(5);
     rollout_when(&bed.client, "ro", "one node updated", |r| {
         r.status.as_ref().is_some_and(|s| s.nodes.succeeded >= 1)
     })
     .await;
     // Watches end with 410 Gone and must relist; then the API is down for a while.
-    bed.emulator.faults().gone_next_watches(4);
-    bed.emulator.faults().cut_watches();
-    bed.emulator
-        .faults()
+    bed.faults().gone_next_watches(4);
+    bed.faults().cut_watches();
+    bed.faults()
         .outage(Duration::from_secs(3), OutageKind::Unavailable);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rollout = rollout_when(&bed.client, "ro", "Complete=True after the faults", |r| {

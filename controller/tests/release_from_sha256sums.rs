@@ -1,7 +1,8 @@
 //! `inplace-controller release from-sha256sums` as a person runs it: the real binary
 //! against a local artifact server laid out like sysext-bakery, its output applied to the
-//! API emulator and validated by the controller; and each way it can fail, with the stable
-//! kind and a message naming the URL, line or candidates, and nothing written.
+//! API server (the real kube-apiserver by default) and validated by the controller; and each
+//! way it can fail, with the stable kind and a message naming the URL, line or candidates,
+//! and nothing written.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 

@@ -1,4 +1,6 @@
-//! The controller against the API emulator, with simulated agents on every node.
+//! The controller against the real kube-apiserver (or the emulator with
+//! `INPLACE_TEST_API=emulator`), with simulated agents on every node writing their plan's
+//! status as the node.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +11,7 @@ use std::time::Duration;
 use inplace_proto::{DesiredState, Phase};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
-use support::sim_agent::{Failure, Fleet, SimConfig};
+use support::sim_agent::{Failure, SimConfig};
 use support::*;
 
 fn workers(n: usize) -> Vec<String> {
@@ -19,7 +21,7 @@ fn workers(n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_with_max_unavailable_one_never_activate_two_at_once() {
     let bed = Bed::start().await;
-    let fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let fleet = bed.fleet(SimConfig::default());
     create_node(
         &bed.client,
         "cp-1",
@@ -94,7 +96,7 @@ async fn a_failing_node_halts_the_rollout_at_max_failures() {
             reason: "HealthCheckFailed".into(),
         },
     );
-    let fleet = Fleet::start(bed.client.clone(), config);
+    let fleet = bed.fleet(config);
     for name in workers(5) {
         create_node(&bed.client, &name, &[]).await;
     }
@@ -146,7 +148,7 @@ async fn a_failing_node_halts_the_rollout_at_max_failures() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_stops_new_activations_and_resume_finishes() {
     let bed = Bed::start().await;
-    let _fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let _fleet = bed.fleet(SimConfig::default());
     for name in workers(3) {
         create_node(&bed.client, &name, &[]).await;
     }
@@ -180,7 +182,7 @@ async fn pause_stops_new_activations_and_resume_finishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_downgrade_is_copied_from_the_rollout_into_every_plan() {
     let bed = Bed::start().await;
-    let _fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let _fleet = bed.fleet(SimConfig::default());
     for name in workers(2) {
         create_node(&bed.client, &name, &[]).await;
     }
@@ -219,7 +221,7 @@ async fn allow_downgrade_is_copied_from_the_rollout_into_every_plan() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_release_touches_nothing_until_it_is_created() {
     let bed = Bed::start().await;
-    let _fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let _fleet = bed.fleet(SimConfig::default());
     for name in workers(2) {
         create_node(&bed.client, &name, &[]).await;
     }
@@ -286,7 +288,7 @@ async fn a_node_deleted_mid_rollout_drops_out_and_a_late_node_joins() {
     config
         .slow
         .insert("worker-1".into(), Duration::from_secs(600));
-    let _fleet = Fleet::start(bed.client.clone(), config);
+    let _fleet = bed.fleet(config);
     for name in workers(3) {
         create_node(&bed.client, &name, &[]).await;
     }
@@ -330,7 +332,7 @@ async fn a_node_deleted_mid_rollout_drops_out_and_a_late_node_joins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_selection_and_a_second_rollout_for_owned_nodes() {
     let bed = Bed::start().await;
-    let _fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let _fleet = bed.fleet(SimConfig::default());
     for name in workers(2) {
         create_node(&bed.client, &name, &[("pool", "a")]).await;
     }
@@ -388,7 +390,7 @@ async fn cordon_mode_cordons_during_activation_and_uncordons_after() {
     config
         .slow
         .insert("worker-1".into(), Duration::from_secs(2));
-    let _fleet = Fleet::start(bed.client.clone(), config);
+    let _fleet = bed.fleet(config);
     for name in workers(2) {
         create_node(&bed.client, &name, &[]).await;
     }
@@ -429,7 +431,7 @@ async fn cordon_mode_cordons_during_activation_and_uncordons_after() {
 async fn drain_evicts_pods_and_a_blocking_pdb_is_reported_as_drain_timeout() {
     use k8s_openapi::api::core::v1::Pod;
     let bed = Bed::start().await;
-    let fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let fleet = bed.fleet(SimConfig::default());
     for name in workers(2) {
         create_node(&bed.client, &name, &[]).await;
     }
@@ -440,11 +442,15 @@ async fn drain_evicts_pods_and_a_blocking_pdb_is_reported_as_drain_timeout() {
         pod("web-1", "worker-1", json!({"app": "web"}), json!({})),
     )
     .await;
+    let ds = daemonset_owner(&bed, "ds").await;
     create_running_pod(
         &bed.client,
-        pod("ds-1", "worker-1", json!({"app": "ds"}), json!({"ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds-uid", "controller": true}
-        ]})),
+        pod(
+            "ds-1",
+            "worker-1",
+            json!({"app": "ds"}),
+            json!({"ownerReferences": [ds]}),
+        ),
     )
     .await;
     create_running_pod(
@@ -573,7 +579,7 @@ async fn condition_status(bed: &Bed, rollout: &str, type_: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_mode_never_exceeds_its_slots() {
     let bed = Bed::start().await;
-    let fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let fleet = bed.fleet(SimConfig::default());
     for name in workers(6) {
         create_node(&bed.client, &name, &[]).await;
     }

@@ -1,5 +1,5 @@
-//! Deleting a NodeRollout mid-flight, against the API emulator with simulated agents and
-//! the controller running under the shipped RBAC: the `inplace.dev/uncordon` finalizer holds
+//! Deleting a NodeRollout mid-flight, against the real kube-apiserver with simulated agents
+//! and the controller running under the shipped RBAC: the `inplace.dev/uncordon` finalizer holds
 //! the deletion until the nodes the rollout cordoned are uncordoned — never a node a person
 //! cordoned, and never a node whose agent is still swapping.
 #![allow(clippy::unwrap_used)]
@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PostParams};
 use serde_json::json;
-use support::sim_agent::{Fleet, SimConfig};
+use support::sim_agent::SimConfig;
 use support::*;
 
 const FINALIZER: &str = "inplace.dev/uncordon";
@@ -64,7 +64,7 @@ async fn create_protected_pod(client: &kube::Client, node: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_rollout_uncordons_the_nodes_it_cordoned_and_no_other() {
     let bed = Bed::start_with_shipped_rbac().await;
-    let _fleet = Fleet::start(bed.client.clone(), SimConfig::default());
+    let _fleet = bed.fleet(SimConfig::default());
     for name in ["worker-1", "worker-2"] {
         create_node(&bed.client, name, &[]).await;
     }
@@ -153,7 +153,7 @@ async fn a_deleted_rollout_keeps_a_swapping_node_cordoned_until_its_agent_finish
     config
         .slow
         .insert("worker-1".into(), Duration::from_secs(20));
-    let fleet = Fleet::start(bed.client.clone(), config);
+    let fleet = bed.fleet(config);
     for name in ["worker-1", "worker-2"] {
         create_node(&bed.client, name, &[]).await;
     }

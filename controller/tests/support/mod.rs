@@ -1,11 +1,14 @@
-//! The controller's test bed: an API emulator with the inplace CRDs, the controller running
-//! against it in-process, helpers to create nodes, releases and rollouts, and simulated
-//! agents (`sim_agent`).
+//! The controller's test bed: a Kubernetes API ([`TestApi`]: the real kube-apiserver by
+//! default, the API emulator where a case needs its fault injection) with the inplace CRDs
+//! and the agent's RBAC and admission policy, the controller running against it in-process,
+//! helpers to create nodes, releases and rollouts, simulated agents (`sim_agent`) and a
+//! stand-in for the kubelets' part of a pod's deletion (`kubelet`).
 
 #![allow(dead_code)]
 // Test-bed code: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
+pub mod kubelet;
 pub mod sim_agent;
 
 use std::collections::BTreeMap;
@@ -14,11 +17,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use inplace_api_emulator::{Emulator, EmulatorConfig, Handle};
 use inplace_controller::context::ReconcileSettings;
 use inplace_controller::metrics::Metrics;
 use inplace_controller::run::{Settings, run};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
+use inplace_tests::test_api::{TestApi, packaging};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -27,38 +30,37 @@ use tokio::sync::watch;
 /// Generous: the test machine is small and shared.
 pub const WAIT: Duration = Duration::from_secs(180);
 
-/// A running emulator with the controller.
+/// A running API with the controller.
 pub struct Bed {
-    /// The emulator.
-    pub emulator: Handle,
+    /// The API server (real or emulated).
+    pub api: Arc<TestApi>,
     /// An admin client.
     pub client: kube::Client,
     /// The controller's metrics.
     pub metrics: Arc<Metrics>,
     stop: Option<watch::Sender<bool>>,
     controller: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _kubelets: kubelet::PodDeletions,
 }
 
 /// Where the committed CRDs are.
 pub fn crd_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds")
+    packaging("crds")
 }
 
-/// Starts an emulator with the CRDs (no controller).
-pub async fn emulator() -> (Handle, kube::Client) {
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    emulator.apply_crd_dir(&crd_dir()).await.unwrap();
-    let client = emulator.client().await.unwrap();
-    (emulator, client)
+/// Starts the default API (the real server) with the CRDs and the agent's RBAC and
+/// admission policy; no controller.
+pub async fn cluster() -> (Arc<TestApi>, kube::Client) {
+    prepare(TestApi::start().await.unwrap()).await
 }
 
-/// The admin's client configuration for `emulator`.
-pub async fn admin_config(emulator: &Handle) -> kube::Config {
-    let yaml = emulator.kubeconfig_yaml(&inplace_api_emulator::User::admin());
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
-    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap()
+/// Puts the CRDs and the agent's objects (RBAC, admission policy) into `api`.
+pub async fn prepare(api: TestApi) -> (Arc<TestApi>, kube::Client) {
+    init_tracing();
+    api.apply_crd_dir(&crd_dir()).await.unwrap();
+    api.kubectl_apply(&packaging("agent")).unwrap();
+    let client = api.client().await.unwrap();
+    (Arc::new(api), client)
 }
 
 /// Starts the controller against `config`.
@@ -91,30 +93,34 @@ pub fn test_settings() -> Settings {
 /// The user name of the controller's ServiceAccount in the shipped manifests.
 pub const CONTROLLER_USER: &str = "system:serviceaccount:inplace-system:inplace-controller";
 
-/// Creates the cluster-wide RBAC objects of a shipped manifest (ClusterRoles and their
-/// bindings: all the rollout controller needs; the leader-election Role is namespaced and
-/// unused without a Lease).
-pub async fn create_cluster_rbac(client: &kube::Client, manifest: &std::path::Path) {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let text = std::fs::read_to_string(manifest).unwrap();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
-        match value["kind"].as_str() {
-            Some("ClusterRole") => {
-                let role: ClusterRole = serde_json::from_value(value).unwrap();
-                Api::<ClusterRole>::all(client.clone())
-                    .create(&PostParams::default(), &role)
-                    .await
-                    .unwrap();
-            }
-            Some("ClusterRoleBinding") => {
-                let binding: ClusterRoleBinding = serde_json::from_value(value).unwrap();
-                Api::<ClusterRoleBinding>::all(client.clone())
-                    .create(&PostParams::default(), &binding)
-                    .await
-                    .unwrap();
-            }
-            _ => {}
+/// The groups every token of that ServiceAccount carries.
+pub const CONTROLLER_GROUPS: [&str; 2] = [
+    "system:serviceaccounts",
+    "system:serviceaccounts:inplace-system",
+];
+
+/// Applies the shipped controller namespace and RBAC with kubectl, and returns a client
+/// configuration acting as the controller's ServiceAccount.
+pub async fn shipped_controller_identity(api: &TestApi) -> kube::Config {
+    api.kubectl_apply(&packaging("controller/namespace.yaml"))
+        .unwrap();
+    api.kubectl_apply(&packaging("controller/rbac.yaml"))
+        .unwrap();
+    match api {
+        TestApi::Real(server) => {
+            let kubeconfig = server.dir().join("inplace-controller.kubeconfig");
+            server
+                .write_kubeconfig(&kubeconfig, CONTROLLER_USER, &CONTROLLER_GROUPS)
+                .unwrap();
+            server.config_from(&kubeconfig).await.unwrap()
+        }
+        TestApi::Emulator(emulator) => {
+            let user = inplace_api_emulator::User::new(
+                "controller-token",
+                CONTROLLER_USER,
+                &CONTROLLER_GROUPS,
+            );
+            emulator.config_as(&user).await.unwrap()
         }
     }
 }
@@ -129,43 +135,50 @@ fn init_tracing() {
 }
 
 impl Bed {
-    /// Emulator + CRDs + controller.
+    /// The default API (the real server) + CRDs + the agent's objects + the controller as
+    /// the admin.
     pub async fn start() -> Bed {
-        init_tracing();
-        let (emulator, client) = emulator().await;
-        let config = admin_config(&emulator).await;
-        Bed::with_controller(emulator, client, config)
+        Bed::start_on(TestApi::start().await.unwrap()).await
     }
 
-    /// Emulator with RBAC authorization + CRDs + the shipped controller ClusterRole, and the
+    /// The same on `api` (the emulator, for a case that needs its faults).
+    pub async fn start_on(api: TestApi) -> Bed {
+        let (api, client) = prepare(api).await;
+        let config = api.admin_config().await.unwrap();
+        Bed::with_controller(api, client, config)
+    }
+
+    /// The default API + CRDs + the shipped controller namespace and RBAC, and the
     /// controller running as its ServiceAccount: only what `rbac.yaml` grants works.
     pub async fn start_with_shipped_rbac() -> Bed {
-        init_tracing();
-        let emulator = Emulator::start(EmulatorConfig {
-            authz: inplace_api_emulator::AuthzMode::Rbac,
-            ..EmulatorConfig::default()
-        })
-        .await
-        .unwrap();
-        emulator.apply_crd_dir(&crd_dir()).await.unwrap();
-        let client = emulator.client().await.unwrap();
-        let rbac = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../packaging/kubernetes/controller/rbac.yaml");
-        create_cluster_rbac(&client, &rbac).await;
-        let user = inplace_api_emulator::User::new("controller-token", CONTROLLER_USER, &[]);
-        let config = emulator.config_as(&user).await.unwrap();
-        Bed::with_controller(emulator, client, config)
+        let (api, client) = cluster().await;
+        let config = shipped_controller_identity(&api).await;
+        Bed::with_controller(api, client, config)
     }
 
-    fn with_controller(emulator: Handle, client: kube::Client, config: kube::Config) -> Bed {
+    fn with_controller(api: Arc<TestApi>, client: kube::Client, config: kube::Config) -> Bed {
         let (metrics, stop, controller) = start_controller(config, test_settings());
         Bed {
-            emulator,
+            _kubelets: kubelet::PodDeletions::finish(client.clone()),
+            api,
             client,
             metrics,
             stop: Some(stop),
             controller: Some(controller),
         }
+    }
+
+    /// The emulator's fault switches; panics on the real server.
+    pub fn faults(&self) -> &inplace_api_emulator::Faults {
+        self.api
+            .emulator()
+            .expect("a case with injected faults runs on the emulator")
+            .faults()
+    }
+
+    /// Simulated agents on every node, each writing its plan's status as its node.
+    pub fn fleet(&self, config: sim_agent::SimConfig) -> sim_agent::Fleet {
+        fleet(&self.api, &self.client, config)
     }
 
     /// Stops the controller gracefully and waits for it.
@@ -206,6 +219,36 @@ impl Drop for Bed {
             let _ = stop.send(true);
         }
     }
+}
+
+/// Simulated agents on every plan `client` sees, each writing its plan's status as its
+/// node's own identity (`system:node:NAME`) through the agent's RBAC and admission policy.
+pub fn fleet(
+    api: &Arc<TestApi>,
+    client: &kube::Client,
+    config: sim_agent::SimConfig,
+) -> sim_agent::Fleet {
+    let api = api.clone();
+    let node_client: sim_agent::NodeClientFn =
+        Arc::new(move |node| Box::pin(node_client(api.clone(), node)));
+    sim_agent::Fleet::start_as_nodes(client.clone(), node_client, config)
+}
+
+/// A client acting as `node`'s kubelet identity (its certificate is written by a short
+/// subprocess, off the runtime's threads).
+pub async fn node_client(api: Arc<TestApi>, node: String) -> anyhow::Result<kube::Client> {
+    let Some(server) = api.real() else {
+        return api.client_as_node(&node).await;
+    };
+    let for_thread = api.clone();
+    let kubeconfig = tokio::task::spawn_blocking(move || {
+        let server = for_thread.real().expect("checked above");
+        server.node_kubeconfig(&node)
+    })
+    .await??;
+    Ok(kube::Client::try_from(
+        server.config_from(&kubeconfig).await?,
+    )?)
 }
 
 /// Creates a node with labels.
@@ -383,7 +426,18 @@ pub async fn create_running_pod(client: &kube::Client, body: serde_json::Value) 
     let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(body).unwrap();
     let name = pod.metadata.name.clone().unwrap();
-    api.create(&Default::default(), &pod).await.unwrap();
+    // The real server refuses pods in a namespace until the serviceaccount controller made
+    // its `default` ServiceAccount (moments after the server starts).
+    eventually("the pod created", || async {
+        match api.create(&Default::default(), &pod).await {
+            Ok(_) => Some(()),
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("service account") => {
+                None
+            }
+            Err(e) => panic!("creating pod {name}: {e}"),
+        }
+    })
+    .await;
     api.patch_status(
         &name,
         &Default::default(),
@@ -394,4 +448,32 @@ pub async fn create_running_pod(client: &kube::Client, body: serde_json::Value) 
     )
     .await
     .unwrap();
+}
+
+/// The owner reference of a pod a DaemonSet made. On the real server the DaemonSet exists
+/// (its garbage collector deletes a pod whose owner does not); the emulator has no
+/// DaemonSets and no such collection, so a made-up owner does there.
+pub async fn daemonset_owner(bed: &Bed, name: &str) -> Value {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    if bed.api.real().is_none() {
+        return json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name,
+                      "uid": format!("{name}-uid"), "controller": true});
+    }
+    let daemonset: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }))
+    .unwrap();
+    let created = Api::<DaemonSet>::namespaced(bed.client.clone(), "default")
+        .create(&PostParams::default(), &daemonset)
+        .await
+        .unwrap();
+    json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name,
+           "uid": created.metadata.uid, "controller": true})
 }

@@ -7,10 +7,16 @@
 //! (current = target), or, for a node configured to fail, `RolledBack` / `Failed` with a
 //! `Ready=False` condition carrying the reason. One fleet watches all plans (one watch), and
 //! each node's steps run in their own task, so 30,000 nodes cost one watch and a timer each.
+//!
+//! [`Fleet::start_as_nodes`] writes each plan's status as that node's own identity
+//! (`system:node:NAME`), through the shipped agent RBAC and admission policy, as the agent
+//! does; [`Fleet::start`] writes every status with one client (the scale benchmark).
 
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -81,6 +87,24 @@ struct Shared {
     seen: HashMap<String, Seen>,
     local: HashMap<String, Local>,
     running: HashSet<String>,
+    /// Each node's own plans API, once made ([`Writer::PerNode`]).
+    node_apis: HashMap<String, Api<NodeUpdatePlan>>,
+}
+
+/// A client acting as a node's own identity, made on first use.
+pub type NodeClientFn = Arc<
+    dyn Fn(String) -> Pin<Box<dyn Future<Output = anyhow::Result<kube::Client>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Who writes a plan's status.
+#[derive(Clone)]
+enum Writer {
+    /// The watching client writes every status.
+    Shared,
+    /// Each node writes its own plan's status as itself.
+    PerNode(NodeClientFn),
 }
 
 /// Observations of the whole fleet.
@@ -112,8 +136,23 @@ impl Drop for Fleet {
 }
 
 impl Fleet {
-    /// Starts simulated agents for every plan the client can see.
+    /// Starts simulated agents for every plan the client can see; the same client writes
+    /// every status.
     pub fn start(client: kube::Client, config: SimConfig) -> Fleet {
+        Self::start_with(client, Writer::Shared, config)
+    }
+
+    /// Starts simulated agents for every plan `client` can see; each writes its plan's
+    /// status as its node's identity, a client `node_client` makes.
+    pub fn start_as_nodes(
+        client: kube::Client,
+        node_client: NodeClientFn,
+        config: SimConfig,
+    ) -> Fleet {
+        Self::start_with(client, Writer::PerNode(node_client), config)
+    }
+
+    fn start_with(client: kube::Client, writer: Writer, config: SimConfig) -> Fleet {
         let stats = Arc::new(FleetStats::default());
         let shared = Arc::new(Mutex::new(Shared::default()));
         let config = Arc::new(config);
@@ -157,6 +196,7 @@ impl Fleet {
                         tokio::spawn(drive(
                             name,
                             api.clone(),
+                            writer.clone(),
                             shared.clone(),
                             config.clone(),
                             stats.clone(),
@@ -239,9 +279,28 @@ fn final_phase(config: &SimConfig, node: &str) -> Phase {
         .map_or(Phase::Succeeded, |f| f.phase)
 }
 
+/// The plans API `node`'s status writes go through.
+async fn status_api(
+    node: &str,
+    shared_api: &Api<NodeUpdatePlan>,
+    writer: &Writer,
+    shared: &Mutex<Shared>,
+) -> anyhow::Result<Api<NodeUpdatePlan>> {
+    let Writer::PerNode(node_client) = writer else {
+        return Ok(shared_api.clone());
+    };
+    if let Some(api) = lock(shared).node_apis.get(node) {
+        return Ok(api.clone());
+    }
+    let api = Api::all(node_client(node.to_owned()).await?);
+    lock(shared).node_apis.insert(node.to_owned(), api.clone());
+    Ok(api)
+}
+
 async fn drive(
     node: String,
-    api: Api<NodeUpdatePlan>,
+    shared_api: Api<NodeUpdatePlan>,
+    writer: Writer,
     shared: Arc<Mutex<Shared>>,
     config: Arc<SimConfig>,
     stats: Arc<FleetStats>,
@@ -290,7 +349,15 @@ async fn drive(
             }
         });
         let mut written = false;
-        for _ in 0..20 {
+        // Retried for a while (an outage, a slow start): only a deleted plan ends the agent.
+        for _ in 0..100 {
+            let api = match status_api(&node, &shared_api, &writer, &shared).await {
+                Ok(api) => api,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
             match api
                 .patch_status(&node, &PatchParams::default(), &Patch::Merge(&status))
                 .await
