@@ -1,13 +1,14 @@
-//! `kubectl-inplace` against the API emulator: the binary with a kubeconfig, as kubectl runs
-//! a plugin, and `--watch` re-rendering on watch events.
+//! `kubectl-inplace` against the real kube-apiserver (or the emulator with
+//! `INPLACE_TEST_API=emulator`): the binary with a kubeconfig, as kubectl runs a plugin, and
+//! `--watch` re-rendering on watch events.
 
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 use std::time::Duration;
 
-use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
 use inplace_proto::{NodeRollout, NodeUpdatePlan};
+use inplace_tests::test_api::{TestApi, packaging};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kubectl_inplace::view::Style;
@@ -16,12 +17,11 @@ use serde_json::{Value, json};
 
 const REV: &str = "abcdef0123456789abcdef0123456789";
 
-async fn emulator() -> (Handle, kube::Client) {
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/crds");
-    emulator.apply_crd_dir(&crds).await.unwrap();
-    let client = emulator.client().await.unwrap();
-    (emulator, client)
+async fn cluster() -> (TestApi, kube::Client) {
+    let api = TestApi::start().await.unwrap();
+    api.apply_crd_dir(&packaging("crds")).await.unwrap();
+    let client = api.client().await.unwrap();
+    (api, client)
 }
 
 fn plan_json(name: &str) -> Value {
@@ -99,11 +99,9 @@ async fn fleet(client: &kube::Client) {
     .await;
 }
 
-fn plugin(emulator: &Handle, dir: &Path, args: &[&str]) -> (bool, String, String) {
+fn plugin(api: &TestApi, dir: &Path, args: &[&str]) -> (bool, String, String) {
     let kubeconfig = dir.join("kubeconfig");
-    emulator
-        .write_kubeconfig(&kubeconfig, &User::admin())
-        .unwrap();
+    api.write_admin_kubeconfig(&kubeconfig).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
         .env("KUBECONFIG", &kubeconfig)
         .args(args)
@@ -118,12 +116,12 @@ fn plugin(emulator: &Handle, dir: &Path, args: &[&str]) -> (bool, String, String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_plan_through_the_binary() {
-    let (emulator, client) = emulator().await;
+    let (api, client) = cluster().await;
     fleet(&client).await;
     let dir = tempfile::tempdir().unwrap();
-    let (em, path) = (&emulator, dir.path().to_owned());
+    let (api, path) = (&api, dir.path().to_owned());
 
-    let (ok, out, err) = tokio::task::block_in_place(|| plugin(em, &path, &["status"]));
+    let (ok, out, err) = tokio::task::block_in_place(|| plugin(api, &path, &["status"]));
     assert!(ok, "{err}");
     assert!(out.contains("NodeRollout workers → release kubelet-v2 (revision abcdef01), maxUnavailable 1, disruption Cordon"), "{out}");
     assert!(
@@ -144,14 +142,14 @@ async fn status_and_plan_through_the_binary() {
         "no colours when stdout is not a terminal"
     );
 
-    let (ok, out, err) = tokio::task::block_in_place(|| plugin(em, &path, &["status", "workers"]));
+    let (ok, out, err) = tokio::task::block_in_place(|| plugin(api, &path, &["status", "workers"]));
     assert!(ok, "{err}");
     assert!(out.contains("node-a"), "{out}");
-    let (ok, _, err) = tokio::task::block_in_place(|| plugin(em, &path, &["status", "nope"]));
+    let (ok, _, err) = tokio::task::block_in_place(|| plugin(api, &path, &["status", "nope"]));
     assert!(!ok);
     assert!(err.contains("NodeRollout nope not found"), "{err}");
 
-    let (ok, out, err) = tokio::task::block_in_place(|| plugin(em, &path, &["plan", "node-b"]));
+    let (ok, out, err) = tokio::task::block_in_place(|| plugin(api, &path, &["plan", "node-b"]));
     assert!(ok, "{err}");
     for want in [
         "NodeUpdatePlan node-b",
@@ -165,7 +163,7 @@ async fn status_and_plan_through_the_binary() {
     ] {
         assert!(out.contains(want), "missing {want:?} in\n{out}");
     }
-    let (ok, _, err) = tokio::task::block_in_place(|| plugin(em, &path, &["plan", "ghost"]));
+    let (ok, _, err) = tokio::task::block_in_place(|| plugin(api, &path, &["plan", "ghost"]));
     assert!(!ok);
     assert!(err.contains("node ghost has no NodeUpdatePlan"), "{err}");
 }
@@ -188,7 +186,7 @@ async fn wait_for(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_redraws_on_changes() {
-    let (_emulator, client) = emulator().await;
+    let (_api, client) = cluster().await;
     fleet(&client).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
     let watcher_client = client.clone();
