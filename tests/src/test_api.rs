@@ -122,6 +122,53 @@ impl TestApi {
         }
     }
 
+    /// Creates the objects of the manifests at `path` (a file or a directory of YAML files)
+    /// as the admin: with kubectl of the pinned release on the real server; through the API
+    /// (kinds resolved by discovery) on the emulator, where kubectl's client-side validation
+    /// waits 32 s for `/openapi/v2` for some kinds (ValidatingAdmissionPolicy, RBAC) and then
+    /// fails.
+    pub async fn apply_manifests(&self, path: &Path) -> anyhow::Result<()> {
+        let TestApi::Emulator(_) = self else {
+            return self.kubectl_apply(path);
+        };
+        let client = self.client().await?;
+        let discovery = kube::Discovery::new(client.clone()).run().await?;
+        let mut files = vec![];
+        if path.is_dir() {
+            for entry in std::fs::read_dir(path)? {
+                let file = entry?.path();
+                if file.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                    files.push(file);
+                }
+            }
+            files.sort();
+        } else {
+            files.push(path.to_path_buf());
+        }
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            for doc in serde_yaml::Deserializer::from_str(&text) {
+                let value: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+                if value.is_null() {
+                    continue;
+                }
+                let object: kube::core::DynamicObject = serde_json::from_value(value)?;
+                let types = object.types.clone().context("an object without a kind")?;
+                let gvk = kube::core::GroupVersionKind::try_from(&types)?;
+                let (resource, _) = discovery
+                    .resolve_gvk(&gvk)
+                    .with_context(|| format!("{gvk:?} is not served"))?;
+                let api: kube::Api<kube::core::DynamicObject> =
+                    kube::Api::all_with(client.clone(), &resource);
+                api.create(&Default::default(), &object)
+                    .await
+                    .with_context(|| format!("creating {gvk:?} from {}", file.display()))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Applies the manifests at `path` (a file or a directory) as the admin with kubectl of
     /// the pinned release.
     pub fn kubectl_apply(&self, path: &Path) -> anyhow::Result<()> {
