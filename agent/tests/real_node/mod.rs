@@ -1,27 +1,34 @@
 //! The real agent on a real nspawn node, shared by the suites that run it there
 //! (`e2e_nspawn.rs`, `crash_matrix.rs`): the agent installed the way a package would (the
 //! binary, the shipped unit and tmpfiles, a config allowing the test's artifact server, the
-//! kubelet's kubeconfig pointing at the API emulator), started under the shipped unit, and
-//! the waits and reads both suites make on the plan.
+//! kubelet's kubeconfig), started under the shipped unit, and the waits and reads both suites
+//! make on the plan.
+//!
+//! The API is the real kube-apiserver of the pinned release by default (a case only the
+//! emulator can produce passes one to [`AgentNode::start_on`]). The CRDs and the agent's
+//! shipped RBAC and admission policy (`packaging/kubernetes/agent`) are applied, and the
+//! node's `/etc/kubernetes/kubelet.conf` is its own kubelet identity (`system:node:NAME`,
+//! x509): the agent runs with exactly what a cluster grants it, never as an admin.
 
 #![allow(dead_code)] // each suite uses a part
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::nspawn::{Node, NodeOptions};
+use inplace_tests::test_api::{TestApi, packaging};
 use kube::api::{Patch, PatchParams, PostParams};
 
 /// How long a plan may take to reach a final phase on a loaded 2-core machine.
 pub const PATIENCE: Duration = Duration::from_secs(180);
 
-/// One booted node running the agent, with the API emulator (CRDs applied) and an artifact
-/// server on host loopback (the node shares the host's network).
+/// One booted node running the agent, with the API (CRDs, the agent's RBAC and admission
+/// policy applied) and an artifact server on host loopback (the node shares the host's
+/// network).
 pub struct AgentNode {
-    pub emulator: Handle,
+    pub test_api: TestApi,
     /// Plans, as an admin.
     pub api: kube::Api<NodeUpdatePlan>,
     pub server: ArtifactServer,
@@ -34,16 +41,31 @@ impl AgentNode {
     /// Boots a node named after `prefix`, installs the agent with `unit_drop_in` (if any) as
     /// a drop-in of its unit, and starts it.
     pub async fn start(prefix: &str, unit_drop_in: Option<&str>) -> AgentNode {
+        let test_api = TestApi::start().await.expect("the API server starts");
+        Self::start_on(test_api, prefix, unit_drop_in).await
+    }
+
+    /// [`Self::start`] against `test_api` (the emulator, for its injected faults).
+    pub async fn start_on(
+        test_api: TestApi,
+        prefix: &str,
+        unit_drop_in: Option<&str>,
+    ) -> AgentNode {
         inplace_tests::prereq::require_nspawn().expect("prerequisites");
         inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
-        let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
-        emulator.apply_crd_dir(&crds).await.unwrap();
-        let api = kube::Api::all(emulator.client().await.unwrap());
+        test_api
+            .apply_crd_dir(&packaging("crds"))
+            .await
+            .expect("the CRDs apply");
+        test_api
+            .apply_manifests(&packaging("agent"))
+            .await
+            .expect("the agent's RBAC and admission policy apply");
+        let api = kube::Api::all(test_api.client().await.unwrap());
         let server = ArtifactServer::start().await.unwrap();
         let work = tempfile::tempdir().unwrap();
-        emulator
-            .write_kubeconfig(&work.path().join("admin.kubeconfig"), &User::admin())
+        test_api
+            .write_admin_kubeconfig(&work.path().join("admin.kubeconfig"))
             .unwrap();
 
         let name = Node::unique_name(prefix);
@@ -52,7 +74,7 @@ impl AgentNode {
             .expect("node boots");
         install_agent(
             &node,
-            &emulator.kubeconfig_yaml(&User::node(&name)),
+            &test_api.node_kubeconfig_yaml(&name).unwrap(),
             &server.url("/"),
         )
         .await;
@@ -70,7 +92,7 @@ impl AgentNode {
             .await
             .unwrap();
         let bed = AgentNode {
-            emulator,
+            test_api,
             api,
             server,
             node,
@@ -182,10 +204,11 @@ impl AgentNode {
         (ready.reason.clone(), ready.message.clone())
     }
 
-    /// The real `kubectl` (on PATH) against the emulator as an admin; panics with its
-    /// stderr when it fails.
+    /// The real `kubectl` of the pinned release as an admin; panics with its stderr when it
+    /// fails.
     pub async fn kubectl(&self, args: &[&str]) -> String {
-        let out = tokio::process::Command::new("kubectl")
+        let kubectl = inplace_tests::apiserver::kubectl().expect("the pinned kubectl");
+        let out = tokio::process::Command::new(kubectl)
             .env("KUBECONFIG", self.work.path().join("admin.kubeconfig"))
             .env("HOME", self.work.path())
             .arg("--cache-dir")
@@ -194,7 +217,7 @@ impl AgentNode {
             .kill_on_drop(true)
             .output()
             .await
-            .expect("kubectl runs (is it on PATH?)");
+            .expect("kubectl runs");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
