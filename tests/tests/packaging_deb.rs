@@ -1,7 +1,8 @@
 //! The agent's Debian package (packaging/node/build-deb.sh, the same builder
 //! `scripts/package.sh` runs) installed with `dpkg -i` on a booted systemd 252 Debian node:
 //! files in place, the config a conffile, the unit enabled and started by postinst, the
-//! agent active (Type=notify READY) and reporting on its plan against the API emulator,
+//! agent active (Type=notify READY) and reporting on its plan against the real
+//! kube-apiserver with its node's kubelet identity and the shipped RBAC only,
 //! its metrics readable with `inplace-agent metrics` and its STATUS= line set;
 //! `dpkg -r` stops, disables and removes it but keeps the conffile, `dpkg --purge` drops
 //! that too. Needs root, systemd-nspawn and debootstrap; a missing prerequisite fails with
@@ -11,12 +12,10 @@
 
 mod support;
 
-use inplace_api_emulator::{Emulator, EmulatorConfig, User};
-use inplace_proto::NodeUpdatePlan;
 use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;
 
-use support::packaging::{PATIENCE, build, refused_plan, repo, wait_reported};
+use support::packaging::{PATIENCE, api_for_agents, build, refused_plan, wait_reported};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() {
@@ -36,12 +35,7 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
         "{sums}"
     );
 
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    emulator
-        .apply_crd_dir(&repo().join("packaging/kubernetes/crds"))
-        .await
-        .unwrap();
-    let api: kube::Api<NodeUpdatePlan> = kube::Api::all(emulator.client().await.unwrap());
+    let (test_api, api) = api_for_agents().await;
 
     let name = Node::unique_name("pkgdeb");
     let node = Node::boot(&name, NodeOptions::default())
@@ -52,7 +46,7 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
     // starts the agent right away on a booted system.
     node.write_file(
         "/etc/kubernetes/kubelet.conf",
-        emulator.kubeconfig_yaml(&User::node(&name)).as_bytes(),
+        test_api.node_kubeconfig_yaml(&name).unwrap().as_bytes(),
         0o600,
     )
     .await

@@ -1,6 +1,7 @@
 //! The agent packaged as a systemd-sysext image (packaging/node/build-sysext.sh, the same
 //! builder `scripts/package.sh` runs) merged on a real systemd 252 node, enabled and
-//! started from the image, running against the API emulator on host loopback: it becomes
+//! started from the image, running against the real kube-apiserver on host loopback with its
+//! node's kubelet identity and the shipped RBAC only: it becomes
 //! active (Type=notify READY) and reports on its plan. Needs root, systemd-nspawn,
 //! debootstrap and squashfs-tools; a missing prerequisite fails with an install hint.
 
@@ -8,12 +9,10 @@
 
 mod support;
 
-use inplace_api_emulator::{Emulator, EmulatorConfig, User};
-use inplace_proto::NodeUpdatePlan;
 use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;
 
-use support::packaging::{PATIENCE, build, refused_plan, repo, wait_reported};
+use support::packaging::{PATIENCE, api_for_agents, build, refused_plan, wait_reported};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_sysext_merges_enables_and_reports_on_a_real_node() {
@@ -44,12 +43,7 @@ async fn agent_sysext_merges_enables_and_reports_on_a_real_node() {
         "the image is reproducible"
     );
 
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    emulator
-        .apply_crd_dir(&repo().join("packaging/kubernetes/crds"))
-        .await
-        .unwrap();
-    let api: kube::Api<NodeUpdatePlan> = kube::Api::all(emulator.client().await.unwrap());
+    let (test_api, api) = api_for_agents().await;
 
     let name = Node::unique_name("pkgsysext");
     let node = Node::boot(&name, NodeOptions::default())
@@ -96,7 +90,7 @@ async fn agent_sysext_merges_enables_and_reports_on_a_real_node() {
     .unwrap();
     node.write_file(
         "/etc/kubernetes/kubelet.conf",
-        emulator.kubeconfig_yaml(&User::node(&name)).as_bytes(),
+        test_api.node_kubeconfig_yaml(&name).unwrap().as_bytes(),
         0o600,
     )
     .await

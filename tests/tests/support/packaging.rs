@@ -1,10 +1,11 @@
-//! Helpers shared by the node-packaging tests: building packages, the emulator, waiting.
+//! Helpers shared by the node-packaging tests: building packages, the API server, waiting.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use inplace_proto::NodeUpdatePlan;
 use inplace_tests::nspawn::Node;
+use inplace_tests::test_api::{TestApi, packaging};
 
 /// How long any one step may take on a loaded machine.
 pub const PATIENCE: Duration = Duration::from_secs(180);
@@ -38,6 +39,22 @@ pub fn agent_binary() -> PathBuf {
     let status = cargo.status().expect("cargo runs");
     assert!(status.success(), "cargo build -p inplace-agent failed");
     profile_dir.join("inplace-agent")
+}
+
+/// The real API server with the CRDs and the agent's shipped RBAC and admission policy, and
+/// the plans as its admin: the packaged agent runs with its node's kubelet identity only.
+pub async fn api_for_agents() -> (TestApi, kube::Api<NodeUpdatePlan>) {
+    let test_api = TestApi::start().await.expect("the API server starts");
+    test_api
+        .apply_crd_dir(&packaging("crds"))
+        .await
+        .expect("the CRDs apply");
+    test_api
+        .apply_manifests(&packaging("agent"))
+        .await
+        .expect("the agent's RBAC and admission policy apply");
+    let api = kube::Api::all(test_api.client().await.unwrap());
+    (test_api, api)
 }
 
 pub fn build(script: &str, out: &Path) -> PathBuf {
