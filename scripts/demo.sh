@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: the local demo fleet. Installs what it needs (systemd-container, debootstrap,
-# squashfs-tools, kubectl), builds the release binaries, then runs `inplace-demo` (arguments
-# are passed on, e.g. `./scripts/demo.sh --nodes 2 --no-wait`). Needs root: the nodes are
-# systemd-nspawn containers. See docs/usage/quickstart.md.
+# squashfs-tools), builds the Kubernetes control plane of the pinned release (tests/kube: etcd,
+# kube-apiserver, kube-controller-manager and kubectl; needs Go) and the release binaries, then
+# runs `inplace-demo` (arguments are passed on, e.g. `./scripts/demo.sh --nodes 2 --no-wait`).
+# Needs root: the nodes are systemd-nspawn containers. See docs/usage/quickstart.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,6 @@ if [[ $EUID -ne 0 ]]; then
 fi
 
 need_apt=()
-command -v kubectl >/dev/null || need_apt+=(kubernetes-client)
 command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v mksquashfs >/dev/null || need_apt+=(squashfs-tools)
@@ -23,6 +23,27 @@ if ((${#need_apt[@]})); then
 fi
 
 target="${CARGO_TARGET_DIR:-target}"
+kube_bin="${INPLACE_KUBE_BIN_DIR:-$target/kube/bin}"
+if ! command -v go >/dev/null; then
+    echo "inplace demo: Go is needed to build the Kubernetes control plane (tests/kube): https://go.dev/doc/install" >&2
+    exit 1
+fi
+if [[ -x $kube_bin/kube-testbed ]]; then
+    echo "==> building Kubernetes (tests/kube; cached, seconds)"
+    ./tests/kube/build.sh "$kube_bin"
+else
+    echo "==> building Kubernetes from the pinned Go modules (tests/kube): the first build downloads"
+    echo "    and compiles etcd, kube-apiserver, kube-controller-manager and kubectl (minutes)"
+    # go build -v names each package it compiles (one path a line): show a running count, not
+    # a silent wait.
+    GOFLAGS=-v ./tests/kube/build.sh "$kube_bin" 2>&1 | awk '
+        /^go: downloading/ { downloads++; if (downloads % 50 == 1) printf "    downloading modules (%d) ...\n", downloads; fflush(); next }
+        / / { print "    " $0; fflush(); next }  # not a package path: a message, an error
+        { packages++; if (packages % 200 == 0) printf "    %d packages compiled ...\n", packages; fflush() }'
+fi
+# kubectl of the cluster's release, for the demo's hints and for you.
+export PATH="$(cd "$kube_bin" && pwd):$PATH"
+
 echo "==> building (release; the first build takes a few minutes)"
 cargo build --release --quiet \
     -p inplace-agent -p inplace-controller -p inplace-tests -p kubectl-inplace -p inplace-demo --bins

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use futures::StreamExt as _;
-use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, Phase};
+use inplace_tests::apiserver::ApiServer;
 use inplace_tests::artifact_server::{Artifact, ArtifactServer, Fault};
 use inplace_tests::fake_kubelet::{CONFIG_PATH, FakeKubeletConfig};
 use inplace_tests::nspawn::{Node, NodeFile, NodeOptions};
@@ -94,9 +94,8 @@ pub async fn main(args: Args) -> ExitCode {
         let _ = c.wait().await;
     }
     drop(keep.artifacts.take());
-    if let Some(e) = keep.emulator.take() {
-        e.shutdown().await;
-    }
+    // etcd, kube-apiserver and kube-controller-manager stop with it.
+    drop(keep.api.take());
     println!("done.");
     code
 }
@@ -104,7 +103,7 @@ pub async fn main(args: Args) -> ExitCode {
 /// What must outlive `run` until cleanup.
 #[derive(Default)]
 struct Keep {
-    emulator: Option<Handle>,
+    api: Option<ApiServer>,
     artifacts: Option<ArtifactServer>,
     controller: Option<tokio::process::Child>,
 }
@@ -173,32 +172,51 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     let tty = std::io::stdout().is_terminal();
     let style = Style::for_terminal(tty);
 
-    // 1. The API server emulator, with the CRDs, and an admin kubeconfig for people.
-    step("starting the Kubernetes API emulator");
-    let emulator = Emulator::start(EmulatorConfig {
-        listen: ([127, 0, 0, 1], args.api_port).into(),
-        ..EmulatorConfig::default()
-    })
-    .await
-    .with_context(|| {
-        format!(
-            "starting the API emulator on 127.0.0.1:{} (is another demo running? --api-port picks another port)",
-            args.api_port
-        )
-    })?;
-    emulator
-        .apply_crd_dir(&paths.repo.join("packaging/kubernetes/crds"))
+    // 1. A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager of
+    //    the pinned release) with the CRDs and the agent's RBAC and admission policy, the
+    //    controller's RBAC, and an admin kubeconfig for people.
+    step(
+        "starting Kubernetes (etcd, kube-apiserver, kube-controller-manager; the first run builds them from the pinned Go modules, minutes)",
+    );
+    let state = paths.work.join("kube");
+    // A fresh cluster each run: the last run's nodes and plans are gone with their nodes.
+    if state.exists() {
+        std::fs::remove_dir_all(&state)
+            .with_context(|| format!("removing the last run's {}", state.display()))?;
+    }
+    let api = ApiServer::start_in(&state, &[])
+        .await
+        .context("starting the Kubernetes control plane")?;
+    let kube_objects = paths.repo.join("packaging/kubernetes");
+    api.apply_crd_dir(&kube_objects.join("crds"))
         .await
         .context("installing the CRDs")?;
+    let manifest = |relative: &str| kube_objects.join(relative).display().to_string();
+    api.run_kubectl(&[
+        "apply",
+        "-f",
+        &manifest("agent"),
+        "-f",
+        &manifest("controller/namespace.yaml"),
+        "-f",
+        &manifest("controller/rbac.yaml"),
+    ])
+    .context("installing the agent's and the controller's RBAC and admission policy")?;
     let kubeconfig = paths.work.join("kubeconfig");
-    emulator.write_kubeconfig(&kubeconfig, &User::admin())?;
-    let client = emulator.client().await?;
+    std::fs::copy(api.admin_kubeconfig(), &kubeconfig)
+        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    let client = api.client().await?;
+    let version = client
+        .apiserver_version()
+        .await
+        .context("asking the API server its version")?;
     println!(
-        "    {} (kubeconfig {})",
-        emulator.url(),
+        "    {} (Kubernetes {}; admin kubeconfig {})",
+        api.url(),
+        version.git_version,
         kubeconfig.display()
     );
-    keep.emulator = Some(emulator);
+    keep.api = Some(api);
 
     // 2. Kubelet sysext images v1 and v2, served by the artifact server.
     let mut kubelets = vec![
@@ -260,7 +278,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
             .await
             .with_context(|| format!("creating Node {}", m.name))?;
     }
-    let emulator = keep.emulator.as_ref().context("emulator")?;
+    let api = keep.api.as_ref().context("the API server")?;
     step(&format!(
         "booting {} nodes (systemd-nspawn, Debian bookworm; the first run builds the root filesystem, minutes)",
         members.len()
@@ -268,7 +286,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     let boot_started = Instant::now();
     let mut boots = Vec::new();
     for m in &members {
-        let options = node_options(&paths, &server, emulator, m).await?;
+        let options = node_options(&paths, &server, api, m).await?;
         let name = m.name.clone();
         let fleet = Arc::clone(fleet);
         boots.push(async move {
@@ -293,8 +311,21 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     }
     println!("    inplace-agent.service active on every node");
 
-    // 4. The controller, as a separate process against the emulator.
-    step("starting inplace-controller");
+    // 4. The controller, as a separate process with the shipped RBAC: its identity is the
+    //    ServiceAccount the shipped ClusterRoleBinding names (as a client certificate).
+    step(
+        "starting inplace-controller (ServiceAccount inplace-system/inplace-controller, the shipped RBAC)",
+    );
+    let controller_kubeconfig = paths.work.join("controller.kubeconfig");
+    api.write_kubeconfig(
+        &controller_kubeconfig,
+        "system:serviceaccount:inplace-system:inplace-controller",
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:inplace-system",
+        ],
+    )
+    .context("writing the controller's kubeconfig")?;
     let log_path = paths.work.join("controller.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
@@ -306,7 +337,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
             "127.0.0.1:0",
         ])
         .arg("--kubeconfig")
-        .arg(&kubeconfig)
+        .arg(&controller_kubeconfig)
         .stdout(log.try_clone()?)
         .stderr(log)
         .kill_on_drop(true)
@@ -508,9 +539,13 @@ fn release(
 async fn node_options(
     paths: &Paths,
     server: &ArtifactServer,
-    emulator: &Handle,
+    api: &ApiServer,
     m: &Member,
 ) -> anyhow::Result<NodeOptions> {
+    // The node's own kubelet identity (system:node:NAME), as a kubelet's kubeconfig holds it.
+    let node_kubeconfig = api.node_kubeconfig(&m.name)?;
+    let node_kubeconfig = std::fs::read_to_string(&node_kubeconfig)
+        .with_context(|| format!("reading {}", node_kubeconfig.display()))?;
     let config = format!(
         "# inplace-demo: artifacts come from the demo's artifact server on host loopback\n\
          [policy]\nallowed_url_prefixes = [\"{}\"]\nallow_http = true\n\
@@ -533,11 +568,7 @@ async fn node_options(
             )
             .await?,
             NodeFile::new("/etc/inplace/agent.toml", config, 0o644),
-            NodeFile::new(
-                "/etc/kubernetes/kubelet.conf",
-                emulator.kubeconfig_yaml(&User::node(&m.name)),
-                0o600,
-            ),
+            NodeFile::new("/etc/kubernetes/kubelet.conf", node_kubeconfig, 0o600),
             NodeFile::new(
                 "/etc/default/kubelet",
                 format!("KUBELET_PORT={}\n", m.port),
@@ -1005,8 +1036,9 @@ fn inspect_hints(paths: &Paths, kubeconfig: &Path, members: &[Member], pids: &[(
     println!("\nLook around (in another shell, while this one waits):");
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!(
-        "  export PATH={}:$PATH   # kubectl-inplace, the kubectl plugin",
-        paths.bin_dir.display()
+        "  export PATH={}:{}:$PATH   # kubectl-inplace (the plugin), the cluster's kubectl",
+        paths.bin_dir.display(),
+        inplace_tests::apiserver::bin_dir().display(),
     );
     println!("  kubectl get nodereleases,noderollouts");
     println!("  kubectl get nodeupdateplans -o wide");

@@ -1,5 +1,6 @@
 //! `inplace-demo`: the local demo fleet. Boots nspawn nodes running the real agent unit,
-//! starts the API emulator, the controller and an artifact server, brings the fleet to
+//! starts a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager of
+//! the release `tests/kube` pins), the controller and an artifact server, brings the fleet to
 //! kubelet v1, then rolls v2 out with `maxUnavailable: 1` while drawing live progress and
 //! watching that no more than one node is ever activating, and prints a summary (time per
 //! node, kubelet downtime per swap, the most nodes activating at once). `--broken-v3` then
@@ -23,9 +24,6 @@ pub struct Args {
     /// How many nodes to boot.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub nodes: u32,
-    /// Loopback port of the API emulator (0: any free port).
-    #[arg(long, default_value_t = 26443)]
-    pub api_port: u16,
     /// Node names are `<prefix>-1`, `<prefix>-2`, ...
     #[arg(long, default_value = "demo")]
     pub name_prefix: String,
@@ -33,7 +31,8 @@ pub struct Args {
     /// kubectl-inplace). Default: next to this program.
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
-    /// Where kubeconfig, images and logs go.
+    /// Where the cluster's state, the kubeconfigs, images and logs go (the cluster's state
+    /// is started afresh on every run).
     #[arg(long, default_value = "/var/tmp/inplace-demo")]
     pub work_dir: PathBuf,
     /// Do not wait for Enter at the end: clean up and exit (CI, tests).

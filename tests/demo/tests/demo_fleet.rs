@@ -44,14 +44,7 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
     let work = tempfile::tempdir().unwrap();
     let prefix = format!("demot{}", std::process::id());
     let out = Command::new(&demo)
-        .args([
-            "--nodes",
-            "3",
-            "--broken-v3",
-            "--no-wait",
-            "--api-port",
-            "0",
-        ])
+        .args(["--nodes", "3", "--broken-v3", "--no-wait"])
         .args(["--download-seconds", "2", "--health-window", "3"])
         .args(["--name-prefix", &prefix])
         .arg("--bin-dir")
