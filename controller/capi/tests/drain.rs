@@ -1,5 +1,5 @@
-//! CordonAndEvict against a workload API emulator: cordon once, pass after pass, timeout,
-//! uncordon only what it cordoned.
+//! CordonAndEvict against a workload cluster (the real kube-apiserver): cordon once, pass
+//! after pass, timeout, uncordon only what it cordoned.
 
 #![allow(clippy::unwrap_used)]
 
@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use inplace_api_emulator::{Emulator, EmulatorConfig};
 use inplace_capi::drain::{
     CORDONED_ANNOTATION, CordonAndEvict, DRAIN_STARTED_ANNOTATION, DrainPass, EvictionPass,
 };
 use inplace_capi::{DrainStatus, Drainer};
+use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -62,8 +62,8 @@ fn has(node: &Node, key: &str) -> bool {
 
 #[tokio::test]
 async fn cordons_evicts_until_empty_then_uncordons() {
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    let client = emulator.client().await.unwrap();
+    let workload = TestApi::start().await.unwrap();
+    let client = workload.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     node(&nodes, "n1", false).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -103,8 +103,8 @@ async fn cordons_evicts_until_empty_then_uncordons() {
 
 #[tokio::test]
 async fn a_node_cordoned_by_someone_else_stays_cordoned() {
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    let client = emulator.client().await.unwrap();
+    let workload = TestApi::start().await.unwrap();
+    let client = workload.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     node(&nodes, "n2", true).await;
     let drainer = CordonAndEvict::new(pass(vec![], Arc::default()), Duration::from_secs(600));
@@ -118,8 +118,8 @@ async fn a_node_cordoned_by_someone_else_stays_cordoned() {
 
 #[tokio::test]
 async fn a_drain_past_its_timeout_fails_with_what_blocks_it() {
-    let emulator = Emulator::start(EmulatorConfig::default()).await.unwrap();
-    let client = emulator.client().await.unwrap();
+    let workload = TestApi::start().await.unwrap();
+    let client = workload.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     node(&nodes, "n3", false).await;
     let drainer = CordonAndEvict::new(pass(vec![1, 1, 1], Arc::default()), Duration::ZERO);

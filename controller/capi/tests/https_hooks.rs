@@ -192,12 +192,11 @@ async fn a_version_without_a_release_is_not_claimed() {
 async fn a_version_bump_for_a_cluster_that_cannot_take_plans_is_not_claimed() {
     let bed = Bed::start().await;
     // c6's kubeconfig points at a cluster without the NodeUpdatePlan CRD (the management
-    // emulator); c9 has no kubeconfig Secret at all.
+    // cluster); c9 has no kubeconfig Secret at all.
     put_kubeconfig_secret(
         &bed.management_client,
         "c6",
-        &bed.management
-            .kubeconfig_yaml(&inplace_api_emulator::User::admin()),
+        &admin_kubeconfig_yaml(&bed.management),
     )
     .await;
     let infra = fixture("vspheremachine.json");
@@ -394,9 +393,7 @@ async fn a_changed_certificate_is_served_on_the_next_handshake() {
 #[tokio::test]
 async fn the_entry_point_checks_its_config_serves_and_stops() {
     install_crypto_provider();
-    let management = inplace_api_emulator::Emulator::start(Default::default())
-        .await
-        .unwrap();
+    let management = inplace_tests::test_api::TestApi::start().await.unwrap();
     let client = management.client().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed("entry point");

@@ -1,5 +1,6 @@
 //! UpdateMachine end to end: Cluster API-shaped requests over HTTPS, a management and a
-//! workload API emulator, the kubeconfig Secret, and a simulated agent writing plan status.
+//! workload cluster (real kube-apiservers), the kubeconfig Secret, and a simulated agent
+//! writing plan status.
 
 #![allow(clippy::unwrap_used)]
 
@@ -331,21 +332,25 @@ async fn an_unreachable_workload_cluster_is_retried_not_failed() {
 #[tokio::test]
 async fn a_failing_or_slow_workload_api_gives_a_retry_not_a_failure() {
     // Announced timeout 4 s: the extension answers within 1 s whatever the clusters do.
-    let bed = Bed::start_with(false, Arc::new(inplace_capi::NoDrain), 4).await;
+    // The workload cluster is the emulator: an outage and a slow answer on demand are faults
+    // only it injects.
+    let workload = inplace_tests::test_api::TestApi::start_emulator(Default::default())
+        .await
+        .unwrap();
+    let bed = Bed::start_on(workload, false, Arc::new(inplace_capi::NoDrain), 4).await;
+    let faults = bed.workload.emulator().unwrap().faults();
     let desired = machine("v1.31.2", Some("node-1"));
 
-    bed.workload.faults().outage(
+    faults.outage(
         std::time::Duration::from_secs(60),
         inplace_api_emulator::OutageKind::Unavailable,
     );
     let answer = bed.update_machine(&desired).await;
     assert!(in_progress(&answer), "{answer}");
     assert!(message(&answer).contains("retrying"), "{answer}");
-    bed.workload.faults().end_outage();
+    faults.end_outage();
 
-    bed.workload
-        .faults()
-        .latency(std::time::Duration::from_secs(3));
+    faults.latency(std::time::Duration::from_secs(3));
     let started = std::time::Instant::now();
     let answer = bed.update_machine(&desired).await;
     assert!(
@@ -357,7 +362,7 @@ async fn a_failing_or_slow_workload_api_gives_a_retry_not_a_failure() {
         message(&answer).contains("did not answer within 1s"),
         "{answer}"
     );
-    bed.workload.faults().latency(std::time::Duration::ZERO);
+    faults.latency(std::time::Duration::ZERO);
 
     let answer = bed.update_machine(&desired).await;
     assert!(
@@ -376,10 +381,7 @@ async fn a_rotated_kubeconfig_secret_rebuilds_the_cached_client() {
 
     // Rotated to a credential the workload cluster refuses: the new Secret is used (the
     // cached client is not), and a refused credential is retried, not failed.
-    let refused = bed
-        .workload
-        .kubeconfig_yaml(&inplace_api_emulator::User::admin())
-        .replace("admin-token", "revoked-token");
+    let refused = refused_kubeconfig_yaml(&bed.workload);
     put_kubeconfig_secret(&bed.management_client, CLUSTER, &refused).await;
     let answer = bed.update_machine(&desired).await;
     assert!(in_progress(&answer), "{answer}");
@@ -390,9 +392,7 @@ async fn a_rotated_kubeconfig_secret_rebuilds_the_cached_client() {
     assert!(message(&answer).contains("401"), "{answer}");
 
     // Rotated back: answers as before.
-    let working = bed
-        .workload
-        .kubeconfig_yaml(&inplace_api_emulator::User::admin());
+    let working = admin_kubeconfig_yaml(&bed.workload);
     put_kubeconfig_secret(&bed.management_client, CLUSTER, &working).await;
     assert_eq!(bed.update_machine(&desired).await, good);
     bed.stop().await;

@@ -1,15 +1,16 @@
-//! The test bed: two API emulators (management and workload cluster), the hook server over
-//! real HTTPS with a self-signed certificate, a reqwest client that trusts it, Cluster API
-//! request builders from the fixtures, and a simulated agent for the workload cluster.
+//! The test bed: two API servers (management and workload cluster; the real kube-apiserver,
+//! or the emulator where a case injects faults into the workload cluster), the hook server
+//! over real HTTPS with a self-signed certificate, a reqwest client that trusts it, Cluster
+//! API request builders from the fixtures, and a simulated agent for the workload cluster.
 
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
 use inplace_capi::{Config, Drainer, Extension, NoDrain, Server};
 use inplace_proto::{NodeRelease, NodeUpdatePlan};
+use inplace_tests::test_api::{TestApi, packaging};
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -25,10 +26,6 @@ pub fn fixture(name: &str) -> Value {
         .join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, as PEM (cert, key).
@@ -79,9 +76,38 @@ pub fn release_object(name: &str, kubernetes_version: &str) -> Value {
     })
 }
 
+/// Applies one CRD file to `api` (and waits until a real server serves it).
+pub async fn apply_crd_file(api: &TestApi, file: &Path) {
+    match api {
+        TestApi::Real(server) => server.apply_crd_dir(file).await.unwrap(),
+        TestApi::Emulator(emulator) => emulator
+            .apply_crd_yaml(&std::fs::read_to_string(file).unwrap())
+            .await
+            .unwrap(),
+    }
+}
+
+/// The admin's kubeconfig of `api`, as Cluster API's `<cluster>-kubeconfig` Secret holds it.
+pub fn admin_kubeconfig_yaml(api: &TestApi) -> String {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    api.write_admin_kubeconfig(file.path()).unwrap();
+    std::fs::read_to_string(file.path()).unwrap()
+}
+
+/// `api`'s admin kubeconfig with the credential swapped for a token the server does not know
+/// (a revoked one): the server answers 401.
+pub fn refused_kubeconfig_yaml(api: &TestApi) -> String {
+    let mut kubeconfig: serde_yaml::Value =
+        serde_yaml::from_str(&admin_kubeconfig_yaml(api)).unwrap();
+    for user in kubeconfig["users"].as_sequence_mut().unwrap() {
+        user["user"] = serde_yaml::from_str("{token: revoked-token}").unwrap();
+    }
+    serde_yaml::to_string(&kubeconfig).unwrap()
+}
+
 pub struct Bed {
-    pub management: Handle,
-    pub workload: Handle,
+    pub management: TestApi,
+    pub workload: TestApi,
     pub workload_client: kube::Client,
     pub management_client: kube::Client,
     pub addr: std::net::SocketAddr,
@@ -104,18 +130,23 @@ impl Bed {
         drainer: Arc<dyn Drainer>,
         update_machine_timeout_seconds: i32,
     ) -> Bed {
+        let workload = TestApi::start().await.unwrap();
+        Bed::start_on(workload, drain, drainer, update_machine_timeout_seconds).await
+    }
+
+    /// The bed with `workload` as the workload cluster (the emulator, for a case that
+    /// injects faults into it); the management cluster is the default server.
+    pub async fn start_on(
+        workload: TestApi,
+        drain: bool,
+        drainer: Arc<dyn Drainer>,
+        update_machine_timeout_seconds: i32,
+    ) -> Bed {
         install_crypto_provider();
-        let management = Emulator::start(EmulatorConfig::default()).await.unwrap();
-        let workload = Emulator::start(EmulatorConfig::default()).await.unwrap();
-        let crds = repo_root().join("packaging/kubernetes/crds");
-        management
-            .apply_crd_yaml(&std::fs::read_to_string(crds.join("nodereleases.yaml")).unwrap())
-            .await
-            .unwrap();
-        workload
-            .apply_crd_yaml(&std::fs::read_to_string(crds.join("nodeupdateplans.yaml")).unwrap())
-            .await
-            .unwrap();
+        let management = TestApi::start().await.unwrap();
+        let crds = packaging("crds");
+        apply_crd_file(&management, &crds.join("nodereleases.yaml")).await;
+        apply_crd_file(&workload, &crds.join("nodeupdateplans.yaml")).await;
         let management_client = management.client().await.unwrap();
         let workload_client = workload.client().await.unwrap();
 
@@ -131,7 +162,7 @@ impl Bed {
         put_kubeconfig_secret(
             &management_client,
             CLUSTER,
-            &workload.kubeconfig_yaml(&User::admin()),
+            &admin_kubeconfig_yaml(&workload),
         )
         .await;
         let releases: Api<NodeRelease> = Api::all(management_client.clone());
