@@ -24,8 +24,10 @@ deps:
 	@./scripts/install-deps.sh
 
 ## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
+## `make demo KUBECONFIG=path` runs it against that existing cluster instead of starting one
+## (only when given on the command line: a KUBECONFIG in the environment is not used).
 demo:
-	@./scripts/demo.sh
+	@./scripts/demo.sh $(if $(filter command line,$(origin KUBECONFIG)),--kubeconfig "$(KUBECONFIG)")
 
 ## Benchmarks against the machine's limits and the peers: one table, written to docs/benchmarks.md.
 bench:

@@ -3,7 +3,9 @@
 # squashfs-tools), builds the Kubernetes control plane of the pinned release (tests/kube: etcd,
 # kube-apiserver, kube-controller-manager and kubectl; needs Go) and the release binaries, then
 # runs `inplace-demo` (arguments are passed on, e.g. `./scripts/demo.sh --nodes 2 --no-wait`).
-# Needs root: the nodes are systemd-nspawn containers. See docs/usage/quickstart.md.
+# Needs root: the nodes are systemd-nspawn containers. `--kubeconfig PATH` (`make demo
+# KUBECONFIG=PATH`) uses that existing cluster instead of starting one. See
+# docs/usage/quickstart.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -23,6 +23,7 @@ use kubectl_inplace::view::{self, Style};
 use serde_json::json;
 
 use crate::Args;
+use crate::cluster::{Cluster, DEMO_LABEL};
 use crate::concurrency::Concurrency;
 use crate::measure::{self, KubeletSeen, UnitRestart};
 use crate::render::Screen;
@@ -42,9 +43,6 @@ const MAX_UNAVAILABLE: usize = 1;
 const ROLLOUT: &str = "kubelet";
 /// The label that selects the demo's nodes.
 const FLEET_LABEL: &str = "inplace.dev/demo-fleet";
-/// Each node's kubelet listens on its own host-loopback port: the nodes share the host's
-/// network, so one port each (node configuration, like a real kubelet's config file).
-const FIRST_KUBELET_PORT: u16 = 31248;
 /// Patience for any one phase of the demo (a loaded 2-core machine is slow).
 const PATIENCE: Duration = Duration::from_secs(600);
 
@@ -89,12 +87,20 @@ pub async fn main(args: Args) -> ExitCode {
         }
     });
     futures::future::join_all(offs).await;
+    if let Some(cluster) = &keep.api {
+        // Before the controller stops: it takes its finalizer off the rollout.
+        let names = keep.nodes.clone();
+        if let Err(e) = tokio::task::block_in_place(|| cluster.remove_demo_objects(ROLLOUT, &names))
+        {
+            eprintln!("  removing the demo's objects from the cluster: {e:#}");
+        }
+    }
     if let Some(mut c) = keep.controller.take() {
         let _ = c.start_kill();
         let _ = c.wait().await;
     }
     drop(keep.artifacts.take());
-    // etcd, kube-apiserver and kube-controller-manager stop with it.
+    // A started cluster (etcd, kube-apiserver, kube-controller-manager) stops with it.
     drop(keep.api.take());
     println!("done.");
     code
@@ -103,7 +109,9 @@ pub async fn main(args: Args) -> ExitCode {
 /// What must outlive `run` until cleanup.
 #[derive(Default)]
 struct Keep {
-    api: Option<ApiServer>,
+    api: Option<Cluster>,
+    /// The nodes' names (their Node objects and plans, to remove from an existing cluster).
+    nodes: Vec<String>,
     artifacts: Option<ArtifactServer>,
     controller: Option<tokio::process::Child>,
 }
@@ -173,50 +181,53 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     let style = Style::for_terminal(tty);
 
     // 1. A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager of
-    //    the pinned release) with the CRDs and the agent's RBAC and admission policy, the
-    //    controller's RBAC, and an admin kubeconfig for people.
-    step(
-        "starting Kubernetes (etcd, kube-apiserver, kube-controller-manager; the first run builds them from the pinned Go modules, minutes)",
-    );
-    let state = paths.work.join("kube");
-    // A fresh cluster each run: the last run's nodes and plans are gone with their nodes.
-    if state.exists() {
-        std::fs::remove_dir_all(&state)
-            .with_context(|| format!("removing the last run's {}", state.display()))?;
-    }
-    let api = ApiServer::start_in(&state, &[])
-        .await
-        .context("starting the Kubernetes control plane")?;
-    let kube_objects = paths.repo.join("packaging/kubernetes");
-    api.apply_crd_dir(&kube_objects.join("crds"))
-        .await
-        .context("installing the CRDs")?;
-    let manifest = |relative: &str| kube_objects.join(relative).display().to_string();
-    api.run_kubectl(&[
-        "apply",
-        "-f",
-        &manifest("agent"),
-        "-f",
-        &manifest("controller/namespace.yaml"),
-        "-f",
-        &manifest("controller/rbac.yaml"),
-    ])
-    .context("installing the agent's and the controller's RBAC and admission policy")?;
+    //    the pinned release), or the existing cluster of --kubeconfig, with the CRDs, the
+    //    agent's RBAC and admission policy, the controller's RBAC, and an admin kubeconfig
+    //    for people.
+    let cluster = match &args.kubeconfig {
+        Some(kubeconfig) => {
+            step(&format!(
+                "using the cluster of {} (the demo's objects are removed at the end; the CRDs and the shipped RBAC stay)",
+                kubeconfig.display()
+            ));
+            Cluster::Existing {
+                kubeconfig: kubeconfig.clone(),
+                work: paths.work.join("identities"),
+            }
+        }
+        None => {
+            step(
+                "starting Kubernetes (etcd, kube-apiserver, kube-controller-manager; the first run builds them from the pinned Go modules, minutes)",
+            );
+            let state = paths.work.join("kube");
+            // A fresh cluster each run: the last run's nodes and plans are gone with their nodes.
+            if state.exists() {
+                std::fs::remove_dir_all(&state)
+                    .with_context(|| format!("removing the last run's {}", state.display()))?;
+            }
+            let server = ApiServer::start_in(&state, &[])
+                .await
+                .context("starting the Kubernetes control plane")?;
+            Cluster::Started(server)
+        }
+    };
+    let cluster = keep.api.insert(cluster);
+    let packaging = paths.repo.join("packaging/kubernetes");
+    tokio::task::block_in_place(|| cluster.install(&packaging))?;
     let kubeconfig = paths.work.join("kubeconfig");
-    std::fs::copy(api.admin_kubeconfig(), &kubeconfig)
+    std::fs::copy(cluster.admin_kubeconfig(), &kubeconfig)
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
-    let client = api.client().await?;
+    let client = cluster.client().await?;
     let version = client
         .apiserver_version()
         .await
         .context("asking the API server its version")?;
     println!(
         "    {} (Kubernetes {}; admin kubeconfig {})",
-        api.url(),
+        tokio::task::block_in_place(|| cluster.url())?,
         version.git_version,
         kubeconfig.display()
     );
-    keep.api = Some(api);
 
     // 2. Kubelet sysext images v1 and v2, served by the artifact server.
     let mut kubelets = vec![
@@ -263,10 +274,15 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     let members: Vec<Member> = (1..=args.nodes)
         .map(|i| Member {
             name: format!("{}-{i}", args.name_prefix),
-            port: FIRST_KUBELET_PORT + u16::try_from(i).unwrap_or(0),
+            port: kubelet_port(args.kubelet_port, i),
         })
         .collect();
     let nodes_api: Api<KubeNode> = Api::all(client.clone());
+    if matches!(keep.api, Some(Cluster::Existing { .. })) {
+        refuse_to_reuse(&client, &members).await?;
+    }
+    // From here on, cleanup removes these (on an existing cluster).
+    keep.nodes = members.iter().map(|m| m.name.clone()).collect();
     for m in &members {
         let node: KubeNode = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
@@ -278,7 +294,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
             .await
             .with_context(|| format!("creating Node {}", m.name))?;
     }
-    let api = keep.api.as_ref().context("the API server")?;
+    let cluster = keep.api.as_ref().context("the cluster")?;
     step(&format!(
         "booting {} nodes (systemd-nspawn, Debian bookworm; the first run builds the root filesystem, minutes)",
         members.len()
@@ -286,7 +302,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     let boot_started = Instant::now();
     let mut boots = Vec::new();
     for m in &members {
-        let options = node_options(&paths, &server, api, m).await?;
+        let options = node_options(&paths, &server, cluster, m).await?;
         let name = m.name.clone();
         let fleet = Arc::clone(fleet);
         boots.push(async move {
@@ -312,20 +328,13 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     println!("    inplace-agent.service active on every node");
 
     // 4. The controller, as a separate process with the shipped RBAC: its identity is the
-    //    ServiceAccount the shipped ClusterRoleBinding names (as a client certificate).
+    //    ServiceAccount the shipped ClusterRoleBinding names.
     step(
         "starting inplace-controller (ServiceAccount inplace-system/inplace-controller, the shipped RBAC)",
     );
     let controller_kubeconfig = paths.work.join("controller.kubeconfig");
-    api.write_kubeconfig(
-        &controller_kubeconfig,
-        "system:serviceaccount:inplace-system:inplace-controller",
-        &[
-            "system:serviceaccounts",
-            "system:serviceaccounts:inplace-system",
-        ],
-    )
-    .context("writing the controller's kubeconfig")?;
+    tokio::task::block_in_place(|| cluster.write_controller_kubeconfig(&controller_kubeconfig))
+        .context("writing the controller's kubeconfig")?;
     let log_path = paths.work.join("controller.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
@@ -523,7 +532,7 @@ fn release(
     ));
     let value = json!({
         "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {DEMO_LABEL: "true"}},
         "spec": {
             "version": version,
             "artifacts": [{"name": "kubernetes", "type": "Sysext", "url": url,
@@ -536,16 +545,64 @@ fn release(
     serde_json::from_value(value).with_context(|| format!("NodeRelease {name}"))
 }
 
+/// The port of node `i`'s kubelet: `base + i`, or a free one when `base` is 0 (concurrent
+/// demos, tests). Each node's kubelet listens on its own host-loopback port: the nodes share
+/// the host's network (node configuration, like a real kubelet's config file).
+fn kubelet_port(base: u16, i: u32) -> u16 {
+    if base != 0 {
+        return base.saturating_add(u16::try_from(i).unwrap_or(0));
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// On an existing cluster: fails if a Node or plan of the demo's node names, its rollout or
+/// one of its releases already exists — the demo removes those at the end, so it must never
+/// adopt what is not its own.
+async fn refuse_to_reuse(client: &kube::Client, members: &[Member]) -> anyhow::Result<()> {
+    let nodes: Api<KubeNode> = Api::all(client.clone());
+    let plans: Api<NodeUpdatePlan> = Api::all(client.clone());
+    let mut taken = Vec::new();
+    for m in members {
+        if nodes.get_opt(&m.name).await?.is_some() {
+            taken.push(format!("Node {}", m.name));
+        }
+        if plans.get_opt(&m.name).await?.is_some() {
+            taken.push(format!("NodeUpdatePlan {}", m.name));
+        }
+    }
+    if Api::<NodeRollout>::all(client.clone())
+        .get_opt(ROLLOUT)
+        .await?
+        .is_some()
+    {
+        taken.push(format!("NodeRollout {ROLLOUT}"));
+    }
+    let releases: Api<NodeRelease> = Api::all(client.clone());
+    for name in ["kubelet-v1", "kubelet-v2", "kubelet-v3"] {
+        if releases.get_opt(name).await?.is_some() {
+            taken.push(format!("NodeRelease {name}"));
+        }
+    }
+    if !taken.is_empty() {
+        bail!(
+            "the cluster already has {}: not the demo's to use or remove (--name-prefix picks other node names)",
+            taken.join(", ")
+        );
+    }
+    Ok(())
+}
+
 async fn node_options(
     paths: &Paths,
     server: &ArtifactServer,
-    api: &ApiServer,
+    cluster: &Cluster,
     m: &Member,
 ) -> anyhow::Result<NodeOptions> {
     // The node's own kubelet identity (system:node:NAME), as a kubelet's kubeconfig holds it.
-    let node_kubeconfig = api.node_kubeconfig(&m.name)?;
-    let node_kubeconfig = std::fs::read_to_string(&node_kubeconfig)
-        .with_context(|| format!("reading {}", node_kubeconfig.display()))?;
+    let node_kubeconfig = tokio::task::block_in_place(|| cluster.node_kubeconfig(&m.name))?;
     let config = format!(
         "# inplace-demo: artifacts come from the demo's artifact server on host loopback\n\
          [policy]\nallowed_url_prefixes = [\"{}\"]\nallow_http = true\n\

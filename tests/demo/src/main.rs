@@ -8,6 +8,7 @@
 //! up on exit, on an error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`)
 //! builds what it needs.
 
+mod cluster;
 mod concurrency;
 mod fleet;
 mod measure;
@@ -24,9 +25,19 @@ pub struct Args {
     /// How many nodes to boot.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub nodes: u32,
+    /// Node N's kubelet listens on this port + N on host loopback (the nodes share the host's
+    /// network); 0: free ports (several demos at once).
+    #[arg(long, default_value_t = 31248)]
+    pub kubelet_port: u16,
     /// Node names are `<prefix>-1`, `<prefix>-2`, ...
     #[arg(long, default_value = "demo")]
     pub name_prefix: String,
+    /// Run against an existing cluster (its admin kubeconfig) instead of starting one. Its API
+    /// server must be reachable from this machine's network (the nodes share it). The demo
+    /// installs the CRDs and the shipped RBAC and admission policy, and removes its own
+    /// objects (rollout, releases, plans, Node objects, the nodes' identities) at the end.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     /// Where the release binaries are (inplace-agent, inplace-controller, fake-kubelet,
     /// kubectl-inplace). Default: next to this program.
     #[arg(long)]

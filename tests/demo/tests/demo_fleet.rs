@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-#[test]
-fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
+/// The demo binary, with the programs it installs and runs built beside it; its directory.
+fn demo_and_bin_dir() -> (PathBuf, PathBuf) {
     inplace_tests::prereq::require_nspawn().expect("prerequisites");
     inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
     let demo = PathBuf::from(env!("CARGO_BIN_EXE_inplace-demo"));
@@ -40,12 +40,19 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
         built.success(),
         "building the agent, controller and fake kubelet"
     );
+    (demo, bin_dir)
+}
 
+#[test]
+fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
+    let (demo, bin_dir) = demo_and_bin_dir();
     let work = tempfile::tempdir().unwrap();
     let prefix = format!("demot{}", std::process::id());
     let out = Command::new(&demo)
         .args(["--nodes", "3", "--broken-v3", "--no-wait"])
         .args(["--download-seconds", "2", "--health-window", "3"])
+        // Free kubelet ports: the other test of this file may run a demo at the same time.
+        .args(["--kubelet-port", "0"])
         .args(["--name-prefix", &prefix])
         .arg("--bin-dir")
         .arg(&bin_dir)
@@ -134,4 +141,84 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
     );
     // Not a TTY: progress is logged as lines, no escape sequences.
     assert!(!stdout.contains('\x1b'), "{stdout}");
+}
+
+/// `make demo KUBECONFIG=...`: against an existing cluster (a real kube-apiserver this test
+/// starts) the demo installs what it needs, gives each node an identity that can act only as
+/// that node (a ServiceAccount allowed to impersonate `system:node:NAME`), rolls v2 out, and
+/// removes every object of its own at the end.
+#[test]
+fn the_demo_runs_against_an_existing_cluster_and_removes_its_objects() {
+    let (demo, bin_dir) = demo_and_bin_dir();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime
+        .block_on(inplace_tests::apiserver::ApiServer::start())
+        .expect("the API server starts");
+    let work = tempfile::tempdir().unwrap();
+    let prefix = format!("demoe{}", std::process::id());
+    let out = Command::new(&demo)
+        .args(["--nodes", "2", "--no-wait"])
+        .args(["--download-seconds", "1", "--health-window", "2"])
+        .args(["--kubelet-port", "0"])
+        .args(["--name-prefix", &prefix])
+        .arg("--kubeconfig")
+        .arg(server.admin_kubeconfig())
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .arg("--work-dir")
+        .arg(work.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the demo failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    assert!(stdout.contains("using the cluster of"), "{stdout}");
+    assert!(
+        stdout.contains("max nodes activating at once: 1 (maxUnavailable 1)"),
+        "{stdout}"
+    );
+    assert!(
+        !stderr.contains("removing the demo's objects"),
+        "cleanup failed: {stderr}"
+    );
+    let left = server
+        .run_kubectl(&[
+            "get",
+            "nodes,nodeupdateplans,nodereleases,noderollouts,clusterroles,clusterrolebindings",
+            "-l",
+            "inplace.dev/demo=true",
+            "-o",
+            "name",
+        ])
+        .unwrap();
+    assert_eq!(left.trim(), "", "labelled objects left");
+    let left = server
+        .run_kubectl(&["get", "nodes,nodeupdateplans,noderollouts", "-o", "name"])
+        .unwrap();
+    assert_eq!(
+        left.trim(),
+        "",
+        "the demo's nodes, plans and rollout are gone"
+    );
+    let accounts = server
+        .run_kubectl(&[
+            "get",
+            "serviceaccounts",
+            "-n",
+            "inplace-system",
+            "-o",
+            "name",
+        ])
+        .unwrap();
+    assert!(!accounts.contains("inplace-demo-"), "{accounts}");
+    // What stays installed: the CRDs and the shipped RBAC.
+    server
+        .run_kubectl(&["get", "crd", "nodeupdateplans.inplace.dev"])
+        .unwrap();
+    server
+        .run_kubectl(&["get", "clusterrole", "inplace-agent", "inplace-controller"])
+        .unwrap();
 }
