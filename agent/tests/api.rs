@@ -313,3 +313,66 @@ async fn real_probes_read_the_nodes_kubelet_version() {
         .unwrap_err();
     assert!(err.contains("404"), "{err}");
 }
+
+/// The other way the agent authenticates (`[kube] server`, `token_file`, `ca_file`): a
+/// ServiceAccount's token over https, trusting the cluster's CA from a PEM file. Only a real
+/// server shows it: the emulator speaks plain http with its own tokens. The account is bound
+/// to the shipped `inplace-agent` ClusterRole, so it reads plans like a node does.
+#[tokio::test]
+async fn a_token_file_and_a_ca_file_reach_the_real_server() {
+    let server = inplace_tests::apiserver::ApiServer::start().await.unwrap();
+    server.apply_crd_dir(&packaging("crds")).await.unwrap();
+    let agent = packaging("agent");
+    server
+        .run_kubectl(&["apply", "-f", agent.to_str().unwrap()])
+        .unwrap();
+    server
+        .run_kubectl(&["create", "serviceaccount", "agent", "-n", "default"])
+        .unwrap();
+    server
+        .run_kubectl(&[
+            "create",
+            "clusterrolebinding",
+            "agent-token",
+            "--clusterrole=inplace-agent",
+            "--serviceaccount=default:agent",
+        ])
+        .unwrap();
+    let token = server
+        .run_kubectl(&["create", "token", "agent", "-n", "default"])
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token.trim()).unwrap();
+
+    let bed = Bed::new();
+    let plan = bed.plan("OK v1", "kubectl v1", "Active");
+    let admin: kube::Api<NodeUpdatePlan> = kube::Api::all(server.client().await.unwrap());
+    admin.create(&PostParams::default(), &plan).await.unwrap();
+
+    let client =
+        inplace_agent::kube_client::client(&inplace_agent::settings::KubeAuth::TokenFile {
+            server: server.url().to_owned(),
+            token_file,
+            ca_file: Some(server.dir().join("pki/ca.crt")),
+        })
+        .await
+        .unwrap();
+    let plans: kube::Api<NodeUpdatePlan> = kube::Api::all(client);
+    let read = plans.get(NODE).await.expect("the token reads the plan");
+    assert_eq!(read.spec, plan.spec);
+    // Without the CA the server's certificate is not trusted (no silent fallback).
+    let untrusted =
+        inplace_agent::kube_client::client(&inplace_agent::settings::KubeAuth::TokenFile {
+            server: server.url().to_owned(),
+            token_file: dir.path().join("token"),
+            ca_file: None,
+        })
+        .await
+        .unwrap();
+    let err = kube::Api::<NodeUpdatePlan>::all(untrusted)
+        .get(NODE)
+        .await
+        .unwrap_err();
+    assert!(!matches!(err, kube::Error::Api(_)), "{err}");
+}
