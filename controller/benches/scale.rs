@@ -6,7 +6,10 @@
 //!   cargo bench -p inplace-controller --bench scale
 //! ```
 //!
-//! The API emulator and the simulated agents run in this process; the controller runs as
+//! With `INPLACE_BENCH_API=real` the API is the real kube-apiserver + etcd of `tests/kube`
+//! (their peak memory is reported too); by default it is the API emulator.
+//!
+//! The API server and the simulated agents run in this process; the controller runs as
 //! its own process (the real `inplace-controller run` binary) so that its peak memory
 //! (VmHWM) and its own metrics (reconcile latency, API writes by kind, scraped from
 //! `/metrics`) are measured alone. The rollout uses `maxUnavailable: 10%`; every node's
@@ -23,8 +26,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use inplace_api_emulator::{Emulator, EmulatorConfig, User};
+use inplace_api_emulator::EmulatorConfig;
 use inplace_proto::NodeRollout;
+use inplace_tests::apiserver::ApiServer;
+use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -89,15 +94,21 @@ async fn main() -> anyhow::Result<()> {
     let download = Duration::from_millis(env_number("INPLACE_BENCH_STAGE_MS", 500));
     println!("scale bench: {nodes} nodes, maxUnavailable 10%, update time T = {update:?}");
 
-    let emulator = Emulator::start(EmulatorConfig {
-        history_window: 400_000,
-        ..EmulatorConfig::default()
-    })
-    .await?;
+    let api = if std::env::var("INPLACE_BENCH_API").is_ok_and(|v| v == "real") {
+        println!("API: the real kube-apiserver + etcd (tests/kube)");
+        TestApi::Real(ApiServer::start().await?)
+    } else {
+        println!("API: the emulator");
+        TestApi::start_emulator(EmulatorConfig {
+            history_window: 400_000,
+            ..EmulatorConfig::default()
+        })
+        .await?
+    };
     let crds =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
-    emulator.apply_crd_dir(&crds).await?;
-    let client = emulator.client().await?;
+    api.apply_crd_dir(&crds).await?;
+    let client = api.client().await?;
 
     let started = Instant::now();
     let node_api: Api<Node> = Api::all(client.clone());
@@ -135,7 +146,7 @@ async fn main() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("inplace-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let kubeconfig = dir.join("kubeconfig");
-    emulator.write_kubeconfig(&kubeconfig, &User::admin())?;
+    api.write_admin_kubeconfig(&kubeconfig)?;
     let metrics_addr = {
         let probe = TcpListener::bind("127.0.0.1:0")?;
         probe.local_addr()?.to_string()
@@ -294,6 +305,14 @@ async fn main() -> anyhow::Result<()> {
         quantile(0.5),
         quantile(0.99)
     );
+    if let Some(server) = api.real() {
+        for (name, pid) in server.processes()? {
+            println!(
+                "{name} peak memory (VmHWM): {:.1} MiB",
+                peak_memory_kib(pid).unwrap_or(0) as f64 / 1024.0
+            );
+        }
+    }
     drop(controller);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -285,6 +285,20 @@ impl ApiServer {
         Ok(())
     }
 
+    /// The processes of the control plane, by name: `etcd` (embedded in the `kube-testbed
+    /// serve` process), `kube-apiserver`, `kube-controller-manager`.
+    pub fn processes(&self) -> anyhow::Result<Vec<(&'static str, u32)>> {
+        let mut processes = vec![("etcd", self.child.id())];
+        for name in ["kube-apiserver", "kube-controller-manager"] {
+            let pid = std::fs::read_to_string(self.dir.join(format!("{name}.pid")))?;
+            processes.push((
+                name,
+                pid.trim().parse().with_context(|| format!("{name}.pid"))?,
+            ));
+        }
+        Ok(processes)
+    }
+
     /// Kills kube-apiserver (SIGKILL, as a crash) and keeps it down until [`Self::resume`];
     /// etcd keeps the data.
     pub fn kill_apiserver(&self) -> anyhow::Result<()> {

@@ -1,6 +1,8 @@
 //! (4) Fleet: the controller's rollout simulation (`controller/benches/scale.rs`: the API
-//! emulator and simulated agents in one process, the real controller binary in another),
-//! run under `/usr/bin/time -v`; its printed results are parsed into rows.
+//! and simulated agents in one process, the real controller binary in another), run under
+//! `/usr/bin/time -v`; its printed results are parsed into rows. It runs twice: on the API
+//! emulator at the large N (30,000), and on the real kube-apiserver + etcd (`tests/kube`) at
+//! the N this 2-core machine sustains beside them (2,000).
 
 use anyhow::{Context, Result, bail};
 
@@ -50,10 +52,25 @@ async fn build_exe() -> Result<String> {
     Ok(exe)
 }
 
-/// The fleet rows.
+/// Which API server a fleet run uses.
+#[derive(Clone, Copy, PartialEq)]
+enum Api {
+    Emulator,
+    Real,
+}
+
+/// The fleet rows: the emulator run, then the real-server run.
 pub async fn run(o: &Opts) -> Result<Vec<Row>> {
-    let n = o.fleet_nodes;
-    let (stdout, time) = if let Some(log) = &o.fleet_log {
+    let mut rows = run_on(o, Api::Emulator, o.fleet_nodes).await?;
+    if o.real_fleet_nodes > 0 {
+        rows.extend(run_on(o, Api::Real, o.real_fleet_nodes).await?);
+    }
+    Ok(rows)
+}
+
+async fn run_on(o: &Opts, api: Api, n: u64) -> Result<Vec<Row>> {
+    let saved_log = o.fleet_log.as_ref().filter(|_| api == Api::Emulator);
+    let (stdout, time) = if let Some(log) = saved_log {
         let stdout =
             std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
         let time_path = format!("{}.time", log.display());
@@ -71,6 +88,10 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
             .arg(&exe)
             .arg("--bench")
             .env("INPLACE_BENCH_NODES", n.to_string())
+            .env(
+                "INPLACE_BENCH_API",
+                if api == Api::Real { "real" } else { "emulator" },
+            )
             .current_dir(repo_root().join("controller"))
             .output()
             .await
@@ -82,15 +103,31 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
         }
         (stdout, time)
     };
+    rows_from(&stdout, &time, n, api)
+}
+
+/// The rows of one run's printed results.
+fn rows_from(stdout: &str, time: &str, n: u64, api: Api) -> Result<Vec<Row>> {
     // The bench names its own size.
-    let n = line(&stdout, "scale bench:")
+    let n = line(stdout, "scale bench:")
         .and_then(|l| number_after(l, "scale bench:"))
         .map_or(n, |v| v as u64);
+    let (section, server, env) = match api {
+        Api::Emulator => ("4 fleet", "API emulator", ""),
+        Api::Real => (
+            "4 fleet, real API",
+            "kube-apiserver + etcd",
+            "INPLACE_BENCH_API=real ",
+        ),
+    };
     let reproduce = format!(
-        "INPLACE_BENCH_NODES={n} /usr/bin/time -v cargo bench -p inplace-controller --bench scale"
+        "{env}INPLACE_BENCH_NODES={n} /usr/bin/time -v cargo bench -p inplace-controller --bench scale"
     );
+    let row = |what: String, value: String, unit: &str| {
+        Row::reference(section, what, value, unit, reproduce.clone())
+    };
     let mut rows = Vec::new();
-    let wall_line = line(&stdout, "wall time to Complete").context("no wall time line")?;
+    let wall_line = line(stdout, "wall time to Complete").context("no wall time line")?;
     let wall = number_after(wall_line, "Complete:").context("wall time")?;
     let ratio = number_after(wall_line, "ratio").context("ratio")?;
     let ideal_text = wall_line
@@ -98,76 +135,64 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
         .map(|(_, r)| r.split(':').next().unwrap_or("").trim().to_owned())
         .unwrap_or_default();
     rows.push(
-        Row::reference(
-            "4 fleet",
-            format!("{n} simulated nodes, maxUnavailable 10 %: wall time to Complete"),
+        row(
+            format!(
+                "{n} simulated nodes on the {server}, maxUnavailable 10 %: wall time to Complete"
+            ),
             format!("{wall:.1} (ideal {ideal_text}; ratio {ratio:.2})"),
             "s",
-            reproduce.clone(),
         )
         .target("close to ideal (ratio ≤ 1.2)", ratio <= 1.2),
     );
-    if let Some(l) = line(&stdout, "controller API writes") {
+    if let Some(l) = line(stdout, "controller API writes") {
         let per = number_after(l, "=").unwrap_or(f64::NAN);
-        rows.push(Row::reference(
-            "4 fleet",
-            "controller API writes per node",
+        rows.push(row(
+            "controller API writes per node".into(),
             format!("{per:.2}"),
             "writes/node",
-            reproduce.clone(),
         ));
     }
-    if let Some(l) = line(&stdout, "simulated agents' status writes") {
+    if let Some(l) = line(stdout, "simulated agents' status writes") {
         let per = number_after(l, "=").unwrap_or(f64::NAN);
-        rows.push(Row::reference(
-            "4 fleet",
-            "agent status writes per node (simulated agents)",
+        rows.push(row(
+            "agent status writes per node (simulated agents)".into(),
             format!("{per:.2}"),
             "writes/node",
-            reproduce.clone(),
         ));
     }
-    if let Some(l) = line(&stdout, "controller peak memory") {
+    if let Some(l) = line(stdout, "controller peak memory") {
         let mib = number_after(l, "(VmHWM):").unwrap_or(f64::NAN);
-        rows.push(Row::reference(
-            "4 fleet",
-            "controller peak memory (VmHWM)",
+        rows.push(row(
+            "controller peak memory (VmHWM)".into(),
             format!("{mib:.1}"),
             "MiB",
-            reproduce.clone(),
         ));
     }
-    if let Some(kib) = number_after(&time, "Maximum resident set size (kbytes):") {
-        rows.push(Row::reference(
-            "4 fleet",
-            "API emulator + simulated agents peak memory (one process; max RSS)",
-            format!("{:.1}", kib / 1024.0),
-            "MiB",
-            reproduce.clone(),
-        ));
+    for process in ["kube-apiserver", "etcd"] {
+        if let Some(l) = line(stdout, &format!("{process} peak memory")) {
+            let mib = number_after(l, "(VmHWM):").unwrap_or(f64::NAN);
+            rows.push(row(
+                format!("{process} peak memory (VmHWM)"),
+                format!("{mib:.1}"),
+                "MiB",
+            ));
+        }
     }
-    if let Some(l) = line(&stdout, "rollout reconciles") {
-        rows.push(Row::reference(
-            "4 fleet",
-            "rollout reconcile latency",
+    if let Some(kib) = number_after(time, "Maximum resident set size (kbytes):") {
+        let what = match api {
+            Api::Emulator => "API emulator + simulated agents peak memory (one process; max RSS)",
+            Api::Real => {
+                "simulated agents (+ etcd, embedded) peak memory (one process tree's largest; max RSS)"
+            }
+        };
+        rows.push(row(what.into(), format!("{:.1}", kib / 1024.0), "MiB"));
+    }
+    if let Some(l) = line(stdout, "rollout reconciles") {
+        rows.push(row(
+            "rollout reconcile latency".into(),
             l.split_once(';').map_or(l, |(_, r)| r).trim().to_owned(),
             "",
-            reproduce,
         ));
     }
     Ok(rows)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_the_scale_bench_lines() {
-        let l = "wall time to Complete: 31.2s; ideal ceil(N/slots) x T = 10 x 2s = 20.0s (+ staging 500ms): ratio 1.52";
-        assert_eq!(number_after(l, "Complete:"), Some(31.2));
-        assert_eq!(number_after(l, "ratio"), Some(1.52));
-        let w = "controller API writes: 60000 = 2.00 per node; by kind: {}";
-        assert_eq!(number_after(w, "="), Some(2.0));
-    }
 }

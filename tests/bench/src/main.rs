@@ -39,10 +39,14 @@ struct Opts {
     /// Seconds of idle sampling of the agent.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
-    /// Nodes of the fleet simulation.
+    /// Nodes of the fleet simulation on the API emulator.
     #[arg(long, default_value_t = 30_000)]
     fleet_nodes: u64,
-    /// A smoke run: 16 MiB, one repetition, 3 s idle, 300 simulated nodes.
+    /// Nodes of the fleet simulation on the real kube-apiserver + etcd (0: skip it).
+    #[arg(long, default_value_t = 2_000)]
+    real_fleet_nodes: u64,
+    /// A smoke run: 16 MiB, one repetition, 3 s idle, 300 simulated nodes (100 on the real
+    /// API server).
     #[arg(long)]
     quick: bool,
     /// Working directory for artifacts and downloads (same disk for every contender).
@@ -79,6 +83,7 @@ impl Opts {
             self.reps = 1;
             self.idle_seconds = self.idle_seconds.min(3);
             self.fleet_nodes = self.fleet_nodes.min(300);
+            self.real_fleet_nodes = self.real_fleet_nodes.min(100);
         }
         self
     }
