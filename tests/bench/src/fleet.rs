@@ -2,7 +2,7 @@
 //! and simulated agents in one process, the real controller binary in another), run under
 //! `/usr/bin/time -v`; its printed results are parsed into rows. It runs twice: on the API
 //! emulator at the large N (30,000), and on the real kube-apiserver + etcd (`tests/kube`) at
-//! the N this 2-core machine sustains beside them (2,000).
+//! the N this 2-core machine sustains beside them (10,000).
 
 use anyhow::{Context, Result, bail};
 
