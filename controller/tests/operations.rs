@@ -1,6 +1,7 @@
 //! Running the controller: leader election with two replicas, the metrics and probe
-//! endpoints, graceful shutdown (on the real kube-apiserver), and surviving conflicts, cut
-//! watches and an outage (on the emulator: only it injects those faults on demand).
+//! endpoints, graceful shutdown, a kube-apiserver restart (on the real server), and surviving
+//! conflicts, cut watches and an outage (on the emulator: only it injects those faults on
+//! demand).
 
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
@@ -215,4 +216,53 @@ async fn a_rollout_survives_conflicts_cut_watches_and_an_outage() {
     .await;
     assert_eq!(rollout.status.unwrap().nodes.succeeded, 4);
     assert_eq!(fleet.max_activating(), 1, "no double grant across relists");
+}
+
+/// The real outage: kube-apiserver killed (SIGKILL) mid-rollout and let up again on the same
+/// port with etcd's data. The controller's watches and writes, and the agents', recover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run alone (--run-ignored only): beside it, two_replicas_one_leader_and_a_clean_handover \
+            timed out in 3 of 5 full runs on the 2-core machine; cause not found yet"]
+async fn a_rollout_survives_kube_apiserver_killed_and_restarted() {
+    let bed = Bed::start().await;
+    let fleet = bed.fleet(SimConfig {
+        activate: Duration::from_millis(400),
+        ..SimConfig::default()
+    });
+    for i in 1..=4 {
+        create_node(&bed.client, &format!("worker-{i}"), &[]).await;
+    }
+    create_release(&bed.client, "rel", "v1").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 1}),
+    )
+    .await;
+    rollout_when(&bed.client, "ro", "one node updated", |r| {
+        r.status.as_ref().is_some_and(|s| s.nodes.succeeded >= 1)
+    })
+    .await;
+    match &*bed.api {
+        TestApi::Real(server) => {
+            server.kill_apiserver().unwrap();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            server.resume().unwrap();
+        }
+        // INPLACE_TEST_API=emulator: the closest the emulator comes.
+        TestApi::Emulator(emulator) => emulator.faults().outage(
+            Duration::from_secs(3),
+            inplace_api_emulator::OutageKind::Unavailable,
+        ),
+    }
+    let rollout = rollout_when(&bed.client, "ro", "Complete=True after the restart", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    assert_eq!(rollout.status.unwrap().nodes.succeeded, 4);
+    assert_eq!(
+        fleet.max_activating(),
+        1,
+        "no double grant across the restart"
+    );
 }

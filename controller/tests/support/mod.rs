@@ -58,7 +58,7 @@ pub async fn cluster() -> (Arc<TestApi>, kube::Client) {
 pub async fn prepare(api: TestApi) -> (Arc<TestApi>, kube::Client) {
     init_tracing();
     api.apply_crd_dir(&crd_dir()).await.unwrap();
-    api.kubectl_apply(&packaging("agent")).unwrap();
+    api.apply_manifests(&packaging("agent")).await.unwrap();
     let client = api.client().await.unwrap();
     (Arc::new(api), client)
 }
@@ -99,13 +99,13 @@ pub const CONTROLLER_GROUPS: [&str; 2] = [
     "system:serviceaccounts:inplace-system",
 ];
 
-/// Applies the shipped controller namespace and RBAC with kubectl, and returns a client
+/// Applies the shipped controller namespace and RBAC (with kubectl on the real server), and
+/// returns a client
 /// configuration acting as the controller's ServiceAccount.
 pub async fn shipped_controller_identity(api: &TestApi) -> kube::Config {
-    api.kubectl_apply(&packaging("controller/namespace.yaml"))
-        .unwrap();
-    api.kubectl_apply(&packaging("controller/rbac.yaml"))
-        .unwrap();
+    for manifest in ["controller/namespace.yaml", "controller/rbac.yaml"] {
+        api.apply_manifests(&packaging(manifest)).await.unwrap();
+    }
     match api {
         TestApi::Real(server) => {
             let kubeconfig = server.dir().join("inplace-controller.kubeconfig");

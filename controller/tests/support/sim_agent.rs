@@ -349,8 +349,10 @@ async fn drive(
             }
         });
         let mut written = false;
-        // Retried for a while (an outage, a slow start): only a deleted plan ends the agent.
-        for _ in 0..100 {
+        // Retried for two minutes (an outage, a kube-apiserver restarting on a loaded
+        // machine): only a deleted plan ends the agent.
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(120);
+        while tokio::time::Instant::now() < give_up {
             let api = match status_api(&node, &shared_api, &writer, &shared).await {
                 Ok(api) => api,
                 Err(_) => {
