@@ -48,8 +48,7 @@ async fn start(bed: &Bed) -> Running {
 /// [`start`] against `test_api`: the CRDs and the agent's shipped RBAC and admission policy
 /// applied, the agent's client built from the node's kubelet kubeconfig.
 async fn start_on(bed: &Bed, test_api: TestApi) -> Running {
-    test_api.apply_crd_dir(&packaging("crds")).await.unwrap();
-    test_api.apply_manifests(&packaging("agent")).await.unwrap();
+    test_api.install_agent_objects().await.unwrap();
     let admin: kube::Api<NodeUpdatePlan> = kube::Api::all(test_api.client().await.unwrap());
 
     // The agent's own client, from a kubeconfig file, as in production.

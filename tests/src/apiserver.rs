@@ -96,6 +96,25 @@ fn is_newer_than_sources(binary: &Path, source: &Path) -> anyhow::Result<bool> {
     Ok(built >= newest)
 }
 
+/// Runs kubectl of the pinned release with `kubeconfig` and `args`; its standard output, or
+/// an error with its standard error.
+pub fn run_kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = Command::new(kubectl()?)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .context("running kubectl")?;
+    if !output.status.success() {
+        bail!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// A running control plane; dropping it stops every process it started.
 pub struct ApiServer {
     dir: PathBuf,
@@ -260,15 +279,7 @@ impl ApiServer {
     /// Runs kubectl as the admin with `args`; its standard output, or an error with its
     /// standard error.
     pub fn run_kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
-        let output = self.kubectl()?.args(args).output()?;
-        if !output.status.success() {
-            bail!(
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        run_kubectl(&self.admin_kubeconfig(), args)
     }
 
     /// Applies the CRDs in `dir` with kubectl and waits until each is Established (served).

@@ -175,17 +175,15 @@ impl TestApi {
         let path = path.to_str().context("path is not UTF-8")?;
         let kubeconfig = tempfile::NamedTempFile::new()?;
         self.write_admin_kubeconfig(kubeconfig.path())?;
-        let output = std::process::Command::new(crate::apiserver::kubectl()?)
-            .arg("--kubeconfig")
-            .arg(kubeconfig.path())
-            .args(["apply", "-f", path])
-            .output()?;
-        anyhow::ensure!(
-            output.status.success(),
-            "kubectl apply -f {path}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
+        crate::apiserver::run_kubectl(kubeconfig.path(), &["apply", "-f", path])?;
         Ok(())
+    }
+
+    /// What every agent needs from the cluster: the CRDs and the agent's shipped RBAC and
+    /// admission policy (`packaging/kubernetes/agent`), so agents run with those only.
+    pub async fn install_agent_objects(&self) -> anyhow::Result<()> {
+        self.apply_crd_dir(&packaging("crds")).await?;
+        self.apply_manifests(&packaging("agent")).await
     }
 }
 

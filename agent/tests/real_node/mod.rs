@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::nspawn::{Node, NodeOptions};
-use inplace_tests::test_api::{TestApi, packaging};
+use inplace_tests::test_api::TestApi;
 use kube::api::{Patch, PatchParams, PostParams};
 
 /// How long a plan may take to reach a final phase on a loaded 2-core machine.
@@ -54,13 +54,9 @@ impl AgentNode {
         inplace_tests::prereq::require_nspawn().expect("prerequisites");
         inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
         test_api
-            .apply_crd_dir(&packaging("crds"))
+            .install_agent_objects()
             .await
-            .expect("the CRDs apply");
-        test_api
-            .apply_manifests(&packaging("agent"))
-            .await
-            .expect("the agent's RBAC and admission policy apply");
+            .expect("the CRDs and the agent's RBAC and admission policy apply");
         let api = kube::Api::all(test_api.client().await.unwrap());
         let server = ArtifactServer::start().await.unwrap();
         let work = tempfile::tempdir().unwrap();

@@ -5,9 +5,8 @@
 //! controller as its shipped ServiceAccount.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use inplace_tests::apiserver::ApiServer;
 
 /// Where the demo's own identities live in an existing cluster (the controller's namespace).
@@ -55,20 +54,7 @@ impl Cluster {
 
     /// Runs kubectl of the pinned release as the admin; its standard output.
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
-        let output = Command::new(inplace_tests::apiserver::kubectl()?)
-            .arg("--kubeconfig")
-            .arg(self.admin_kubeconfig())
-            .args(args)
-            .output()
-            .context("running kubectl")?;
-        if !output.status.success() {
-            bail!(
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        inplace_tests::apiserver::run_kubectl(&self.admin_kubeconfig(), args)
     }
 
     /// Installs the CRDs (waiting until they are served), the agent's RBAC and admission

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use inplace_proto::NodeUpdatePlan;
 use inplace_tests::nspawn::Node;
-use inplace_tests::test_api::{TestApi, packaging};
+use inplace_tests::test_api::TestApi;
 
 /// How long any one step may take on a loaded machine.
 pub const PATIENCE: Duration = Duration::from_secs(180);
@@ -46,13 +46,9 @@ pub fn agent_binary() -> PathBuf {
 pub async fn api_for_agents() -> (TestApi, kube::Api<NodeUpdatePlan>) {
     let test_api = TestApi::start().await.expect("the API server starts");
     test_api
-        .apply_crd_dir(&packaging("crds"))
+        .install_agent_objects()
         .await
-        .expect("the CRDs apply");
-    test_api
-        .apply_manifests(&packaging("agent"))
-        .await
-        .expect("the agent's RBAC and admission policy apply");
+        .expect("the CRDs and the agent's RBAC and admission policy apply");
     let api = kube::Api::all(test_api.client().await.unwrap());
     (test_api, api)
 }
