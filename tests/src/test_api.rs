@@ -156,11 +156,21 @@ impl TestApi {
                 let object: kube::core::DynamicObject = serde_json::from_value(value)?;
                 let types = object.types.clone().context("an object without a kind")?;
                 let gvk = kube::core::GroupVersionKind::try_from(&types)?;
-                let (resource, _) = discovery
+                let (resource, capabilities) = discovery
                     .resolve_gvk(&gvk)
                     .with_context(|| format!("{gvk:?} is not served"))?;
-                let api: kube::Api<kube::core::DynamicObject> =
-                    kube::Api::all_with(client.clone(), &resource);
+                // A namespaced object is created in its namespace (as kubectl does; the
+                // cluster-wide path is refused for it, by the real server too).
+                let api: kube::Api<kube::core::DynamicObject> = match capabilities.scope {
+                    kube::discovery::Scope::Namespaced => kube::Api::namespaced_with(
+                        client.clone(),
+                        object.metadata.namespace.as_deref().unwrap_or("default"),
+                        &resource,
+                    ),
+                    kube::discovery::Scope::Cluster => {
+                        kube::Api::all_with(client.clone(), &resource)
+                    }
+                };
                 api.create(&Default::default(), &object)
                     .await
                     .with_context(|| format!("creating {gvk:?} from {}", file.display()))?;
