@@ -142,6 +142,10 @@ async fn lead(
                 match elector.try_acquire_or_renew().await {
                     Ok(true) => last_renewal = tokio::time::Instant::now(),
                     Ok(false) => {
+                        tracing::error!(
+                            identity = elector.identity(),
+                            "another replica holds the leader Lease now; stopping"
+                        );
                         controllers.abort();
                         return Err(RunError::LostLeadership.into());
                     }
