@@ -220,9 +220,10 @@ async fn a_rollout_survives_conflicts_cut_watches_and_an_outage() {
 
 /// The real outage: kube-apiserver killed (SIGKILL) mid-rollout and let up again on the same
 /// port with etcd's data. The controller's watches and writes, and the agents', recover.
+/// It runs alone (`.config/nextest.toml`): beside it, `two_replicas_one_leader_and_a_clean_handover`
+/// timed out in 3 of 5 full runs (replica-b never counted the node created after the
+/// handover; cause not found yet).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run alone (--run-ignored only): beside it, two_replicas_one_leader_and_a_clean_handover \
-            timed out in 3 of 5 full runs on the 2-core machine; cause not found yet"]
 async fn a_rollout_survives_kube_apiserver_killed_and_restarted() {
     let bed = Bed::start().await;
     let fleet = bed.fleet(SimConfig {
