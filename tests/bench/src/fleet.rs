@@ -47,9 +47,9 @@ async fn build_exe() -> Result<String> {
         .lines()
         .find(|l| l.contains("benches/scale.rs"))
         .and_then(|l| l.rsplit_once('(')?.1.strip_suffix(')'))
-        .map(str::to_owned)
         .context("cargo did not name the scale bench executable")?;
-    Ok(exe)
+    // cargo names it relative to the workspace root; the bench runs in controller/.
+    Ok(repo_root().join(exe).display().to_string())
 }
 
 /// Which API server a fleet run uses.
