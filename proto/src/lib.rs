@@ -1,11 +1,14 @@
 //! The `inplace.dev/v1alpha1` API: what a node should run ([`NodeRelease`]), where and how
 //! fast ([`NodeRollout`]), and one node's plan ([`NodeUpdatePlan`]). Types only, plus the
-//! pure functions every component shares: validation, the revision hash, CRD generation.
+//! pure functions every component shares: validation, the revision hash, CRD generation,
+//! the reading of an agent's report ([`outcome`]) and the condition setter ([`condition`]).
 
+pub mod condition;
 pub mod content;
 pub mod crd;
 pub mod duration;
 pub mod exposition;
+pub mod outcome;
 pub mod plan;
 pub mod reason;
 pub mod release;
@@ -16,10 +19,12 @@ pub mod strict;
 pub mod validate;
 pub mod version;
 
+pub use condition::{ConditionUpdate, set_condition};
 pub use content::{
     Activation, ArchiveMember, Artifact, ArtifactType, HealthChecks, HttpCheck, UpdateContent,
 };
 pub use duration::Duration;
+pub use outcome::{AgentReport, Outcome};
 pub use plan::{
     ArtifactProgress, DesiredState, NodeUpdatePlan, NodeUpdatePlanSpec, NodeUpdatePlanStatus, Phase,
 };

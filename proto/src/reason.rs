@@ -30,6 +30,9 @@ pub mod rollout_condition {
     pub const COMPLETE: &str = "Complete";
     /// True when the rollout stopped itself because more nodes failed than `maxFailures`.
     pub const HALTED: &str = "Halted";
+    /// True when selected nodes were left out because another rollout owns them (reason
+    /// `NodeOwnedByOtherRollout`).
+    pub const NODES_REFUSED: &str = "NodesRefused";
 }
 
 macro_rules! reasons {
