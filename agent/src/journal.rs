@@ -31,13 +31,35 @@ pub struct Link {
 #[serde(rename_all = "camelCase")]
 pub struct Installed {
     /// The revision hash.
-    pub revision: String,
+    revision: String,
     /// Its content (what to restart and check when going back to it).
-    pub content: UpdateContent,
+    content: UpdateContent,
     /// Its links.
-    pub links: Vec<Link>,
+    links: Vec<Link>,
     /// When it was committed.
-    pub committed_at: DateTime<Utc>,
+    committed_at: DateTime<Utc>,
+}
+
+impl Installed {
+    /// The revision hash.
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// Its content (what to restart and check when going back to it).
+    pub fn content(&self) -> &UpdateContent {
+        &self.content
+    }
+
+    /// Its links.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// When it was committed.
+    pub fn committed_at(&self) -> DateTime<Utc> {
+        self.committed_at
+    }
 }
 
 /// The step of the in-flight revision. Persisted *before* the step's first side effect.
@@ -92,34 +114,74 @@ pub fn retired(committed: &[Link], next: &[Link], ours: impl Fn(&Link) -> bool) 
         .collect()
 }
 
-/// The revision being worked on.
+/// The revision being worked on. Changed only by the [`Journal`]'s transitions.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct InFlight {
     /// The revision hash.
-    pub revision: String,
+    revision: String,
     /// The plan generation that asked for it.
-    pub generation: Option<i64>,
+    generation: Option<i64>,
     /// Its content.
-    pub content: UpdateContent,
+    content: UpdateContent,
     /// Where it stands.
-    pub step: Step,
+    step: Step,
     /// Its links, known once staged.
     #[serde(default)]
-    pub links: Vec<Link>,
+    links: Vec<Link>,
     /// What each managed path held before activation (recorded before the first swap):
     /// the revision's own paths, and the committed revision's links it drops (see
     /// [`retired`]), which activation removes and a rollback puts back.
     #[serde(default)]
-    pub before: Vec<Before>,
+    before: Vec<Before>,
     /// Why it is being rolled back (set with `Step::RollingBack`).
     #[serde(default)]
-    pub failure: Option<Failure>,
+    failure: Option<Failure>,
     /// When work on it started.
-    pub started_at: DateTime<Utc>,
+    started_at: DateTime<Utc>,
 }
 
 impl InFlight {
+    /// The revision hash.
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// The plan generation that asked for it.
+    pub fn generation(&self) -> Option<i64> {
+        self.generation
+    }
+
+    /// Its content.
+    pub fn content(&self) -> &UpdateContent {
+        &self.content
+    }
+
+    /// Where it stands.
+    pub fn step(&self) -> Step {
+        self.step
+    }
+
+    /// Its links (empty until staged).
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// What each managed path held before activation (empty until activating).
+    pub fn before(&self) -> &[Before] {
+        &self.before
+    }
+
+    /// Why it is being rolled back; `None` when the plan moved on (or not rolling back).
+    pub fn failure(&self) -> Option<&Failure> {
+        self.failure.as_ref()
+    }
+
+    /// When work on it started.
+    pub fn started_at(&self) -> DateTime<Utc> {
+        self.started_at
+    }
+
     /// The paths activation removes: recorded in `before` but not linked by this revision
     /// (see [`retired`]). Derived from the journal, so a resumed activation removes the same.
     pub fn removals(&self) -> Vec<PathBuf> {
@@ -136,65 +198,269 @@ impl InFlight {
 #[serde(rename_all = "camelCase")]
 pub struct FailedRevision {
     /// The revision hash.
-    pub revision: String,
+    revision: String,
     /// Why.
-    pub failure: Failure,
+    failure: Failure,
     /// When.
-    pub at: DateTime<Utc>,
+    at: DateTime<Utc>,
     /// Whether it had been activated and was rolled back (then the status keeps saying
     /// `RolledBack` for it, also after a restart); false for a staging failure.
     #[serde(default)]
-    pub rolled_back: bool,
+    rolled_back: bool,
+}
+
+impl FailedRevision {
+    /// The revision hash.
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// Why it failed.
+    pub fn failure(&self) -> &Failure {
+        &self.failure
+    }
+
+    /// When it failed.
+    pub fn at(&self) -> DateTime<Utc> {
+        self.at
+    }
+
+    /// Whether it had been activated and was rolled back (false for a staging failure).
+    pub fn rolled_back(&self) -> bool {
+        self.rolled_back
+    }
 }
 
 /// Everything the agent remembers across restarts.
+///
+/// The fields are private: the in-flight step only moves through the named transitions
+/// below, each of which checks the step it starts from, so an impossible sequence is a
+/// [`TransitionError`] here rather than a silently inconsistent journal on disk.
+///
+/// | transition | from | to |
+/// |---|---|---|
+/// | [`begin_staging`](Self::begin_staging) | nothing in flight | `Staging` |
+/// | [`staged`](Self::staged) | `Staging`, `Staged` | `Staged` |
+/// | [`abandon_staging`](Self::abandon_staging) | `Staging`, `Staged` | nothing in flight |
+/// | [`deny`](Self::deny) | `Staging`, `Staged` | nothing in flight, revision denied |
+/// | [`count_attempt`](Self::count_attempt) | `Staged`, `Activating`, `Verifying` | (same step, attempts + 1) |
+/// | [`activating`](Self::activating) | `Staged` | `Activating` (priors recorded) |
+/// | [`resume_activating`](Self::resume_activating) | `Activating`, `Verifying` | `Activating` |
+/// | [`verifying`](Self::verifying) | `Activating` | `Verifying` |
+/// | [`commit`](Self::commit) | `Verifying` | nothing in flight, committed |
+/// | [`rolling_back`](Self::rolling_back) | `Activating`, `Verifying`, `RollingBack` | `RollingBack` |
+/// | [`rolled_back`](Self::rolled_back) | `RollingBack` | nothing in flight, denied if it failed |
+/// | [`rollback_failed`](Self::rollback_failed) | `RollingBack` | nothing in flight, denied if it failed, degraded |
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Journal {
     /// The committed revision: what the node runs.
-    pub committed: Option<Installed>,
+    committed: Option<Installed>,
     /// The one before it, kept on disk as the rollback target.
-    pub previous: Option<Installed>,
+    previous: Option<Installed>,
     /// The revision being staged, activated or rolled back.
-    pub in_flight: Option<InFlight>,
+    in_flight: Option<InFlight>,
     /// Activation attempts per revision (restarts in the middle count).
     #[serde(default)]
-    pub attempts: BTreeMap<String, u32>,
+    attempts: BTreeMap<String, u32>,
     /// Revisions that failed and are denied until the node commits another one.
     #[serde(default)]
-    pub failed: Vec<FailedRevision>,
+    failed: Vec<FailedRevision>,
     /// Set when a rollback failed: the node needs a person; nothing more is done.
     #[serde(default)]
-    pub degraded: Option<Failure>,
+    degraded: Option<Failure>,
+}
+
+/// A transition the journal refused: the step in flight (or none) does not lead there.
+/// Always a bug in the caller; the journal is left as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal: `{transition}` is impossible from {}", from.map_or_else(|| "nothing in flight".to_owned(), |s| format!("step {s:?}")))]
+pub struct TransitionError {
+    /// The transition asked for.
+    pub transition: &'static str,
+    /// The step in flight then (`None`: nothing in flight).
+    pub from: Option<Step>,
 }
 
 impl Journal {
+    /// The committed revision: what the node runs.
+    pub fn committed(&self) -> Option<&Installed> {
+        self.committed.as_ref()
+    }
+
+    /// The revision before the committed one, kept on disk as the rollback target.
+    pub fn previous(&self) -> Option<&Installed> {
+        self.previous.as_ref()
+    }
+
+    /// The revision being staged, activated or rolled back.
+    pub fn in_flight(&self) -> Option<&InFlight> {
+        self.in_flight.as_ref()
+    }
+
+    /// The step in flight, if any.
+    pub fn step(&self) -> Option<Step> {
+        self.in_flight.as_ref().map(|f| f.step)
+    }
+
+    /// Activation attempts of `revision` so far (kept for the committed revision).
+    pub fn attempts(&self, revision: &str) -> Option<u32> {
+        self.attempts.get(revision).copied()
+    }
+
+    /// The denied revisions, oldest first.
+    pub fn failed(&self) -> &[FailedRevision] {
+        &self.failed
+    }
+
+    /// Why the node is degraded (a rollback failed), if it is.
+    pub fn degraded(&self) -> Option<&Failure> {
+        self.degraded.as_ref()
+    }
+
     /// Whether `revision` failed here before.
     pub fn failure_of(&self, revision: &str) -> Option<&FailedRevision> {
         self.failed.iter().find(|f| f.revision == revision)
     }
 
-    /// Remembers a failed revision.
-    pub fn deny(&mut self, revision: &str, failure: Failure, at: DateTime<Utc>) {
-        self.failed.retain(|f| f.revision != revision);
-        self.failed.push(FailedRevision {
-            revision: revision.to_owned(),
-            failure,
-            at,
-            rolled_back: false,
-        });
-        if self.failed.len() > MAX_FAILED {
-            let excess = self.failed.len() - MAX_FAILED;
-            self.failed.drain(..excess);
+    /// The revision the node runs, if any.
+    pub fn current_revision(&self) -> Option<&str> {
+        self.committed.as_ref().map(|c| c.revision.as_str())
+    }
+
+    /// The in-flight revision, if its step is one of `from`; otherwise the refusal of
+    /// `transition`.
+    fn flight_at(
+        &mut self,
+        transition: &'static str,
+        from: &[Step],
+    ) -> Result<&mut InFlight, TransitionError> {
+        let step = self.step();
+        match self.in_flight.as_mut() {
+            Some(flight) if from.contains(&flight.step) => Ok(flight),
+            _ => Err(TransitionError {
+                transition,
+                from: step,
+            }),
         }
     }
 
-    /// Makes the in-flight revision the committed one; the committed one becomes the
-    /// previous. Returns the revision that fell off (its files may be collected).
-    pub fn commit(&mut self, at: DateTime<Utc>) -> Option<Installed> {
-        let flight = self.in_flight.take()?;
+    /// Takes the in-flight revision out, if its step is one of `from`; otherwise the
+    /// refusal of `transition` (and the journal is unchanged).
+    fn take_flight(
+        &mut self,
+        transition: &'static str,
+        from: &[Step],
+    ) -> Result<InFlight, TransitionError> {
+        match self.in_flight.take() {
+            Some(flight) if from.contains(&flight.step) => Ok(flight),
+            other => {
+                let from = other.as_ref().map(|f| f.step);
+                self.in_flight = other;
+                Err(TransitionError { transition, from })
+            }
+        }
+    }
+
+    /// Nothing in flight → `Staging`: work on `revision` starts (before any download).
+    pub fn begin_staging(
+        &mut self,
+        revision: &str,
+        generation: Option<i64>,
+        content: &UpdateContent,
+        at: DateTime<Utc>,
+    ) -> Result<(), TransitionError> {
+        if self.in_flight.is_some() {
+            return Err(TransitionError {
+                transition: "begin_staging",
+                from: self.step(),
+            });
+        }
+        self.in_flight = Some(InFlight {
+            revision: revision.to_owned(),
+            generation,
+            content: content.clone(),
+            step: Step::Staging,
+            links: Vec::new(),
+            before: Vec::new(),
+            failure: None,
+            started_at: at,
+        });
+        Ok(())
+    }
+
+    /// `Staging` (or `Staged`, staged again) → `Staged`: every artifact is verified and
+    /// stored at `links`' targets.
+    pub fn staged(&mut self, links: Vec<Link>) -> Result<(), TransitionError> {
+        let flight = self.flight_at("staged", &[Step::Staging, Step::Staged])?;
+        flight.links = links;
+        flight.step = Step::Staged;
+        Ok(())
+    }
+
+    /// `Staging`/`Staged` → nothing in flight: the plan no longer wants this revision.
+    /// Returns it (its files may be collected).
+    pub fn abandon_staging(&mut self) -> Result<InFlight, TransitionError> {
+        self.take_flight("abandon_staging", &[Step::Staging, Step::Staged])
+    }
+
+    /// `Staging`/`Staged` → nothing in flight, the revision denied: it failed before
+    /// anything that runs was touched. Returns it (its files may be collected).
+    pub fn deny(
+        &mut self,
+        failure: Failure,
+        at: DateTime<Utc>,
+    ) -> Result<InFlight, TransitionError> {
+        let flight = self.take_flight("deny", &[Step::Staging, Step::Staged])?;
+        self.remember_failed(&flight.revision, failure, at, false);
+        Ok(flight)
+    }
+
+    /// Counts an activation attempt of the in-flight revision (`Staged`, or `Activating`/
+    /// `Verifying` resumed after a restart); returns the count.
+    pub fn count_attempt(&mut self) -> Result<u32, TransitionError> {
+        let revision = self
+            .flight_at(
+                "count_attempt",
+                &[Step::Staged, Step::Activating, Step::Verifying],
+            )?
+            .revision
+            .clone();
+        let attempts = self.attempts.entry(revision).or_insert(0);
+        *attempts += 1;
+        Ok(*attempts)
+    }
+
+    /// `Staged` → `Activating`, with what every managed path holds now (`before`, recorded
+    /// before the first swap). Returns the paths activation removes.
+    pub fn activating(&mut self, before: Vec<Before>) -> Result<Vec<PathBuf>, TransitionError> {
+        let flight = self.flight_at("activating", &[Step::Staged])?;
+        flight.before = before;
+        flight.step = Step::Activating;
+        Ok(flight.removals())
+    }
+
+    /// `Activating`/`Verifying` → `Activating`: a restart interrupted the activation; it is
+    /// redone with the priors recorded the first time. Returns the paths it removes.
+    pub fn resume_activating(&mut self) -> Result<Vec<PathBuf>, TransitionError> {
+        let flight = self.flight_at("resume_activating", &[Step::Activating, Step::Verifying])?;
+        flight.step = Step::Activating;
+        Ok(flight.removals())
+    }
+
+    /// `Activating` → `Verifying`: the links are swapped and the units restarted.
+    pub fn verifying(&mut self) -> Result<(), TransitionError> {
+        self.flight_at("verifying", &[Step::Activating])?.step = Step::Verifying;
+        Ok(())
+    }
+
+    /// `Verifying` → nothing in flight: the in-flight revision becomes the committed one,
+    /// the committed one the previous. Returns the revision that fell off (its files may
+    /// be collected).
+    pub fn commit(&mut self, at: DateTime<Utc>) -> Result<Option<Installed>, TransitionError> {
+        let flight = self.take_flight("commit", &[Step::Verifying])?;
         let installed = Installed {
-            revision: flight.revision.clone(),
+            revision: flight.revision,
             content: flight.content,
             links: flight.links,
             committed_at: at,
@@ -205,12 +471,84 @@ impl Journal {
         self.failed.clear();
         let dropped = self.previous.take();
         self.previous = self.committed.replace(installed);
-        dropped
+        Ok(dropped)
     }
 
-    /// The revision the node runs, if any.
-    pub fn current_revision(&self) -> Option<&str> {
-        self.committed.as_ref().map(|c| c.revision.as_str())
+    /// `Activating`/`Verifying` (or `RollingBack`, resumed) → `RollingBack`, because of
+    /// `failure` (`None`: the plan moved on; the revision is not at fault). Returns the
+    /// revision being rolled back.
+    pub fn rolling_back(&mut self, failure: Option<Failure>) -> Result<&InFlight, TransitionError> {
+        let flight = self.flight_at(
+            "rolling_back",
+            &[Step::Activating, Step::Verifying, Step::RollingBack],
+        )?;
+        flight.step = Step::RollingBack;
+        flight.failure = failure;
+        Ok(flight)
+    }
+
+    /// `RollingBack` → nothing in flight: what ran before is restored and healthy. A
+    /// revision that failed is denied (and shown as rolled back). Returns it.
+    pub fn rolled_back(&mut self, at: DateTime<Utc>) -> Result<InFlight, TransitionError> {
+        self.end_rollback("rolled_back", at, true)
+    }
+
+    /// `RollingBack` → nothing in flight, the node degraded: the rollback itself failed
+    /// (`degraded` says how). A revision that failed is denied. Returns it.
+    pub fn rollback_failed(
+        &mut self,
+        degraded: Failure,
+        at: DateTime<Utc>,
+    ) -> Result<InFlight, TransitionError> {
+        let flight = self.end_rollback("rollback_failed", at, false)?;
+        self.degraded = Some(degraded);
+        Ok(flight)
+    }
+
+    fn end_rollback(
+        &mut self,
+        transition: &'static str,
+        at: DateTime<Utc>,
+        restored: bool,
+    ) -> Result<InFlight, TransitionError> {
+        let flight = self.take_flight(transition, &[Step::RollingBack])?;
+        self.attempts.remove(&flight.revision);
+        if let Some(failure) = &flight.failure {
+            self.remember_failed(&flight.revision, failure.clone(), at, restored);
+        }
+        Ok(flight)
+    }
+
+    /// Marks the node degraded: no automatic action until a person clears it (a failed
+    /// rollback, or a journal that could not be read).
+    pub fn mark_degraded(&mut self, failure: Failure) {
+        self.degraded = Some(failure);
+    }
+
+    /// Clears the degraded mark (`inplace-agent clear-degraded`); returns what it said.
+    pub fn clear_degraded(&mut self) -> Option<Failure> {
+        self.degraded.take()
+    }
+
+    /// Adds `revision` to the bounded denylist (the oldest are forgotten first).
+    fn remember_failed(
+        &mut self,
+        revision: &str,
+        failure: Failure,
+        at: DateTime<Utc>,
+        rolled_back: bool,
+    ) {
+        self.failed.retain(|f| f.revision != revision);
+        self.failed.push(FailedRevision {
+            revision: revision.to_owned(),
+            failure,
+            at,
+            rolled_back,
+        });
+        if self.failed.len() > MAX_FAILED {
+            let excess = self.failed.len() - MAX_FAILED;
+            self.failed.drain(..excess);
+        }
     }
 }
 
@@ -312,7 +650,7 @@ async fn run_blocking<T: Send + 'static>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn content() -> UpdateContent {
@@ -387,25 +725,259 @@ mod tests {
         assert_eq!(file.load().await.unwrap(), Journal::default());
     }
 
+    fn failure(reason: Reason) -> Failure {
+        Failure {
+            reason,
+            message: format!("{reason} here"),
+        }
+    }
+
+    /// A journal whose in-flight revision reached `step` through the transitions (one
+    /// activation attempt once activating; rolled back for `HealthCheckFailed`).
+    pub(crate) fn at_step(revision: &str, content: &UpdateContent, step: Step) -> Journal {
+        let mut j = Journal::default();
+        j.begin_staging(revision, Some(1), content, Utc::now())
+            .unwrap();
+        if step != Step::Staging {
+            j.staged(flight(revision).links).unwrap();
+        }
+        if matches!(step, Step::Activating | Step::Verifying | Step::RollingBack) {
+            j.count_attempt().unwrap();
+            j.activating(vec![]).unwrap();
+        }
+        if matches!(step, Step::Verifying | Step::RollingBack) {
+            j.verifying().unwrap();
+        }
+        if step == Step::RollingBack {
+            j.rolling_back(Some(failure(Reason::HealthCheckFailed)))
+                .unwrap();
+        }
+        assert_eq!(j.step(), Some(step));
+        j
+    }
+
+    fn at(revision: &str, step: Step) -> Journal {
+        at_step(revision, &content(), step)
+    }
+
+    #[test]
+    fn a_revision_is_staged_activated_verified_and_committed() {
+        let mut j = at("a", Step::Staged);
+        assert_eq!(j.in_flight().unwrap().links(), flight("a").links);
+        assert_eq!(j.count_attempt(), Ok(1));
+        let prior = Before {
+            path: "/etc/extensions/k.raw".into(),
+            prior: Prior::Absent,
+        };
+        assert_eq!(j.activating(vec![prior.clone()]), Ok(vec![]));
+        assert_eq!(j.in_flight().unwrap().before(), [prior]);
+        j.verifying().unwrap();
+        assert_eq!(j.commit(Utc::now()), Ok(None));
+        assert_eq!(j.current_revision(), Some("a"));
+        assert_eq!(
+            j.attempts("a"),
+            Some(1),
+            "the committed revision's count stays"
+        );
+        assert!(j.in_flight().is_none());
+    }
+
+    #[test]
+    fn a_resumed_activation_keeps_its_priors_and_counts_attempts() {
+        let mut j = at("a", Step::Staged);
+        j.count_attempt().unwrap();
+        let dropped = Before {
+            path: "/opt/bin/crictl".into(),
+            prior: Prior::Symlink {
+                target: "/store/c1".into(),
+            },
+        };
+        let removals = j.activating(vec![dropped.clone()]).unwrap();
+        assert_eq!(removals, vec![PathBuf::from("/opt/bin/crictl")]);
+        j.verifying().unwrap();
+        // A restart in the health window.
+        assert_eq!(j.count_attempt(), Ok(2));
+        assert_eq!(j.resume_activating(), Ok(removals));
+        assert_eq!(j.step(), Some(Step::Activating));
+        assert_eq!(j.in_flight().unwrap().before(), [dropped]);
+        assert_eq!(j.attempts("a"), Some(2));
+    }
+
+    #[test]
+    fn a_failed_revision_is_rolled_back_and_denied() {
+        let mut j = at("a", Step::Verifying);
+        let why = failure(Reason::HealthCheckFailed);
+        let flight = j.rolling_back(Some(why.clone())).unwrap();
+        assert_eq!(flight.failure(), Some(&why));
+        // A restart mid-rollback goes on with the same failure.
+        j.rolling_back(Some(why.clone())).unwrap();
+        let flight = j.rolled_back(Utc::now()).unwrap();
+        assert_eq!(flight.revision(), "a");
+        let denied = j.failure_of("a").unwrap();
+        assert_eq!(denied.failure(), &why);
+        assert!(denied.rolled_back());
+        assert_eq!(j.attempts("a"), None);
+        assert!(j.in_flight().is_none() && j.degraded().is_none());
+    }
+
+    #[test]
+    fn a_superseded_rollback_denies_nothing() {
+        let mut j = at("a", Step::Activating);
+        j.rolling_back(None).unwrap();
+        j.rolled_back(Utc::now()).unwrap();
+        assert!(j.failed().is_empty());
+        assert!(j.in_flight().is_none());
+    }
+
+    #[test]
+    fn a_failed_rollback_degrades_the_node() {
+        let mut j = at("a", Step::RollingBack);
+        let degraded = failure(Reason::RollbackFailed);
+        j.rollback_failed(degraded.clone(), Utc::now()).unwrap();
+        assert_eq!(j.degraded(), Some(&degraded));
+        let denied = j.failure_of("a").unwrap();
+        assert!(!denied.rolled_back());
+        assert_eq!(denied.failure().reason, Reason::HealthCheckFailed);
+        assert_eq!(j.clear_degraded(), Some(degraded));
+        assert_eq!(j.degraded(), None);
+    }
+
+    #[test]
+    fn a_staging_is_denied_or_abandoned() {
+        for step in [Step::Staging, Step::Staged] {
+            let mut j = at("a", step);
+            let why = failure(Reason::HashMismatch);
+            assert_eq!(j.deny(why.clone(), Utc::now()).unwrap().revision(), "a");
+            assert_eq!(j.failure_of("a").unwrap().failure(), &why);
+            assert!(j.in_flight().is_none());
+
+            let mut j = at("b", step);
+            assert_eq!(j.abandon_staging().unwrap().revision(), "b");
+            assert!(j.in_flight().is_none() && j.failed().is_empty());
+        }
+    }
+
+    #[test]
+    fn impossible_transitions_are_refused_and_change_nothing() {
+        type Transition = fn(&mut Journal) -> Result<(), TransitionError>;
+        use Step::*;
+        let transitions: [(&str, Transition, &[Step]); 12] = [
+            (
+                "begin_staging",
+                |j| j.begin_staging("n", None, &content(), Utc::now()),
+                &[],
+            ),
+            ("staged", |j| j.staged(vec![]), &[Staging, Staged]),
+            (
+                "abandon_staging",
+                |j| j.abandon_staging().map(drop),
+                &[Staging, Staged],
+            ),
+            (
+                "deny",
+                |j| j.deny(failure(Reason::UnitFailed), Utc::now()).map(drop),
+                &[Staging, Staged],
+            ),
+            (
+                "count_attempt",
+                |j| j.count_attempt().map(drop),
+                &[Staged, Activating, Verifying],
+            ),
+            ("activating", |j| j.activating(vec![]).map(drop), &[Staged]),
+            (
+                "resume_activating",
+                |j| j.resume_activating().map(drop),
+                &[Activating, Verifying],
+            ),
+            ("verifying", Journal::verifying, &[Activating]),
+            ("commit", |j| j.commit(Utc::now()).map(drop), &[Verifying]),
+            (
+                "rolling_back",
+                |j| j.rolling_back(Some(failure(Reason::UnitFailed))).map(drop),
+                &[Activating, Verifying, RollingBack],
+            ),
+            (
+                "rolled_back",
+                |j| j.rolled_back(Utc::now()).map(drop),
+                &[RollingBack],
+            ),
+            (
+                "rollback_failed",
+                |j| {
+                    j.rollback_failed(failure(Reason::UnitFailed), Utc::now())
+                        .map(drop)
+                },
+                &[RollingBack],
+            ),
+        ];
+        let mut refused = 0;
+        for from in [
+            None,
+            Some(Staging),
+            Some(Staged),
+            Some(Activating),
+            Some(Verifying),
+            Some(RollingBack),
+        ] {
+            for (name, transition, allowed) in &transitions {
+                let mut j = match from {
+                    None => Journal::default(),
+                    Some(step) => at("a", step),
+                };
+                let was = j.clone();
+                let possible = from.map_or(*name == "begin_staging", |s| allowed.contains(&s));
+                match transition(&mut j) {
+                    Ok(()) => assert!(possible, "{name} from {from:?} went through"),
+                    Err(e) => {
+                        assert!(!possible, "{name} from {from:?} refused: {e}");
+                        assert_eq!(
+                            e,
+                            TransitionError {
+                                transition: name,
+                                from
+                            }
+                        );
+                        assert_eq!(j, was, "a refused {name} changed the journal");
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        // 72 pairs, 20 of them possible.
+        assert_eq!(refused, 52);
+        let e = TransitionError {
+            transition: "commit",
+            from: Some(Staged),
+        };
+        assert_eq!(
+            e.to_string(),
+            "journal: `commit` is impossible from step Staged"
+        );
+        let e = TransitionError {
+            transition: "verifying",
+            from: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "journal: `verifying` is impossible from nothing in flight"
+        );
+    }
+
     #[test]
     fn commit_shifts_revisions_and_clears_failures() {
-        let mut j = Journal::default();
-        let failure = Failure {
-            reason: Reason::UnitFailed,
-            message: "x".into(),
-        };
-        j.deny("bad", failure, Utc::now());
-        j.in_flight = Some(flight("a"));
-        assert!(j.commit(Utc::now()).is_none());
-        j.in_flight = Some(flight("b"));
-        assert!(j.commit(Utc::now()).is_none());
+        let mut j = at("bad", Step::Staging);
+        j.deny(failure(Reason::UnitFailed), Utc::now()).unwrap();
+        for rev in ["a", "b"] {
+            j.in_flight = Some(flight(rev));
+            assert!(j.commit(Utc::now()).unwrap().is_none());
+        }
         j.in_flight = Some(flight("c"));
-        let dropped = j.commit(Utc::now()).unwrap();
-        assert_eq!(dropped.revision, "a");
+        let dropped = j.commit(Utc::now()).unwrap().unwrap();
+        assert_eq!(dropped.revision(), "a");
         assert_eq!(j.current_revision(), Some("c"));
-        assert_eq!(j.previous.as_ref().unwrap().revision, "b");
-        assert!(j.failed.is_empty());
-        assert!(j.in_flight.is_none());
+        assert_eq!(j.previous().unwrap().revision(), "b");
+        assert!(j.failed().is_empty());
+        assert!(j.in_flight().is_none());
     }
 
     fn link(path: &str, target: &str) -> Link {
@@ -465,13 +1037,11 @@ mod tests {
     fn denylist_is_bounded() {
         let mut j = Journal::default();
         for i in 0..40 {
-            let failure = Failure {
-                reason: Reason::UnitFailed,
-                message: String::new(),
-            };
-            j.deny(&format!("r{i}"), failure, Utc::now());
+            let rev = format!("r{i}");
+            j.begin_staging(&rev, None, &content(), Utc::now()).unwrap();
+            j.deny(failure(Reason::UnitFailed), Utc::now()).unwrap();
         }
-        assert_eq!(j.failed.len(), MAX_FAILED);
+        assert_eq!(j.failed().len(), MAX_FAILED);
         assert!(j.failure_of("r39").is_some());
         assert!(j.failure_of("r0").is_none());
     }

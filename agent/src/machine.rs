@@ -80,33 +80,33 @@ pub enum Action {
 
 /// The next action. Pure: the same inputs always give the same action.
 pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> Action {
-    if let Some(failure) = &journal.degraded {
+    if let Some(failure) = journal.degraded() {
         return Action::StayDegraded(failure.clone());
     }
-    if let Some(flight) = &journal.in_flight {
-        match flight.step {
+    if let Some(flight) = journal.in_flight() {
+        match flight.step() {
             Step::RollingBack => {
-                return Action::RollBack(match &flight.failure {
+                return Action::RollBack(match flight.failure() {
                     Some(failure) => RollbackCause::Failed(failure.clone()),
                     None => RollbackCause::Superseded,
                 });
             }
             Step::Activating | Step::Verifying => {
                 let still_wanted = plan.is_some_and(|p| {
-                    p.revision == flight.revision
+                    p.revision == flight.revision()
                         && p.problems.is_none()
                         && p.desired == DesiredState::Active
                 });
                 if !still_wanted {
                     return Action::RollBack(RollbackCause::Superseded);
                 }
-                let attempts = journal.attempts.get(&flight.revision).copied().unwrap_or(0);
+                let attempts = journal.attempts(flight.revision()).unwrap_or(0);
                 if attempts >= max_attempts {
                     return Action::RollBack(RollbackCause::Failed(Failure {
                         reason: Reason::TooManyAttempts,
                         message: format!(
                             "activation of revision {} was interrupted {attempts} times; giving up",
-                            flight.revision
+                            flight.revision()
                         ),
                     }));
                 }
@@ -141,8 +141,8 @@ fn downgrade_problem(plan: &PlanView, journal: &Journal) -> Option<Problems> {
     if plan.allow_downgrade {
         return None;
     }
-    let committed = journal.committed.as_ref()?;
-    let current = committed.content.kubernetes_version.as_deref()?;
+    let committed = journal.committed()?;
+    let current = committed.content().kubernetes_version.as_deref()?;
     let target = plan.content.kubernetes_version.as_deref()?;
     inplace_proto::version::is_downgrade(current, target).then(|| {
         Problems(vec![FieldError {
@@ -150,7 +150,7 @@ fn downgrade_problem(plan: &PlanView, journal: &Journal) -> Option<Problems> {
             reason: Reason::DowngradeDenied,
             message: format!(
                 "{target} is lower than {current}, which this node runs (revision {}); set allowDowngrade to allow a downgrade",
-                committed.revision
+                committed.revision()
             ),
         }])
     })
@@ -159,9 +159,9 @@ fn downgrade_problem(plan: &PlanView, journal: &Journal) -> Option<Problems> {
 /// Whether a staging in flight is for something other than the plan's current revision
 /// (or the plan is gone): its temporary and unreferenced files should be removed.
 pub fn staging_is_stale(plan: Option<&PlanView>, journal: &Journal) -> bool {
-    match &journal.in_flight {
-        Some(flight) if matches!(flight.step, Step::Staging | Step::Staged) => {
-            !plan.is_some_and(|p| p.problems.is_none() && p.revision == flight.revision)
+    match journal.in_flight() {
+        Some(flight) if matches!(flight.step(), Step::Staging | Step::Staged) => {
+            !plan.is_some_and(|p| p.problems.is_none() && p.revision == flight.revision())
         }
         _ => false,
     }
@@ -170,7 +170,6 @@ pub fn staging_is_stale(plan: Option<&PlanView>, journal: &Journal) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::{InFlight, Installed};
     use chrono::Utc;
     use inplace_proto::validate::FieldError;
 
@@ -194,29 +193,14 @@ mod tests {
         }
     }
 
-    fn flight(p: &PlanView, step: Step) -> InFlight {
-        InFlight {
-            revision: p.revision.clone(),
-            generation: p.generation,
-            content: p.content.clone(),
-            step,
-            links: vec![],
-            before: vec![],
-            failure: None,
-            started_at: Utc::now(),
-        }
+    fn in_flight(p: &PlanView, step: Step) -> Journal {
+        crate::journal::tests::at_step(&p.revision, &p.content, step)
     }
 
     fn committed(p: &PlanView) -> Journal {
-        Journal {
-            committed: Some(Installed {
-                revision: p.revision.clone(),
-                content: p.content.clone(),
-                links: vec![],
-                committed_at: Utc::now(),
-            }),
-            ..Default::default()
-        }
+        let mut j = in_flight(p, Step::Verifying);
+        j.commit(Utc::now()).unwrap();
+        j
     }
 
     fn failure(reason: Reason) -> Failure {
@@ -270,8 +254,8 @@ mod tests {
     #[test]
     fn failed_revision_is_denied_until_the_plan_changes() {
         let p = plan("a", DesiredState::Active);
-        let mut j = Journal::default();
-        j.deny(&p.revision, failure(Reason::UnitFailed), Utc::now());
+        let mut j = in_flight(&p, Step::Staging);
+        j.deny(failure(Reason::UnitFailed), Utc::now()).unwrap();
         assert!(matches!(decide(Some(&p), &j, 3), Action::Deny(_)));
         let other = plan("b", DesiredState::Active);
         assert_eq!(
@@ -283,10 +267,8 @@ mod tests {
     #[test]
     fn degraded_node_does_nothing() {
         let p = plan("a", DesiredState::Active);
-        let j = Journal {
-            degraded: Some(failure(Reason::RollbackFailed)),
-            ..Default::default()
-        };
+        let mut j = Journal::default();
+        j.mark_degraded(failure(Reason::RollbackFailed));
         assert!(matches!(decide(Some(&p), &j, 3), Action::StayDegraded(_)));
         assert!(matches!(decide(None, &j, 3), Action::StayDegraded(_)));
     }
@@ -295,10 +277,7 @@ mod tests {
     fn crash_during_staging_restages() {
         let p = plan("a", DesiredState::Active);
         for step in [Step::Staging, Step::Staged] {
-            let j = Journal {
-                in_flight: Some(flight(&p, step)),
-                ..Default::default()
-            };
+            let j = in_flight(&p, step);
             assert_eq!(decide(Some(&p), &j, 3), Action::Stage { activate: true });
             assert!(!staging_is_stale(Some(&p), &j));
             assert!(staging_is_stale(None, &j));
@@ -310,13 +289,11 @@ mod tests {
     fn crash_during_activation_resumes_then_gives_up() {
         let p = plan("a", DesiredState::Active);
         for step in [Step::Activating, Step::Verifying] {
-            let mut j = Journal {
-                in_flight: Some(flight(&p, step)),
-                ..Default::default()
-            };
-            j.attempts.insert(p.revision.clone(), 1);
+            let mut j = in_flight(&p, step);
+            assert_eq!(j.attempts(&p.revision), Some(1));
             assert_eq!(decide(Some(&p), &j, 3), Action::ResumeActivation);
-            j.attempts.insert(p.revision.clone(), 3);
+            j.count_attempt().unwrap();
+            j.count_attempt().unwrap();
             match decide(Some(&p), &j, 3) {
                 Action::RollBack(RollbackCause::Failed(f)) => {
                     assert_eq!(f.reason, Reason::TooManyAttempts)
@@ -329,10 +306,7 @@ mod tests {
     #[test]
     fn plan_changed_or_deleted_mid_activation_rolls_back_first() {
         let p = plan("a", DesiredState::Active);
-        let j = Journal {
-            in_flight: Some(flight(&p, Step::Activating)),
-            ..Default::default()
-        };
+        let j = in_flight(&p, Step::Activating);
         let superseded = Action::RollBack(RollbackCause::Superseded);
         assert_eq!(decide(None, &j, 3), superseded);
         assert_eq!(
@@ -349,18 +323,15 @@ mod tests {
     #[test]
     fn crash_during_rollback_finishes_it() {
         let p = plan("a", DesiredState::Active);
-        let mut f = flight(&p, Step::RollingBack);
-        f.failure = Some(failure(Reason::HealthCheckFailed));
-        let j = Journal {
-            in_flight: Some(f),
-            ..Default::default()
-        };
+        let j = in_flight(&p, Step::RollingBack);
         // Whatever the plan says now.
         for view in [None, Some(&p)] {
-            assert_eq!(
-                decide(view, &j, 3),
-                Action::RollBack(RollbackCause::Failed(failure(Reason::HealthCheckFailed)))
-            );
+            match decide(view, &j, 3) {
+                Action::RollBack(RollbackCause::Failed(f)) => {
+                    assert_eq!(f.reason, Reason::HealthCheckFailed)
+                }
+                other => panic!("{other:?}"),
+            }
         }
     }
 

@@ -149,7 +149,7 @@ async fn clear_degraded(config: &Path) -> anyhow::Result<()> {
     let _lock = take_lock(&settings.paths.lock_file)?;
     let file = inplace_agent::journal::JournalFile::new(&settings.state_dir);
     let mut journal = file.load().await?;
-    match journal.degraded.take() {
+    match journal.clear_degraded() {
         Some(failure) => {
             file.save(&journal).await?;
             println!("cleared: {}", failure.message);

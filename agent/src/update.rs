@@ -24,6 +24,7 @@ use crate::fetch::{FetchError, Fetcher, Progress};
 use crate::health::{self, Probes};
 use crate::journal::{
     self, Before, Failure, InFlight, Journal, JournalError, JournalFile, Link, Step,
+    TransitionError,
 };
 use crate::links;
 use crate::machine::{self, Action, PlanView, RollbackCause};
@@ -45,6 +46,10 @@ pub enum AgentError {
     /// The journal could not be read or written.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The journal refused a step transition: a bug in the coordinator. Stopping leaves
+    /// the journal on disk as it was, consistent.
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
 }
 
 /// The edges the coordinator talks to.
@@ -148,13 +153,11 @@ impl Agent {
             Ok(journal) => journal,
             Err(e @ JournalError::Corrupt { .. }) => {
                 tracing::error!(error = %e, "journal unreadable; marking the node degraded");
-                let journal = Journal {
-                    degraded: Some(Failure {
-                        reason: Reason::RollbackFailed,
-                        message: format!("{e}; a person must check this node"),
-                    }),
-                    ..Default::default()
-                };
+                let mut journal = Journal::default();
+                journal.mark_degraded(Failure {
+                    reason: Reason::RollbackFailed,
+                    message: format!("{e}; a person must check this node"),
+                });
                 journal_file.save(&journal).await?;
                 journal
             }
@@ -190,12 +193,7 @@ impl Agent {
         mut plans: tokio::sync::watch::Receiver<crate::watch::PlanState>,
     ) -> Result<(), AgentError> {
         self.plans = Some(plans.clone());
-        if self
-            .journal
-            .in_flight
-            .as_ref()
-            .is_some_and(|f| f.step == Step::RollingBack)
-        {
+        if self.journal.step() == Some(Step::RollingBack) {
             self.handle(None).await?;
         }
         loop {
@@ -285,7 +283,7 @@ impl Agent {
                     );
                     return Ok(());
                 }
-                Action::Deny(failed) if failed.rolled_back => {
+                Action::Deny(failed) if failed.rolled_back() => {
                     // What happened to this revision, also after a restart that finished
                     // an interrupted rollback without a plan to report to.
                     self.report(
@@ -295,7 +293,9 @@ impl Agent {
                             Reason::RolledBack,
                             format!(
                                 "rolled back revision {} ({}: {}); the previous revision runs; not retried until the plan changes",
-                                failed.revision, failed.failure.reason, failed.failure.message
+                                failed.revision(),
+                                failed.failure().reason,
+                                failed.failure().message
                             ),
                         ),
                     );
@@ -309,7 +309,9 @@ impl Agent {
                             Reason::RevisionDenied,
                             format!(
                                 "revision {} failed on this node before ({}: {}); not retried until the plan changes",
-                                failed.revision, failed.failure.reason, failed.failure.message
+                                failed.revision(),
+                                failed.failure().reason,
+                                failed.failure().message
                             ),
                         ),
                     );
@@ -369,8 +371,8 @@ impl Agent {
     /// The first managed path that no longer points at the committed revision's file (or
     /// whose file is gone), described; `None` when the host matches the journal.
     fn drift(&self) -> Option<String> {
-        let committed = self.journal.committed.as_ref()?;
-        committed.links.iter().find_map(|l| {
+        let committed = self.journal.committed()?;
+        committed.links().iter().find_map(|l| {
             if !links::points_at(&l.path, &l.target) {
                 let now = std::fs::read_link(&l.path).map_or_else(
                     |_| "is not a symlink (or is missing)".to_owned(),
@@ -380,14 +382,14 @@ impl Agent {
                     "{} {now}, not at {} (committed revision {})",
                     l.path.display(),
                     l.target.display(),
-                    committed.revision
+                    committed.revision()
                 ))
             } else if !l.target.exists() {
                 Some(format!(
                     "{} points at {}, which is missing (committed revision {})",
                     l.path.display(),
                     l.target.display(),
-                    committed.revision
+                    committed.revision()
                 ))
             } else {
                 None
@@ -561,14 +563,13 @@ impl Agent {
             artifacts: shown.artifacts.clone(),
             attempts: self
                 .journal
-                .attempts
-                .get(&view.revision)
-                .map(|n| i32::try_from(*n).unwrap_or(i32::MAX)),
+                .attempts(&view.revision)
+                .map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
             failed_revisions: self
                 .journal
-                .failed
+                .failed()
                 .iter()
-                .map(|f| f.revision.clone())
+                .map(|f| f.revision().to_owned())
                 .collect(),
             conditions,
             started_at: shown.started_at.clone(),
@@ -582,10 +583,10 @@ impl Agent {
 
     /// Shows the committed revision (what the node runs) in the metrics.
     fn record_running(&self) {
-        let committed = self.journal.committed.as_ref();
+        let committed = self.journal.committed();
         self.metrics.running(
-            committed.map(|c| c.revision.as_str()),
-            committed.and_then(|c| c.content.kubernetes_version.as_deref()),
+            committed.map(|c| c.revision()),
+            committed.and_then(|c| c.content().kubernetes_version.as_deref()),
         );
     }
 
@@ -611,10 +612,11 @@ impl Agent {
     /// Drops a staging that is no longer wanted: temporary files and files no kept
     /// revision references.
     async fn abandon_staging(&mut self) -> Result<(), AgentError> {
-        let Some(flight) = self.journal.in_flight.take() else {
+        if self.journal.in_flight().is_none() {
             return Ok(());
-        };
-        tracing::info!(revision = %flight.revision, "abandoning staging");
+        }
+        let flight = self.journal.abandon_staging()?;
+        tracing::info!(revision = %flight.revision(), "abandoning staging");
         self.save().await?;
         self.collect(flight_targets(&flight)).await;
         Ok(())
@@ -644,23 +646,18 @@ impl Agent {
     async fn stage(&mut self, view: &PlanView) -> Result<Staging, AgentError> {
         let fresh = self
             .journal
-            .in_flight
-            .as_ref()
-            .is_none_or(|f| f.revision != view.revision);
+            .in_flight()
+            .is_none_or(|f| f.revision() != view.revision);
         // Partial downloads of an earlier run (a crash, a stopped staging) are never resumed
         // across processes: sweep them.
         self.collect(Vec::new()).await;
         if fresh {
-            self.journal.in_flight = Some(InFlight {
-                revision: view.revision.clone(),
-                generation: view.generation,
-                content: view.content.clone(),
-                step: Step::Staging,
-                links: Vec::new(),
-                before: Vec::new(),
-                failure: None,
-                started_at: Utc::now(),
-            });
+            self.journal.begin_staging(
+                &view.revision,
+                view.generation,
+                &view.content,
+                Utc::now(),
+            )?;
             self.save().await?;
         }
         self.failpoint("stage.begin");
@@ -697,21 +694,14 @@ impl Agent {
                         .iter()
                         .map(|l: &Link| l.target.clone())
                         .collect();
-                    self.journal.in_flight = None;
-                    self.journal
-                        .deny(&view.revision, failure.clone(), Utc::now());
+                    self.journal.deny(failure.clone(), Utc::now())?;
                     self.save().await?;
                     self.collect(candidates).await;
                     return Ok(Staging::Failed(failure));
                 }
             }
         }
-        if let Some(flight) = self.journal.in_flight.as_mut() {
-            flight.links = staged_links;
-            if flight.step == Step::Staging {
-                flight.step = Step::Staged;
-            }
-        }
+        self.journal.staged(staged_links)?;
         self.save().await?;
         self.failpoint("stage.done");
         Ok(Staging::Done)
@@ -916,13 +906,13 @@ impl Agent {
 
     /// Swaps, refreshes, restarts, verifies; then commits or rolls back.
     async fn activate(&mut self, view: &PlanView) -> Result<(), AgentError> {
-        let Some(flight) = self.journal.in_flight.as_mut() else {
+        let Some(flight) = self.journal.in_flight() else {
             return Ok(());
         };
-        let revision = flight.revision.clone();
-        *self.journal.attempts.entry(revision.clone()).or_insert(0) += 1;
-        let resumed = matches!(flight.step, Step::Activating | Step::Verifying);
-        let flight_links = flight.links.clone();
+        let revision = flight.revision().to_owned();
+        let resumed = matches!(flight.step(), Step::Activating | Step::Verifying);
+        let flight_links = flight.links().to_vec();
+        self.journal.count_attempt()?;
 
         // Re-verify what is staged: a file may have changed since (or a crash hit).
         let to_check = flight_links.clone();
@@ -947,8 +937,7 @@ impl Agent {
                     .roll_back(Some(view), RollbackCause::Failed(failure))
                     .await;
             }
-            self.journal.in_flight = None;
-            self.journal.deny(&revision, failure.clone(), Utc::now());
+            self.journal.deny(failure.clone(), Utc::now())?;
             self.save().await?;
             self.report(
                 Some(view),
@@ -957,7 +946,9 @@ impl Agent {
             return Ok(());
         }
 
-        if !resumed {
+        let removals = if resumed {
+            self.journal.resume_activating()?
+        } else {
             // Record what every managed path holds *before* the first swap, and which
             // links of the committed revision this one drops (they go, and come back on
             // a rollback, the same way).
@@ -965,9 +956,8 @@ impl Agent {
             let paths: Vec<PathBuf> = flight_links.iter().map(|l| l.path.clone()).collect();
             let committed = self
                 .journal
-                .committed
-                .as_ref()
-                .map(|c| c.links.clone())
+                .committed()
+                .map(|c| c.links().to_vec())
                 .unwrap_or_default();
             let next = flight_links.clone();
             let before = blocking(move || {
@@ -991,8 +981,7 @@ impl Agent {
                         reason: Reason::StagingFailed,
                         message: format!("cannot record the current links: {e}"),
                     };
-                    self.journal.in_flight = None;
-                    self.journal.deny(&revision, failure.clone(), Utc::now());
+                    self.journal.deny(failure.clone(), Utc::now())?;
                     self.save().await?;
                     self.report(
                         Some(view),
@@ -1001,15 +990,8 @@ impl Agent {
                     return Ok(());
                 }
             };
-            if let Some(flight) = self.journal.in_flight.as_mut() {
-                flight.before = before;
-            }
-        }
-        let Some(flight) = self.journal.in_flight.as_mut() else {
-            return Ok(());
+            self.journal.activating(before)?
         };
-        flight.step = Step::Activating;
-        let removals = flight.removals();
         self.save().await?;
         self.report(
             Some(view),
@@ -1030,9 +1012,7 @@ impl Agent {
                 .await;
         }
 
-        if let Some(flight) = self.journal.in_flight.as_mut() {
-            flight.step = Step::Verifying;
-        }
+        self.journal.verifying()?;
         self.save().await?;
         self.report(
             Some(view),
@@ -1169,14 +1149,14 @@ impl Agent {
     async fn commit(&mut self, view: &PlanView) -> Result<(), AgentError> {
         let revision = view.revision.clone();
         self.failpoint("commit.before");
-        let dropped = self.journal.commit(Utc::now());
+        let dropped = self.journal.commit(Utc::now())?;
         self.save().await?;
         self.failpoint("commit.saved");
         tracing::info!(%revision, "committed");
         if let Some(dropped) = dropped {
-            let candidates = dropped.links.iter().map(|l| l.target.clone()).collect();
+            let candidates = dropped.links().iter().map(|l| l.target.clone()).collect();
             self.collect(candidates).await;
-            let backups = store::backup_dir(&self.settings, &dropped.revision);
+            let backups = store::backup_dir(&self.settings, dropped.revision());
             let _ = tokio::fs::remove_dir_all(backups).await;
         }
         self.report(
@@ -1196,57 +1176,40 @@ impl Agent {
         view: Option<&PlanView>,
         cause: RollbackCause,
     ) -> Result<(), AgentError> {
-        let Some(flight) = self.journal.in_flight.as_mut() else {
+        if self.journal.in_flight().is_none() {
             return Ok(());
-        };
+        }
         let failure = match &cause {
             RollbackCause::Failed(f) => Some(f.clone()),
             RollbackCause::Superseded => None,
         };
-        flight.step = Step::RollingBack;
-        flight.failure = failure.clone();
-        let flight = flight.clone();
+        let flight = self.journal.rolling_back(failure.clone())?.clone();
         self.save().await?;
         self.failpoint("rollback.begin");
         // Report only about the revision the plan asks for.
-        let view = view.filter(|v| v.revision == flight.revision);
+        let view = view.filter(|v| v.revision == flight.revision());
         let why = failure.as_ref().map_or_else(
             || "the plan changed".to_owned(),
             |f| format!("{}: {}", f.reason, f.message),
         );
-        tracing::warn!(revision = %flight.revision, %why, "rolling back");
+        tracing::warn!(revision = %flight.revision(), %why, "rolling back");
         self.report(
             view,
             Report::new(
                 Phase::RollingBack,
                 failure.as_ref().map_or(Reason::Activating, |f| f.reason),
-                format!("rolling back revision {}: {why}", flight.revision),
+                format!("rolling back revision {}: {why}", flight.revision()),
             ),
         );
 
         let outcome = self.restore(&flight).await;
-        let now = Utc::now();
-        self.journal.in_flight = None;
-        self.journal.attempts.remove(&flight.revision);
-        if let Some(f) = &failure {
-            self.journal.deny(&flight.revision, f.clone(), now);
-        }
         match outcome {
             Ok(()) => {
-                if failure.is_some()
-                    && let Some(entry) = self
-                        .journal
-                        .failed
-                        .iter_mut()
-                        .find(|f| f.revision == flight.revision)
-                {
-                    entry.rolled_back = true;
-                }
+                self.journal.rolled_back(Utc::now())?;
                 self.save().await?;
                 self.failpoint("rollback.saved");
-                self.collect(flight.links.iter().map(|l| l.target.clone()).collect())
-                    .await;
-                let backups = store::backup_dir(&self.settings, &flight.revision);
+                self.collect(flight_targets(&flight)).await;
+                let backups = store::backup_dir(&self.settings, flight.revision());
                 let _ = tokio::fs::remove_dir_all(backups).await;
                 if failure.is_some() {
                     self.report(
@@ -1256,7 +1219,7 @@ impl Agent {
                             Reason::RolledBack,
                             format!(
                                 "rolled back revision {} ({why}); the previous revision runs and is healthy",
-                                flight.revision
+                                flight.revision()
                             ),
                         ),
                     );
@@ -1267,11 +1230,12 @@ impl Agent {
                     reason: Reason::RollbackFailed,
                     message: format!(
                         "rollback of revision {} failed: {}; it was rolled back because {why}",
-                        flight.revision, rollback.message
+                        flight.revision(),
+                        rollback.message
                     ),
                 };
                 tracing::error!(message = %degraded.message, "rollback failed; node degraded");
-                self.journal.degraded = Some(degraded.clone());
+                self.journal.rollback_failed(degraded.clone(), Utc::now())?;
                 self.save().await?;
                 let mut report = Report::new(
                     Phase::Failed,
@@ -1286,7 +1250,7 @@ impl Agent {
     }
 
     async fn restore(&self, flight: &InFlight) -> Result<(), Failure> {
-        let before = flight.before.clone();
+        let before = flight.before().to_vec();
         let sysext_touched = before
             .iter()
             .any(|b| b.path.starts_with(&self.settings.paths.extensions_dir));
@@ -1305,14 +1269,14 @@ impl Agent {
         })?;
         // What runs now is the committed revision (or, on a first install, whatever ran
         // before): restart the units the failed revision restarted, then check them.
-        let committed = self.journal.committed.as_ref().map(|c| &c.content);
+        let committed = self.journal.committed().map(|c| c.content());
         let mut content = committed.cloned().unwrap_or_else(|| UpdateContent {
             artifacts: Vec::new(),
-            ..flight.content.clone()
+            ..flight.content().clone()
         });
-        content.activation.restart_units = flight.content.activation.restart_units.clone();
+        content.activation.restart_units = flight.content().activation.restart_units.clone();
         content.activation.daemon_reload =
-            Some(flight.content.daemon_reload() || content.daemon_reload());
+            Some(flight.content().daemon_reload() || content.daemon_reload());
         self.refresh(&content, sysext_touched, "rollback").await?;
         let mut checks = health::Plan::of(
             &content.health_checks,
@@ -1364,11 +1328,11 @@ fn sysext_file_name(artifact: &Artifact) -> String {
 /// previous revision; `None` unless every member has one. The files still need checking.
 fn archive_members_on_record(journal: &Journal, artifact: &Artifact) -> Option<Vec<Link>> {
     let kept = journal
-        .in_flight
-        .iter()
-        .map(|f| (&f.content, &f.links))
-        .chain(journal.committed.iter().map(|c| (&c.content, &c.links)))
-        .chain(journal.previous.iter().map(|c| (&c.content, &c.links)));
+        .in_flight()
+        .map(|f| (f.content(), f.links()))
+        .into_iter()
+        .chain(journal.committed().map(|c| (c.content(), c.links())))
+        .chain(journal.previous().map(|c| (c.content(), c.links())));
     artifact
         .members
         .iter()
@@ -1395,9 +1359,9 @@ fn archive_members_on_record(journal: &Journal, artifact: &Artifact) -> Option<V
 
 /// Every stored file a kept revision points at.
 fn referenced(journal: &Journal) -> HashSet<PathBuf> {
-    let committed = journal.committed.iter().flat_map(|c| c.links.iter());
-    let previous = journal.previous.iter().flat_map(|c| c.links.iter());
-    let flight = journal.in_flight.iter().flat_map(|c| c.links.iter());
+    let committed = journal.committed().into_iter().flat_map(|c| c.links());
+    let previous = journal.previous().into_iter().flat_map(|c| c.links());
+    let flight = journal.in_flight().into_iter().flat_map(|c| c.links());
     committed
         .chain(previous)
         .chain(flight)
@@ -1406,7 +1370,7 @@ fn referenced(journal: &Journal) -> HashSet<PathBuf> {
 }
 
 fn flight_targets(flight: &InFlight) -> Vec<PathBuf> {
-    flight.links.iter().map(|l| l.target.clone()).collect()
+    flight.links().iter().map(|l| l.target.clone()).collect()
 }
 
 async fn blocking<T: Send + 'static>(

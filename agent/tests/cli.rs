@@ -63,15 +63,12 @@ async fn second_instance_exits_with_a_clear_message_and_clear_degraded_works() {
     let dir = tempfile::tempdir().unwrap();
     let path = config(dir.path(), "");
     let file = JournalFile::new(&dir.path().join("state"));
-    file.save(&Journal {
-        degraded: Some(Failure {
-            reason: Reason::RollbackFailed,
-            message: "kubelet did not come back".into(),
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let mut degraded = Journal::default();
+    degraded.mark_degraded(Failure {
+        reason: Reason::RollbackFailed,
+        message: "kubelet did not come back".into(),
+    });
+    file.save(&degraded).await.unwrap();
 
     std::fs::create_dir_all(dir.path().join("run")).unwrap();
     let held = std::fs::File::create(dir.path().join("run/agent.lock")).unwrap();
@@ -79,13 +76,13 @@ async fn second_instance_exits_with_a_clear_message_and_clear_degraded_works() {
     let (ok, text) = agent(&path, &["clear-degraded"]);
     assert!(!ok);
     assert!(text.contains("another inplace-agent is running"), "{text}");
-    assert!(file.load().await.unwrap().degraded.is_some());
+    assert!(file.load().await.unwrap().degraded().is_some());
 
     drop(lock);
     let (ok, text) = agent(&path, &["clear-degraded"]);
     assert!(ok, "{text}");
     assert!(text.contains("kubelet did not come back"), "{text}");
-    assert!(file.load().await.unwrap().degraded.is_none());
+    assert!(file.load().await.unwrap().degraded().is_none());
 }
 
 #[test]

@@ -67,7 +67,7 @@ async fn upgrades_keep_the_previous_revision_and_collect_older_ones() {
     assert_eq!(bed.link(), "OK v2");
     assert!(v1_target.exists(), "the previous revision stays on disk");
     let journal = agent.journal();
-    assert!(journal.previous.is_some());
+    assert!(journal.previous().is_some());
     agent
         .handle(Some(&bed.plan("OK v3", "kubectl v3", "Active")))
         .await
@@ -92,10 +92,7 @@ async fn staged_only_leaves_the_running_revision_untouched() {
     assert_eq!(bed.link(), "OK v1");
     assert_eq!(bed.kubectl(), "kubectl v1");
     assert!(bed.systemd.calls.lock().unwrap().is_empty());
-    assert_eq!(
-        agent.journal().in_flight.as_ref().unwrap().step,
-        Step::Staged
-    );
+    assert_eq!(agent.journal().in_flight().unwrap().step(), Step::Staged);
     // Then activation reuses the staged files without downloading again.
     let fetches = bed.fetcher.calls.load(Ordering::SeqCst);
     agent
@@ -211,7 +208,7 @@ async fn hash_mismatch_fails_without_touching_anything() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(images.len(), 1, "{images:?}");
-    assert!(agent.journal().in_flight.is_none());
+    assert!(agent.journal().in_flight().is_none());
 }
 
 #[tokio::test]
@@ -283,7 +280,7 @@ async fn crash_during_activation_resumes_on_restart() {
     assert_eq!(bed.link(), "OK v2", "the swap happened before the crash");
     let mut agent = bed.agent().await;
     assert_eq!(
-        agent.journal().in_flight.as_ref().unwrap().step,
+        agent.journal().in_flight().unwrap().step(),
         Step::Activating
     );
     agent.handle(Some(&plan)).await.unwrap();
@@ -325,9 +322,9 @@ async fn plan_deleted_mid_activation_ends_on_the_committed_revision() {
     agent.handle(None).await.unwrap();
     assert_eq!(bed.link(), "OK v1");
     assert_eq!(bed.kubectl(), "kubectl v1");
-    assert!(agent.journal().in_flight.is_none());
+    assert!(agent.journal().in_flight().is_none());
     // Superseded, not failed: the revision is not denied.
-    assert!(agent.journal().failed.is_empty());
+    assert!(agent.journal().failed().is_empty());
 }
 
 #[tokio::test]
@@ -384,7 +381,7 @@ async fn plan_changed_during_a_download_stops_it_and_stages_the_new_one() {
         "the abandoned download is cleaned up"
     );
     assert!(
-        agent.journal().failed.is_empty(),
+        agent.journal().failed().is_empty(),
         "a superseded revision is not denied"
     );
 }
@@ -415,10 +412,7 @@ async fn crash_during_download_changes_nothing_and_restages_on_restart() {
     assert!(partial.exists());
     bed.fetcher.hang.store(false, Ordering::SeqCst);
     let mut agent = bed.agent().await;
-    assert_eq!(
-        agent.journal().in_flight.as_ref().unwrap().step,
-        Step::Staging
-    );
+    assert_eq!(agent.journal().in_flight().unwrap().step(), Step::Staging);
     agent.handle(Some(&plan)).await.unwrap();
     assert_eq!(bed.last().phase, Some(Phase::Succeeded));
     assert_eq!(bed.link(), "OK v2");
@@ -453,14 +447,14 @@ async fn crash_during_rollback_finishes_it_on_restart_whatever_the_plan() {
         arm.await.unwrap();
     }
     let journal = bed.agent().await.journal().clone();
-    assert_eq!(journal.in_flight.as_ref().unwrap().step, Step::RollingBack);
+    assert_eq!(journal.in_flight().unwrap().step(), Step::RollingBack);
     bed.systemd.hang.store(false, Ordering::SeqCst);
     // The plan was deleted meanwhile: the rollback is still finished.
     let mut agent = bed.agent().await;
     agent.handle(None).await.unwrap();
     assert_eq!(bed.link(), "OK v1");
     assert_eq!(bed.kubectl(), "kubectl v1");
-    assert!(agent.journal().in_flight.is_none());
+    assert!(agent.journal().in_flight().is_none());
     let revision = inplace_proto::revision_of(&plan.spec.content);
     assert!(
         agent.journal().failure_of(&revision).is_some(),
@@ -783,7 +777,7 @@ async fn a_crash_after_removing_a_dropped_link_resumes_and_rolls_back_to_it() {
     assert!(std::fs::symlink_metadata(crictl_link(&bed)).is_err());
     let mut agent = bed.agent().await;
     assert_eq!(
-        agent.journal().in_flight.as_ref().unwrap().step,
+        agent.journal().in_flight().unwrap().step(),
         Step::Activating
     );
     agent.handle(Some(&plan)).await.unwrap();
