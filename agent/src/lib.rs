@@ -28,4 +28,5 @@ pub mod status;
 pub mod store;
 pub mod systemd;
 pub mod update;
+pub mod url_prefix;
 pub mod watch;

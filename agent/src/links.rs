@@ -95,11 +95,7 @@ pub fn capture_prior(path: &Path, backup_dir: &Path) -> io::Result<Prior> {
         }),
         Ok(meta) if meta.is_file() => {
             fs::create_dir_all(backup_dir)?;
-            let flat = path
-                .to_string_lossy()
-                .trim_start_matches('/')
-                .replace('/', "_");
-            let backup = backup_dir.join(flat);
+            let backup = backup_dir.join(backup_name(path));
             let _ = fs::remove_file(&backup);
             if fs::hard_link(path, &backup).is_err() {
                 fs::copy(path, &backup)?;
@@ -113,6 +109,22 @@ pub fn capture_prior(path: &Path, backup_dir: &Path) -> io::Result<Prior> {
             format!("{} is neither a file nor a symlink", path.display()),
         )),
     }
+}
+
+/// One file name per managed path, distinct for distinct paths: `%` and `/` are escaped
+/// (`%25`, `%2F`), so `/opt/bin/a_b`, `/opt/bin/a/b` and `/opt/bin/a%2Fb` never share a
+/// backup. (Replacing `/` with `_` did: a rollback restored one file's content into the other.)
+fn backup_name(path: &Path) -> String {
+    let path = path.to_string_lossy();
+    let mut name = String::with_capacity(path.len());
+    for c in path.trim_start_matches('/').chars() {
+        match c {
+            '%' => name.push_str("%25"),
+            '/' => name.push_str("%2F"),
+            c => name.push(c),
+        }
+    }
+    name
 }
 
 /// Puts `path` back to what it was, atomically.
@@ -210,5 +222,28 @@ mod tests {
                 .is_symlink()
         );
         assert_eq!(fs::read(&file).unwrap(), b"original");
+    }
+
+    #[test]
+    fn paths_that_differ_only_by_slash_or_underscore_keep_their_own_backups() {
+        let dir = tempfile::tempdir().unwrap();
+        let backups = dir.path().join("backup");
+        let flat = dir.path().join("bin/a_b");
+        let nested = dir.path().join("bin/a/b");
+        let escaped = dir.path().join("bin/a%2Fb");
+        fs::create_dir_all(nested.parent().unwrap()).unwrap();
+        let paths = [&flat, &nested, &escaped];
+        let mut priors = Vec::new();
+        for path in paths {
+            fs::write(path, path.to_string_lossy().as_bytes()).unwrap();
+            priors.push(capture_prior(path, &backups).unwrap());
+        }
+        for (path, prior) in paths.iter().zip(&priors) {
+            swap_symlink(path, Path::new("/new")).unwrap();
+            restore_prior(path, prior).unwrap();
+        }
+        for path in paths {
+            assert_eq!(fs::read(path).unwrap(), path.to_string_lossy().as_bytes());
+        }
     }
 }

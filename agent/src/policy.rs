@@ -149,15 +149,12 @@ pub fn url_problem(text: &str, policy: &Policy) -> Option<String> {
     if !url.username().is_empty() || url.password().is_some() {
         return Some("credentials in URLs are not allowed".into());
     }
-    // Compare the normalized form, so `https://HOST/../x` cannot slip past a prefix.
-    let normalized = url.as_str();
-    if !policy
-        .allowed_url_prefixes
-        .iter()
-        .any(|prefix| normalized.starts_with(prefix.as_str()))
-    {
+    // The parsed URL is normalized (`https://HOST/a/../x` is `https://HOST/x`), so a `..`
+    // cannot step out of a prefix; encoded ones are refused by `admits`.
+    if !policy.allowed_url_prefixes.iter().any(|p| p.admits(&url)) {
         return Some(format!(
-            "{normalized} is not under an allowed URL prefix of this node"
+            "{} is not under an allowed URL prefix of this node",
+            url.as_str()
         ));
     }
     None
@@ -197,7 +194,7 @@ mod tests {
 
     fn policy() -> Policy {
         Policy {
-            allowed_url_prefixes: vec!["https://dl.example/".into()],
+            allowed_url_prefixes: vec!["https://dl.example/".parse().unwrap()],
             allow_http: false,
             allowed_target_dirs: vec!["/opt/bin".into()],
             allowed_units: vec!["kubelet.service".into()],
@@ -272,17 +269,35 @@ mod tests {
         a.url = "https://dl.example/../secret/a.raw".into();
         check(&content(vec![a]), &policy()).unwrap();
         let mut p = policy();
-        p.allowed_url_prefixes = vec!["https://dl.example/pub/".into()];
+        p.allowed_url_prefixes = vec!["https://dl.example/pub/".parse().unwrap()];
         let mut a = artifact(ArtifactType::Sysext);
         a.url = "https://dl.example/pub/../secret/a.raw".into();
         denied_at(&content(vec![a]), &p, "spec.artifacts[0].url");
+        // Compared by parts, not as strings: neither a longer host nor an encoded `/`
+        // gets past a prefix (both did when prefixes were compared as strings).
+        for (prefix, url) in [
+            (
+                "https://dl.example",
+                "https://dl.example.attacker.net/a.raw",
+            ),
+            (
+                "https://dl.example/pub/",
+                "https://dl.example/pub/..%2fsecret/a.raw",
+            ),
+        ] {
+            p.allowed_url_prefixes = vec![prefix.parse().unwrap()];
+            let mut a = artifact(ArtifactType::Sysext);
+            a.url = url.into();
+            denied_at(&content(vec![a]), &p, "spec.artifacts[0].url");
+        }
     }
 
     #[test]
     fn http_only_when_allowed() {
         let mut p = policy();
         p.allow_http = true;
-        p.allowed_url_prefixes.push("http://dl.example/".into());
+        p.allowed_url_prefixes
+            .push("http://dl.example/".parse().unwrap());
         let mut a = artifact(ArtifactType::Sysext);
         a.url = "http://dl.example/a.raw".into();
         check(&content(vec![a]), &p).unwrap();

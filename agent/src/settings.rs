@@ -12,6 +12,8 @@ use std::time::Duration as StdDuration;
 use inplace_proto::Duration;
 use serde::Deserialize;
 
+use crate::url_prefix::UrlPrefix;
+
 /// The main configuration file.
 pub const DEFAULT_CONFIG: &str = "/etc/inplace/agent.toml";
 /// The vendor defaults, shipped with the package.
@@ -191,9 +193,9 @@ pub enum KubeAuth {
 /// What plans may ask of this node. Checked before any I/O (see `policy.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
-    /// Artifact URLs must start with one of these (compare whole strings; end a prefix with
-    /// `/` to mean a directory). Empty: no URL is allowed.
-    pub allowed_url_prefixes: Vec<String>,
+    /// Artifact URLs must be under one of these (same scheme, host and port; the prefix's
+    /// path segments first, see `url_prefix.rs`). Empty: no URL is allowed.
+    pub allowed_url_prefixes: Vec<UrlPrefix>,
     /// Whether plain `http://` artifact URLs are allowed.
     pub allow_http: bool,
     /// Directories where Binary `path`s and Archive `to`s may land (the file itself, or
@@ -414,27 +416,19 @@ fn build(
     };
 
     let p = f.policy;
-    let allowed_url_prefixes = p.allowed_url_prefixes.unwrap_or_default();
     let allow_http = p.allow_http.unwrap_or(false);
-    for prefix in &allowed_url_prefixes {
-        let url = url::Url::parse(prefix)
-            .map_err(|e| invalid("policy.allowed_url_prefixes", format!("{prefix:?}: {e}")))?;
-        match url.scheme() {
-            "https" => {}
-            "http" if allow_http => {}
-            "http" => {
-                return Err(invalid(
-                    "policy.allowed_url_prefixes",
-                    format!("{prefix:?} is http but policy.allow_http is false"),
-                ));
-            }
-            other => {
-                return Err(invalid(
-                    "policy.allowed_url_prefixes",
-                    format!("{prefix:?}: scheme {other} is not http(s)"),
-                ));
-            }
+    let mut allowed_url_prefixes = Vec::new();
+    for text in p.allowed_url_prefixes.unwrap_or_default() {
+        let prefix: UrlPrefix = text
+            .parse()
+            .map_err(|e| invalid("policy.allowed_url_prefixes", e))?;
+        if prefix.scheme() == "http" && !allow_http {
+            return Err(invalid(
+                "policy.allowed_url_prefixes",
+                format!("{text:?} is http but policy.allow_http is false"),
+            ));
         }
+        allowed_url_prefixes.push(prefix);
     }
     let allowed_target_dirs = p
         .allowed_target_dirs
@@ -652,7 +646,10 @@ mod tests {
         let s = load(&main, || None).unwrap();
         assert_eq!(s.node_name, "c");
         assert!(s.policy.allow_http);
-        assert_eq!(s.policy.allowed_url_prefixes, vec!["https://x.example/"]);
+        assert_eq!(
+            s.policy.allowed_url_prefixes[0].to_string(),
+            "https://x.example/"
+        );
     }
 
     #[test]
@@ -677,6 +674,10 @@ mod tests {
             ),
             (
                 "[policy]\nallowed_url_prefixes = [\"file:///x\"]",
+                "policy.allowed_url_prefixes",
+            ),
+            (
+                "[policy]\nallowed_url_prefixes = [\"https://dl.example/kube-\"]",
                 "policy.allowed_url_prefixes",
             ),
             (

@@ -38,6 +38,23 @@ fn config(dir: &Path, extra: &str) -> std::path::PathBuf {
 }
 
 #[test]
+fn check_config_refuses_a_url_prefix_that_reads_two_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(
+        dir.path(),
+        "[policy]\nallowed_url_prefixes = [\"https://dl.example/kube-\"]\n",
+    );
+    let (ok, text) = agent(&path, &["check-config"]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("policy.allowed_url_prefixes")
+            && text.contains("https://dl.example/kube-")
+            && text.contains("end it with `/`"),
+        "{text}"
+    );
+}
+
+#[test]
 fn check_config_reports_unknown_keys_with_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = config(dir.path(), "");

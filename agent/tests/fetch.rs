@@ -120,7 +120,7 @@ fn fetcher_with_limit(base: &str, attempts: u32, max_artifact_size: u64) -> Http
         max_backoff: Duration::from_millis(20),
     };
     let policy = Policy {
-        allowed_url_prefixes: vec![format!("{base}/ok/")],
+        allowed_url_prefixes: vec![format!("{base}/ok/").parse().unwrap()],
         allow_http: true,
         allowed_target_dirs: vec![],
         allowed_units: vec![],

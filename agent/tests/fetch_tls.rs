@@ -78,7 +78,7 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
     };
     // Even with plain http allowed by policy, an https URL never falls back to http.
     let policy = Policy {
-        allowed_url_prefixes: vec![format!("{base}/ok/")],
+        allowed_url_prefixes: vec![format!("{base}/ok/").parse().unwrap()],
         allow_http: true,
         allowed_target_dirs: vec![],
         allowed_units: vec![],

@@ -35,7 +35,12 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         max_backoff: Duration::from_secs(1),
     };
     let policy = Policy {
-        allowed_url_prefixes: vec!["http://127.0.0.1:".into()],
+        // The whole origin of the bench's own server (a prefix names scheme, host and port).
+        allowed_url_prefixes: vec![
+            format!("{}/", url::Url::parse(url)?.origin().ascii_serialization())
+                .parse()
+                .map_err(anyhow::Error::msg)?,
+        ],
         allow_http: true,
         allowed_target_dirs: vec![],
         allowed_units: vec![],

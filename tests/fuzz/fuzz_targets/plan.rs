@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = plan.validate();
     let _ = inplace_proto::revision_of(&plan.spec.content);
     let policy = Policy {
-        allowed_url_prefixes: vec!["https://artifacts.example/".into()],
+        allowed_url_prefixes: vec!["https://artifacts.example/".parse().unwrap()],
         allow_http: false,
         allowed_target_dirs: vec!["/opt/bin".into()],
         allowed_units: vec!["kubelet.service".into()],
