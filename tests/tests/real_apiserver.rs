@@ -205,6 +205,50 @@ async fn a_node_identity_writes_only_the_status_of_its_own_plan() {
     assert_eq!(code, 403, "{message}");
 }
 
+/// RBAC grants the agent's rights to the group `system:nodes`; the admission policy must bind
+/// every member of that group, not only users named `system:node:*`. (A member with another
+/// user name wrote any plan's status: the policy matched on the user name alone.)
+#[tokio::test]
+async fn a_member_of_system_nodes_that_is_not_a_node_writes_no_plan() {
+    let server = server_with_agent_objects().await;
+    let admin: Api<NodeUpdatePlan> = Api::all(server.client().await.unwrap());
+    admin
+        .create(&PostParams::default(), &plan("worker-1"))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("impostor.kubeconfig");
+    server
+        .write_kubeconfig(&kubeconfig, "impostor", &["system:nodes"])
+        .unwrap();
+    let config = server.config_from(&kubeconfig).await.unwrap();
+    let as_impostor: Api<NodeUpdatePlan> = Api::all(kube::Client::try_from(config).unwrap());
+    as_impostor
+        .get("worker-1")
+        .await
+        .expect("the group's RBAC lets it read plans");
+
+    // The policy takes effect asynchronously after it is created (bounded retry).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (code, _, message) = loop {
+        match as_impostor
+            .patch_status("worker-1", &PatchParams::default(), &status_patch())
+            .await
+        {
+            Ok(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            result => break refusal(result),
+        }
+    };
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains("inplace-node-plan-restriction")
+            && message.contains("impostor is in group system:nodes but is not a node identity"),
+        "{message}"
+    );
+}
+
 /// The agent's `nodeKubeletVersion` health check reads the node's own Node object. The
 /// shipped RBAC grants nothing on nodes: the Node authorizer answers for a kubelet's identity.
 #[tokio::test]
