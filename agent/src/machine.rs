@@ -1,5 +1,5 @@
 //! The agent's state machine. [`decide`] is a pure function from the plan, the journal
-//! and the settings to the next [`Action`]; `update.rs` carries actions out. The phases and
+//! and the settings to the next [`Action`]; `update/` carries actions out. The phases and
 //! transitions are drawn in `docs/development/agent.md`.
 
 use inplace_proto::validate::{FieldError, Problems};
