@@ -58,12 +58,18 @@ fuzz-short:
 crds:
 	$(CARGO) run -q -p inplace-controller -- crds --out packaging/kubernetes/crds
 
-## Regenerate the reason table in docs/usage/troubleshooting.md.
-docs:
-	@table=$$($(CARGO) run -q -p inplace-proto --example reasons_table) && \
-	python3 -c 'import sys,re; p="docs/usage/troubleshooting.md"; s=open(p).read(); t=sys.argv[1]+"\n"; \
-	open(p,"w").write(re.sub(r"(<!-- reasons:begin -->\n).*?(<!-- reasons:end -->)", lambda m: m.group(1)+t+m.group(2), s, flags=re.S))' "$$table"
+# Replaces what lies between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in FILE with stdin.
+REPLACE_BETWEEN_MARKERS = python3 -c 'import sys,re; p,n=sys.argv[1:3]; s=open(p).read(); t=sys.stdin.read(); \
+	open(p,"w").write(re.sub(r"(<!-- "+n+r":begin -->\n).*?(<!-- "+n+r":end -->)", lambda m: m.group(1)+t+m.group(2), s, flags=re.S))'
 
-## Node packages from the size-optimised `node` build of the agent, into target/packages/: the agent sysext image (Flatcar), the .deb, SHA256SUMS.
+## Regenerate the tables the docs take from the code (tests fail when they are stale): the reasons
+## in docs/usage/troubleshooting.md, the [policy] defaults in docs/usage/security-model.md.
+docs:
+	@set -o pipefail; $(CARGO) run -q -p inplace-proto --example reasons_table | \
+		$(REPLACE_BETWEEN_MARKERS) docs/usage/troubleshooting.md reasons
+	@set -o pipefail; $(CARGO) run -q -p inplace-agent --example policy_defaults_table | \
+		$(REPLACE_BETWEEN_MARKERS) docs/usage/security-model.md policy-defaults
+
+## Node packages from the size-optimised `node` build of the agent, into target/packages/ (under CARGO_TARGET_DIR when set; PACKAGES_DIR overrides): the agent sysext image (Flatcar), the .deb, SHA256SUMS.
 packages:
 	@./scripts/package.sh

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds every node package from a release build of the agent into target/packages/:
+# Builds every node package from a release build of the agent into $CARGO_TARGET_DIR/packages/
+# (target/packages/ by default; PACKAGES_DIR overrides):
 #   inplace-agent-<version>-x86-64.raw   systemd-sysext image (Flatcar, any sysext host)
 #   inplace-agent_<version>_amd64.deb    Debian/Ubuntu package (image-builder)
 #   SHA256SUMS
@@ -10,7 +11,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 target=${CARGO_TARGET_DIR:-$repo/target}
-out=${PACKAGES_DIR:-$repo/target/packages}
+out=${PACKAGES_DIR:-$target/packages}
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
 if [[ $# -ge 1 ]]; then
     binary=$1

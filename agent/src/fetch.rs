@@ -817,12 +817,23 @@ impl HttpFetcher {
                     let Some(actual) = mismatch else {
                         return Ok(());
                     };
-                    tracing::warn!(artifact = %artifact.name, %actual, "sha256 mismatch; downloading again");
-                    last_error = Some(FetchError::HashMismatch {
+                    let error = FetchError::HashMismatch {
                         artifact: artifact.name.clone(),
                         expected: artifact.sha256.clone(),
-                        actual,
-                    });
+                        actual: actual.clone(),
+                    };
+                    // The same wrong digest twice is what the server serves, not a damaged
+                    // transfer: more attempts would only download it again (on every node).
+                    if matches!(&last_error, Some(FetchError::HashMismatch { actual: before, .. }) if *before == actual)
+                    {
+                        partial.reset().await.map_err(|e| FetchError::Io {
+                            artifact: artifact.name.clone(),
+                            detail: e.to_string(),
+                        })?;
+                        return Err(error);
+                    }
+                    tracing::warn!(artifact = %artifact.name, %actual, "sha256 mismatch; downloading again");
+                    last_error = Some(error);
                     partial.reset().await.map_err(|e| FetchError::Io {
                         artifact: artifact.name.clone(),
                         detail: e.to_string(),

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod metrics_server;
 pub mod notify;
 pub mod policy;
+pub mod policy_table;
 pub mod settings;
 pub mod signature;
 pub mod status;

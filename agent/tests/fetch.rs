@@ -188,6 +188,24 @@ async fn hash_mismatch_is_retried_then_reported() {
     assert_eq!(seen.lock().unwrap().len(), 2);
 }
 
+/// A server that serves the same wrong content is asked twice, not `attempts` times (five
+/// downloads of a wrong multi-GiB image, on every node, before the plan failed).
+#[tokio::test]
+async fn the_same_wrong_digest_twice_ends_the_retries() {
+    let (base, seen) = serve(Arc::new(|_, _| reply("200 OK", b"something else entirely"))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(&fetcher(&base, 5), &artifact(&base, BODY, None), dir.path())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::HashMismatch { .. }), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no temporary file is left"
+    );
+}
+
 #[tokio::test]
 async fn content_length_differs_from_declared_size() {
     let (base, seen) = serve(Arc::new(|_, _| reply("200 OK", BODY))).await;

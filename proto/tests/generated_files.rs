@@ -111,3 +111,36 @@ fn every_manifest_is_a_well_formed_kubernetes_object() {
         }
     }
 }
+
+/// docs/design/api.md's "Status and conditions" names every status field each CRD has (it
+/// left out the plan's `observedGeneration`).
+#[test]
+fn the_api_design_names_every_status_field() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/design/api.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let section = text
+        .split("## Status and conditions")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a Status and conditions section");
+    for (_, crd) in inplace_proto::crd::all() {
+        let kind = crd.spec.names.kind.trim_start_matches("Node");
+        let kind = kind.strip_suffix("UpdatePlan").map_or(kind, |_| "Plan");
+        let entry = section
+            .split("\n- ")
+            .find(|entry| entry.starts_with(&format!("{kind}:")))
+            .unwrap_or_else(|| panic!("no `- {kind}:` entry in the section"));
+        let schema = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .unwrap();
+        let status = &schema.properties.as_ref().unwrap()["status"];
+        for field in status.properties.as_ref().unwrap().keys() {
+            assert!(
+                entry.contains(&format!("`{field}`")),
+                "docs/design/api.md's {kind} status does not name `{field}`"
+            );
+        }
+    }
+}

@@ -163,3 +163,31 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
     assert!(!node.exists("/var/lib/inplace").await.unwrap());
     node.poweroff().await.unwrap();
 }
+
+/// `scripts/package.sh` writes where cargo writes: under `CARGO_TARGET_DIR` when it is set
+/// (it wrote to the repository's `target/packages` regardless).
+#[test]
+fn the_package_script_writes_under_cargo_target_dir() {
+    inplace_tests::prereq::require_tools(&["dpkg-deb", "mksquashfs"]).expect("prerequisites");
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("inplace-agent");
+    std::fs::copy("/bin/true", &binary).unwrap();
+    let target = dir.path().join("target");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/package.sh");
+    let status = std::process::Command::new(script)
+        .arg(&binary)
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("PACKAGES_DIR")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let version = env!("CARGO_PKG_VERSION");
+    for name in [
+        "SHA256SUMS".to_owned(),
+        format!("inplace-agent_{version}_amd64.deb"),
+        format!("inplace-agent-{version}-x86-64.raw"),
+    ] {
+        let path = target.join("packages").join(&name);
+        assert!(path.is_file(), "{} was not written", path.display());
+    }
+}
