@@ -18,7 +18,8 @@ use std::time::Duration as StdDuration;
 use inplace_proto::reason::{Reason, rollout_condition};
 use inplace_proto::rollout_slots::activation_slots;
 use inplace_proto::{
-    DesiredState, Disruption, NodeCounts, NodeFailure, NodeRolloutSpec, NodeRolloutStatus, Phase,
+    AgentReport, DesiredState, Disruption, NodeCounts, NodeFailure, NodeRolloutSpec,
+    NodeRolloutStatus, Outcome, Phase,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -99,12 +100,31 @@ pub struct PlanReport {
     pub target_revision: Option<String>,
     /// The revision the node runs, committed.
     pub current_revision: Option<String>,
-    /// Revisions that failed on the node and are not retried.
-    pub failed_revisions: Vec<String>,
     /// The `Ready` condition's reason.
     pub reason: Option<String>,
     /// The `Ready` condition's message.
     pub message: Option<String>,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    /// The plan's `metadata.generation` (of the controller's last write, while the cache
+    /// lags behind it): a report for an older generation does not describe the plan.
+    pub plan_generation: Option<i64>,
+    /// Whether the `Degraded` condition is True.
+    pub degraded: bool,
+}
+
+impl PlanReport {
+    /// What the report says about `revision`: proto's one reading of an agent's report.
+    pub fn outcome_for(&self, revision: &str) -> Outcome {
+        AgentReport {
+            observed_generation: self.observed_generation,
+            phase: self.phase,
+            target_revision: self.target_revision.as_deref(),
+            current_revision: self.current_revision.as_deref(),
+            degraded: self.degraded,
+        }
+        .outcome_for(revision, self.plan_generation)
+    }
 }
 
 /// A node's plan as the controller last wrote it (spec, label, annotations) plus the
@@ -337,7 +357,8 @@ pub(crate) fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
         return None;
     }
     let report = &plan.report;
-    if report.current_revision.as_deref() == Some(revision) {
+    let outcome = report.outcome_for(revision);
+    if outcome == Outcome::Reached {
         return Some(NodeState::Succeeded);
     }
     if let Some(message) = &plan.drain_timeout {
@@ -346,34 +367,27 @@ pub(crate) fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
             message: message.clone(),
         });
     }
-    let about_revision = report.target_revision.as_deref() == Some(revision);
-    if about_revision || report.failed_revisions.iter().any(|r| r == revision) {
-        match report.phase {
-            Some(Phase::Succeeded) if about_revision => return Some(NodeState::Succeeded),
-            Some(phase @ (Phase::RolledBack | Phase::Failed)) => {
-                let fallback = if phase == Phase::RolledBack {
-                    Reason::RolledBack
-                } else {
-                    Reason::RevisionDenied
-                };
-                return Some(NodeState::Failed {
-                    reason: report
-                        .reason
-                        .clone()
-                        .unwrap_or_else(|| fallback.as_str().to_owned()),
-                    message: report
-                        .message
-                        .clone()
-                        .unwrap_or_else(|| format!("the agent reports {phase:?}")),
-                });
-            }
-            _ => {}
-        }
+    if let Outcome::Failed(phase) = outcome {
+        let fallback = if phase == Phase::RolledBack {
+            Reason::RolledBack
+        } else {
+            Reason::RevisionDenied
+        };
+        return Some(NodeState::Failed {
+            reason: report
+                .reason
+                .clone()
+                .unwrap_or_else(|| fallback.as_str().to_owned()),
+            message: report
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("the agent reports {phase:?}")),
+        });
     }
     if plan.granted_at.is_some() {
         return Some(NodeState::Updating);
     }
-    if about_revision && report.phase == Some(Phase::Staged) {
+    if outcome == Outcome::Working(Phase::Staged) {
         return Some(NodeState::Staged);
     }
     Some(NodeState::Pending)
@@ -382,10 +396,7 @@ pub(crate) fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
 /// Whether the agent is in the middle of a disruptive step, whatever revision: such a node
 /// takes a slot even if its plan has moved on (it finishes its atomic step first).
 pub(crate) fn busy_elsewhere(plan: &PlanView) -> bool {
-    matches!(
-        plan.report.phase,
-        Some(Phase::Activating | Phase::Verifying | Phase::RollingBack)
-    )
+    plan.report.phase.is_some_and(Phase::is_disruptive)
 }
 
 /// Whether a failure leaves the node needing a person, in which case it stays cordoned.

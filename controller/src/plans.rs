@@ -41,11 +41,11 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
             phase: status.and_then(|s| s.phase),
             target_revision: status.and_then(|s| s.target_revision.clone()),
             current_revision: status.and_then(|s| s.current_revision.clone()),
-            failed_revisions: status
-                .map(|s| s.failed_revisions.clone())
-                .unwrap_or_default(),
             reason: ready.map(|c| c.reason.clone()),
             message: ready.map(|c| c.message.clone()),
+            observed_generation: status.and_then(|s| s.observed_generation),
+            plan_generation: plan.metadata.generation,
+            degraded: status.is_some_and(|s| s.agent_report().degraded),
         },
     }
 }
@@ -206,7 +206,11 @@ impl RecentWrites {
             return Some(seen);
         }
         let mut view = written.view.clone();
-        view.report = seen.report;
+        // The agent's report from the cache, judged against the generation we wrote.
+        view.report = PlanReport {
+            plan_generation: view.report.plan_generation,
+            ..seen.report
+        };
         Some(view)
     }
 

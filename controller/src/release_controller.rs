@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use inplace_proto::reason::{Reason, release_condition};
-use inplace_proto::{NodeRelease, NodeReleaseStatus, revision_of};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use inplace_proto::{ConditionUpdate, NodeRelease, NodeReleaseStatus, revision_of};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -24,34 +23,23 @@ pub const CONTROLLER: &str = "release";
 /// The status a release should carry.
 pub fn release_status(release: &NodeRelease, now: Timestamp) -> NodeReleaseStatus {
     let revision = revision_of(&release.spec.content);
-    let (status, reason, message) = match release.validate() {
+    let (valid, reason, message) = match release.validate() {
         Ok(()) => (
-            "True",
+            true,
             Reason::ValidRelease,
             format!("valid; revision {revision}"),
         ),
-        Err(problems) => ("False", Reason::InvalidRelease, problems.to_string()),
+        Err(problems) => (false, Reason::InvalidRelease, problems.to_string()),
     };
-    let previous = release.status.as_ref().and_then(|s| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == release_condition::VALID)
-    });
-    let last_transition_time = match previous {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => Time(now),
-    };
+    let previous = release
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| s.conditions.as_slice());
+    let valid = ConditionUpdate::new(release_condition::VALID, valid, reason, message);
     NodeReleaseStatus {
         observed_generation: release.metadata.generation,
         revision: Some(revision),
-        conditions: vec![Condition {
-            type_: release_condition::VALID.to_owned(),
-            status: status.to_owned(),
-            reason: reason.as_str().to_owned(),
-            message,
-            observed_generation: release.metadata.generation,
-            last_transition_time,
-        }],
+        conditions: vec![valid.into_condition(previous, release.metadata.generation, now)],
     }
 }
 

@@ -18,8 +18,10 @@
 //!    listing `R` says only that the agent *will* deny `R`, which it then reports itself,
 //!    with its own reason.
 //! 4. **Failed.** Phase `RolledBack` or `Failed` for `R`.
-//! 5. **Working.** Any other phase for `R` (none yet reads as `Pending`). `Succeeded`
-//!    without `currentRevision == R` is still working: the commit is what counts.
+//! 5. **Reached**, too: phase `Succeeded` for `R` (it means "committed"; the agent writes
+//!    `currentRevision` in the same status, so the two disagree only in a status written by
+//!    something else).
+//! 6. **Working.** Any other phase for `R` (none yet reads as `Pending`).
 
 use crate::condition;
 use crate::plan::{NodeUpdatePlanStatus, Phase};
@@ -73,6 +75,7 @@ impl AgentReport<'_> {
             return Outcome::NotPickedUp;
         }
         match self.phase {
+            Some(Phase::Succeeded) => Outcome::Reached,
             Some(phase @ (Phase::RolledBack | Phase::Failed)) => Outcome::Failed(phase),
             phase => Outcome::Working(phase.unwrap_or(Phase::Pending)),
         }
@@ -192,11 +195,11 @@ mod tests {
                 })),
                 Outcome::Reached,
             ),
-            // The plugin and the controller read phase Succeeded alone as done.
+            // The extension waited for currentRevision as well.
             (
-                "Succeeded for R but currentRevision still OLD",
+                "Succeeded for R, currentRevision not (yet) R",
                 Some(status(Phase::Succeeded, R)),
-                Outcome::Working(Phase::Succeeded),
+                Outcome::Reached,
             ),
             (
                 "rolled back from R",

@@ -1,8 +1,9 @@
 //! `UpdateMachine` decisions as pure functions: what to write into the node's plan next
 //! ([`next_step`]), and what to answer Cluster API given the plan's status ([`answer`]).
 
+use inplace_proto::outcome::outcome_of;
 use inplace_proto::reason::plan_condition;
-use inplace_proto::{DesiredState, NodeUpdatePlan, NodeUpdatePlanStatus, Phase};
+use inplace_proto::{DesiredState, NodeUpdatePlan, NodeUpdatePlanStatus, Outcome, Phase};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::hooks::{HOOKS_API_VERSION, ResponseStatus, UpdateMachineResponse};
@@ -66,44 +67,39 @@ pub fn next_step(plan: Option<&NodeUpdatePlan>, revision: &str, drain: bool) -> 
     let Some(plan) = plan.filter(|p| p.spec.revision.as_deref() == Some(revision)) else {
         return NextStep::Write(DesiredState::Staged);
     };
-    let status = plan.status.as_ref();
-    if status.and_then(|s| s.current_revision.as_deref()) == Some(revision)
-        || plan.spec.desired_state == DesiredState::Active
-    {
-        return NextStep::Write(DesiredState::Active);
-    }
-    if status.is_some_and(|s| describes(plan, s, revision) && s.phase == Some(Phase::Staged)) {
+    let outcome = outcome_of(plan.status.as_ref(), revision, plan.metadata.generation);
+    if outcome == Outcome::Reached || plan.spec.desired_state == DesiredState::Active {
+        NextStep::Write(DesiredState::Active)
+    } else if outcome == Outcome::Working(Phase::Staged) {
         NextStep::Drain
     } else {
         NextStep::Write(DesiredState::Staged)
     }
 }
 
-/// Whether the status is about this plan's current spec and revision.
-fn describes(plan: &NodeUpdatePlan, status: &NodeUpdatePlanStatus, revision: &str) -> bool {
-    let generation = plan.metadata.generation.unwrap_or(0);
-    status.target_revision.as_deref() == Some(revision)
-        && status.observed_generation.unwrap_or(0) >= generation
-}
-
 /// What to tell Cluster API about `node` updating to `release` (content hash `revision`),
-/// from the plan as it stands.
+/// from the plan as it stands. Whether the node is there, failed or still working is
+/// proto's one reading of the agent's report ([`Outcome`]); this only words it.
 pub fn answer(node: &str, release: &str, revision: &str, plan: &NodeUpdatePlan) -> Answer {
     let Some(status) = plan.status.as_ref() else {
         return Answer::InProgress(format!(
             "node {node}: waiting for the inplace agent to pick up the plan for {release}"
         ));
     };
-    if status.current_revision.as_deref() == Some(revision)
-        && matches!(status.phase, Some(Phase::Succeeded) | None)
-    {
+    let outcome = status.outcome_for(revision, plan.metadata.generation);
+    if outcome == Outcome::Reached {
         return Answer::Done(format!("node {node} runs {release} (revision {revision})"));
     }
-    if plan.spec.revision.as_deref() != Some(revision) || !describes(plan, status, revision) {
+    let phase = match outcome {
+        _ if plan.spec.revision.as_deref() != Some(revision) => None,
+        Outcome::Working(phase) | Outcome::Failed(phase) => Some(phase),
+        Outcome::NotPickedUp | Outcome::Reached => None,
+    };
+    let Some(phase) = phase else {
         return Answer::InProgress(format!(
             "node {node}: waiting for the inplace agent to pick up {release} (revision {revision})"
         ));
-    }
+    };
     let ready = condition(status, plan_condition::READY);
     let ready_text = ready.map(|c| c.message.as_str()).filter(|m| !m.is_empty());
     let detail = |fallback: &str| -> String {
@@ -111,9 +107,6 @@ pub fn answer(node: &str, release: &str, revision: &str, plan: &NodeUpdatePlan) 
             .or(status.progress.as_deref())
             .unwrap_or(fallback)
             .to_owned()
-    };
-    let Some(phase) = status.phase else {
-        return Answer::InProgress(format!("node {node}: {release} accepted by the agent"));
     };
     match phase {
         Phase::Pending => Answer::InProgress(format!("node {node}: Pending: {}", detail("queued"))),
@@ -135,9 +128,8 @@ pub fn answer(node: &str, release: &str, revision: &str, plan: &NodeUpdatePlan) 
             "node {node}: Verifying {}",
             detail("health checks")
         )),
-        Phase::Succeeded => Answer::InProgress(format!(
-            "node {node}: Succeeded reported, waiting for currentRevision {revision}"
-        )),
+        // A Succeeded for the revision is Outcome::Reached, answered above.
+        Phase::Succeeded => Answer::InProgress(format!("node {node}: Succeeded")),
         Phase::RollingBack => Answer::InProgress(format!(
             "node {node}: RollingBack from {release}: {}",
             failure_text(status)
@@ -368,7 +360,6 @@ mod tests {
             Phase::Staged,
             Phase::Activating,
             Phase::RollingBack,
-            Phase::Succeeded,
         ] {
             let p = with_status(p.clone(), &rev, phase, |_| {});
             assert!(
@@ -382,6 +373,29 @@ mod tests {
             answer(NODE, RELEASE, &rev, &staged)
                 .message()
                 .contains("waiting to activate")
+        );
+    }
+
+    #[test]
+    fn a_succeeded_report_for_the_revision_is_done_as_everywhere_else() {
+        // Phase Succeeded means committed (proto's Outcome), even before currentRevision
+        // says so; this extension used to wait for currentRevision as well.
+        let (p, rev) = plan(DesiredState::Active);
+        let p = with_status(p, &rev, Phase::Succeeded, |_| {});
+        assert!(matches!(answer(NODE, RELEASE, &rev, &p), Answer::Done(_)));
+    }
+
+    #[test]
+    fn a_degraded_node_that_runs_the_revision_has_failed() {
+        let (p, rev) = plan(DesiredState::Active);
+        let p = with_status(p, &rev, Phase::Failed, |s| {
+            s.current_revision = Some(rev.clone());
+            s.conditions = vec![cond("Degraded", "True", "RollbackFailed", "needs a person")];
+        });
+        assert!(matches!(answer(NODE, RELEASE, &rev, &p), Answer::Failed(_)));
+        assert_eq!(
+            next_step(Some(&p), &rev, true),
+            NextStep::Write(DesiredState::Active)
         );
     }
 

@@ -4,7 +4,7 @@
 //! `kubectl inplace` and the demo fleet draw the same picture. Colours are ANSI escapes,
 //! only when [`Style::color`] is set (the caller sets it when stdout is a terminal).
 
-use inplace_proto::{NodeRollout, NodeUpdatePlan, Phase, Reason};
+use inplace_proto::{NodeRollout, NodeUpdatePlan, Outcome, Phase, Reason};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -114,21 +114,28 @@ pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Con
     conditions.iter().find(|c| c.type_ == type_)
 }
 
-/// What a plan's node is doing with the plan's *current spec*, as one word: the agent's
-/// phase when it reports on the spec's revision, `Pending` when it has not picked the
-/// revision up yet, `Waiting` when the plan only asks for staging and staging is done.
+/// What a plan's node is doing with the plan's *current spec*, as one word, from proto's
+/// one reading of the agent's report ([`Outcome`]): `Succeeded` when the node runs the
+/// spec's revision, `Pending` when the agent has not picked up this revision and generation
+/// yet, else the phase it reports on them (`Failed` for a node that needs a person).
 pub fn effective_phase(plan: &NodeUpdatePlan) -> Phase {
     let Some(status) = plan.status.as_ref() else {
         return Phase::Pending;
     };
-    let wanted = plan.spec.revision.as_deref();
-    if wanted.is_some() && status.current_revision.as_deref() == wanted {
-        return Phase::Succeeded;
+    // A hand-written plan may leave the revision to the agent, which reports it as target.
+    let Some(wanted) = plan
+        .spec
+        .revision
+        .as_deref()
+        .or(status.target_revision.as_deref())
+    else {
+        return status.phase.unwrap_or(Phase::Pending);
+    };
+    match status.outcome_for(wanted, plan.metadata.generation) {
+        Outcome::Reached => Phase::Succeeded,
+        Outcome::NotPickedUp => Phase::Pending,
+        Outcome::Working(phase) | Outcome::Failed(phase) => phase,
     }
-    if wanted.is_some() && status.target_revision.as_deref() != wanted {
-        return Phase::Pending;
-    }
-    status.phase.unwrap_or(Phase::Pending)
 }
 
 /// `(bytes done, bytes total)` over the plan's artifacts, when the agent reported sizes.
@@ -625,6 +632,30 @@ mod tests {
             json!({"phase": "Succeeded", "targetRevision": "abcdef0123456789", "currentRevision": "abcdef0123456789"}),
         );
         assert_eq!(effective_phase(&done), Phase::Succeeded);
+    }
+
+    #[test]
+    fn a_degraded_node_that_runs_the_revision_is_failed_not_succeeded() {
+        // A rollback failed; the committed revision is the plan's. The node needs a person.
+        let p = plan(
+            "node-1",
+            json!({"phase": "Failed", "targetRevision": "abcdef0123456789", "currentRevision": "abcdef0123456789",
+                   "conditions": [{"type": "Degraded", "status": "True", "reason": "RollbackFailed",
+                     "message": "needs a person", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+        );
+        assert_eq!(effective_phase(&p), Phase::Failed);
+    }
+
+    #[test]
+    fn a_report_for_an_older_generation_of_the_plan_is_pending() {
+        let mut p = plan(
+            "node-1",
+            json!({"phase": "Failed", "targetRevision": "abcdef0123456789", "observedGeneration": 1}),
+        );
+        p.metadata.generation = Some(2);
+        assert_eq!(effective_phase(&p), Phase::Pending);
+        p.metadata.generation = Some(1);
+        assert_eq!(effective_phase(&p), Phase::Failed);
     }
 
     #[test]
