@@ -1,0 +1,151 @@
+//! Phase 4 of the decision: turn each node's state and intent into writes, in activation
+//! order — the cordon recorded on the plan before it is made, the uncordon once the node
+//! is final (never after `RollbackFailed`), the plan applied when it differs, and staging
+//! started for at most [`staging_batch`] nodes per round.
+
+use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec};
+
+use super::classify::{Classified, keeps_cordon};
+use super::grant::Grants;
+use super::{
+    Decision, EventKind, NodeAction, NodeState, NodeView, PlanIntent, PlanReport, PlanView, event,
+    staging_batch,
+};
+
+/// Pushes every node's writes and their Events; returns whether staging was cut short
+/// by the batch limit (the rollout should then be looked at again at once).
+pub(super) fn node_actions(
+    spec: &NodeRolloutSpec,
+    owned: &[&NodeView],
+    classified: &mut Classified,
+    grants: &Grants,
+    decision: &mut Decision,
+) -> bool {
+    let staging_limit = staging_batch(grants.slots);
+    let mut staging_started = 0;
+    let mut staging_deferred = false;
+    for (i, node) in owned.iter().enumerate() {
+        let state = &classified.states[i];
+        let intent = &mut classified.intents[i];
+        let actions_before = decision.actions.len();
+        let written = cordon_actions(spec, node, state, intent, decision);
+        if plan_differs(written.as_ref(), intent) {
+            // Only a plain "start staging" write waits for a later round; a node with
+            // anything else to do this round (a cordon to undo) gets its plan written too.
+            let starts_staging = *state == NodeState::Pending
+                && decision.actions.len() == actions_before
+                && written
+                    .as_ref()
+                    .is_none_or(|p| p.revision.as_deref() != Some(intent.revision.as_str()));
+            if starts_staging && staging_started == staging_limit {
+                staging_deferred = true;
+            } else {
+                staging_started += usize::from(starts_staging);
+                decision.actions.push(NodeAction::ApplyPlan {
+                    node: node.name.clone(),
+                    intent: intent.clone(),
+                });
+            }
+        }
+        if let Some(rank) = grants.rank[i] {
+            decision.events.push(event(
+                EventKind::Normal,
+                "ActivationStarted",
+                format!(
+                    "node {} granted an activation slot ({} of {} in use)",
+                    node.name,
+                    grants.holders + rank,
+                    grants.slots
+                ),
+                &node.name,
+            ));
+        }
+    }
+    staging_deferred
+}
+
+/// The cordon (recorded first) or uncordon `node` needs this round, with their Events;
+/// returns the plan as it stands after them.
+fn cordon_actions(
+    spec: &NodeRolloutSpec,
+    node: &NodeView,
+    state: &NodeState,
+    intent: &mut PlanIntent,
+    decision: &mut Decision,
+) -> Option<PlanView> {
+    let mut written = node.plan.clone();
+    let wants_cordon = *state == NodeState::Updating
+        && intent.granted_at.is_some()
+        && spec.disruption != Disruption::None;
+    if wants_cordon {
+        if !intent.cordoned && !node.unschedulable {
+            // Record the cordon before making it, so a crash in between can't leave a
+            // node cordoned with nobody remembering why.
+            intent.cordoned = true;
+            let mut record = intent.clone();
+            record.desired_state = DesiredState::Staged;
+            if plan_differs(written.as_ref(), &record) {
+                decision.actions.push(NodeAction::ApplyPlan {
+                    node: node.name.clone(),
+                    intent: record.clone(),
+                });
+                written = Some(view_of(&record));
+            }
+            decision.actions.push(cordon(node));
+            decision.events.push(event(
+                EventKind::Normal,
+                "Cordoned",
+                format!("node {} cordoned for activation", node.name),
+                &node.name,
+            ));
+        } else if intent.cordoned && !node.unschedulable {
+            decision.actions.push(cordon(node));
+        }
+    } else if intent.cordoned && *state != NodeState::Updating && !keeps_cordon(state) {
+        if node.unschedulable {
+            decision.actions.push(NodeAction::Uncordon {
+                node: node.name.clone(),
+            });
+            decision.events.push(event(
+                EventKind::Normal,
+                "Uncordoned",
+                format!("node {} uncordoned", node.name),
+                &node.name,
+            ));
+        }
+        intent.cordoned = false;
+    }
+    written
+}
+
+fn cordon(node: &NodeView) -> NodeAction {
+    NodeAction::Cordon {
+        node: node.name.clone(),
+    }
+}
+
+/// The controller-owned fields a plan has after `intent` was applied.
+fn view_of(intent: &PlanIntent) -> PlanView {
+    PlanView {
+        revision: Some(intent.revision.clone()),
+        desired_state: intent.desired_state,
+        granted_at: intent.granted_at,
+        cordoned: intent.cordoned,
+        drain_timeout: intent.drain_timeout.clone(),
+        allow_downgrade: intent.allow_downgrade,
+        report: PlanReport::default(),
+    }
+}
+
+/// Whether the plan as it stands differs from what the controller wants it to say.
+fn plan_differs(plan: Option<&PlanView>, intent: &PlanIntent) -> bool {
+    let Some(plan) = plan else {
+        return true;
+    };
+    plan.revision.as_deref() != Some(intent.revision.as_str())
+        || plan.desired_state != intent.desired_state
+        || plan.granted_at != intent.granted_at
+        || plan.cordoned != intent.cordoned
+        || plan.drain_timeout != intent.drain_timeout
+        || plan.allow_downgrade != intent.allow_downgrade
+}

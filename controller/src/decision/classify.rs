@@ -1,0 +1,194 @@
+//! Phase 1 of the decision: where each owned node stands for the rollout's revision
+//! ([`NodeState`]), what its plan should say before any grant ([`PlanIntent`]), and, for a
+//! granted node waiting for its drain, whether the drain is done or out of time.
+
+use std::time::Duration as StdDuration;
+
+use inplace_proto::reason::Reason;
+use inplace_proto::{DesiredState, Disruption, Outcome, Phase};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::{
+    DRAIN_RETRY, EventKind, EventNote, NodeState, NodeView, PlanIntent, PlanView, RolloutInput,
+    event,
+};
+
+/// Classifies a plan that carries `revision` by the agent's report (proto's one reading of
+/// it, [`Outcome`]) and the controller's own annotations. `None` when the plan is for
+/// another revision.
+pub(crate) fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
+    if plan.revision.as_deref() != Some(revision) {
+        return None;
+    }
+    let report = &plan.report;
+    let outcome = report.outcome_for(revision);
+    if outcome == Outcome::Reached {
+        return Some(NodeState::Succeeded);
+    }
+    if let Some(message) = &plan.drain_timeout {
+        return Some(NodeState::Failed {
+            reason: Reason::DrainTimeout.as_str().to_owned(),
+            message: message.clone(),
+        });
+    }
+    if let Outcome::Failed(phase) = outcome {
+        let fallback = if phase == Phase::RolledBack {
+            Reason::RolledBack
+        } else {
+            Reason::RevisionDenied
+        };
+        return Some(NodeState::Failed {
+            reason: report
+                .reason
+                .clone()
+                .unwrap_or_else(|| fallback.as_str().to_owned()),
+            message: report
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("the agent reports {phase:?}")),
+        });
+    }
+    if plan.granted_at.is_some() {
+        return Some(NodeState::Updating);
+    }
+    if outcome == Outcome::Working(Phase::Staged) {
+        return Some(NodeState::Staged);
+    }
+    Some(NodeState::Pending)
+}
+
+/// Whether the agent is in the middle of a disruptive step, whatever revision: such a node
+/// takes a slot even if its plan has moved on (it finishes its atomic step first).
+pub(crate) fn busy_elsewhere(plan: &PlanView) -> bool {
+    plan.report.phase.is_some_and(Phase::is_disruptive)
+}
+
+/// Whether a failure leaves the node needing a person, in which case it stays cordoned.
+pub(crate) fn keeps_cordon(state: &NodeState) -> bool {
+    matches!(state, NodeState::Failed { reason, .. } if reason == Reason::RollbackFailed.as_str())
+}
+
+/// Every owned node's state and plan intent, in the order of the owned nodes.
+pub(super) struct Classified {
+    /// Where each node stands.
+    pub states: Vec<NodeState>,
+    /// What each node's plan should say.
+    pub intents: Vec<PlanIntent>,
+    /// How soon each drain still in progress wants to be looked at again.
+    pub drains_pending: Vec<StdDuration>,
+}
+
+/// Classifies every owned node for `revision` and settles the drains of granted nodes
+/// (Events `Drained` and `EvictionBlocked` go to `events`).
+pub(super) fn classify_nodes(
+    input: &RolloutInput<'_>,
+    owned: &[&NodeView],
+    revision: &str,
+    events: &mut Vec<EventNote>,
+) -> Classified {
+    let mut classified = Classified {
+        states: Vec::with_capacity(owned.len()),
+        intents: Vec::with_capacity(owned.len()),
+        drains_pending: Vec::new(),
+    };
+    for node in owned {
+        let plan = node.plan.as_ref();
+        let mut state = plan
+            .and_then(|p| classify(p, revision))
+            .unwrap_or(NodeState::Pending);
+        if state == NodeState::Pending && plan.is_some_and(busy_elsewhere) {
+            state = NodeState::Updating;
+        }
+        let mut intent = intent_for(input, plan, revision);
+        if state == NodeState::Updating
+            && let Some(granted_at) = intent.granted_at
+            && intent.desired_state == DesiredState::Staged
+            && input.spec.disruption == Disruption::Drain
+        {
+            match drain_verdict(input, node, granted_at, events) {
+                DrainVerdict::Drained => intent.desired_state = DesiredState::Active,
+                DrainVerdict::TimedOut(message) => {
+                    intent.drain_timeout = Some(message.clone());
+                    state = NodeState::Failed {
+                        reason: Reason::DrainTimeout.as_str().to_owned(),
+                        message,
+                    };
+                }
+                DrainVerdict::Waiting(retry) => classified.drains_pending.push(retry),
+            }
+        }
+        classified.states.push(state);
+        classified.intents.push(intent);
+    }
+    classified
+}
+
+/// What the controller's part of a plan says before this round's grants: the revision and
+/// the rollout's `allowDowngrade`, the grant, drain timeout and desired state kept while
+/// the plan is for this revision, the cordon record kept whatever the revision (the cordon
+/// is undone before it is forgotten).
+fn intent_for(input: &RolloutInput<'_>, plan: Option<&PlanView>, revision: &str) -> PlanIntent {
+    let current = plan.filter(|p| p.revision.as_deref() == Some(revision));
+    PlanIntent {
+        revision: revision.to_owned(),
+        desired_state: current.map_or(DesiredState::Staged, |p| p.desired_state),
+        granted_at: current.and_then(|p| p.granted_at),
+        cordoned: plan.is_some_and(|p| p.cordoned),
+        drain_timeout: current.and_then(|p| p.drain_timeout.clone()),
+        allow_downgrade: input.spec.allow_downgrade,
+    }
+}
+
+/// Where the drain of a granted node stands after this round's pass.
+enum DrainVerdict {
+    /// No pod left: activate.
+    Drained,
+    /// `drainTimeout` passed since the grant; the message names what blocks.
+    TimedOut(String),
+    /// Still draining: look again after this long.
+    Waiting(StdDuration),
+}
+
+fn drain_verdict(
+    input: &RolloutInput<'_>,
+    node: &NodeView,
+    granted_at: Timestamp,
+    events: &mut Vec<EventNote>,
+) -> DrainVerdict {
+    let drain_timeout =
+        SignedDuration::try_from(input.spec.drain_timeout.get()).unwrap_or(SignedDuration::MAX);
+    let deadline = granted_at
+        .saturating_add(drain_timeout)
+        .unwrap_or(granted_at);
+    let drain = node.drain.as_ref();
+    let blocked = drain
+        .filter(|d| !d.blocked.is_empty())
+        .map(|d| d.blocked.join("; "));
+    if drain.is_some_and(|d| d.remaining == 0) {
+        events.push(event(
+            EventKind::Normal,
+            "Drained",
+            format!("node {} drained; activating", node.name),
+            &node.name,
+        ));
+        DrainVerdict::Drained
+    } else if input.now >= deadline {
+        let blocked = blocked.map(|b| format!(": {b}")).unwrap_or_default();
+        DrainVerdict::TimedOut(format!(
+            "node {} not drained within {}{blocked}",
+            node.name,
+            input.spec.drain_timeout.as_str()
+        ))
+    } else {
+        if let Some(blocked) = blocked {
+            events.push(event(
+                EventKind::Warning,
+                "EvictionBlocked",
+                format!("draining node {}: {blocked}", node.name),
+                &node.name,
+            ));
+        }
+        let left = deadline.duration_since(input.now).unsigned_abs();
+        DrainVerdict::Waiting(left.min(DRAIN_RETRY).max(StdDuration::from_millis(100)))
+    }
+}

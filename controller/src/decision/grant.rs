@@ -1,0 +1,96 @@
+//! Phases 2 and 3 of the decision: the halt rule (more failed nodes than `maxFailures`)
+//! and the activation slots (control-plane nodes first, one at a time and alone, then the
+//! other nodes by name; only Staged nodes; none while paused or halted).
+
+use inplace_proto::{DesiredState, Disruption, NodeFailure, NodeRolloutSpec};
+use k8s_openapi::jiff::Timestamp;
+
+use super::{NodeState, NodeView, PlanIntent};
+
+/// Every failed node, with its reason and message, in activation order.
+pub(super) fn failures(owned: &[&NodeView], states: &[NodeState]) -> Vec<NodeFailure> {
+    owned
+        .iter()
+        .zip(states)
+        .filter_map(|(node, state)| match state {
+            NodeState::Failed { reason, message } => Some(NodeFailure {
+                node: node.name.clone(),
+                reason: reason.clone(),
+                message: message.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the rollout halts: more nodes failed than `maxFailures`.
+pub(super) fn is_halted(spec: &NodeRolloutSpec, failures: &[NodeFailure]) -> bool {
+    failures.len() > usize::try_from(spec.max_failures).unwrap_or(0)
+}
+
+/// This round's grants.
+pub(super) struct Grants {
+    /// The activation slots.
+    pub slots: usize,
+    /// Nodes holding a slot before this round's grants.
+    pub holders: usize,
+    /// For each owned node, its rank among this round's grants (1-based), if granted now.
+    pub rank: Vec<Option<usize>>,
+}
+
+/// Grants free slots to Staged nodes, in the order of `owned` (activation order), and
+/// records each grant in the node's state and intent.
+pub(super) fn grant_slots(
+    spec: &NodeRolloutSpec,
+    halted: bool,
+    now: Timestamp,
+    owned: &[&NodeView],
+    states: &mut [NodeState],
+    intents: &mut [PlanIntent],
+) -> Grants {
+    let slots = inplace_proto::rollout_slots::activation_slots(&spec.max_unavailable, owned.len());
+    let holders = states.iter().filter(|s| **s == NodeState::Updating).count();
+    let granted = if spec.paused || halted || holders >= slots {
+        Vec::new()
+    } else {
+        who_gets_a_slot(owned, states, slots - holders, holders)
+    };
+    let mut rank = vec![None; owned.len()];
+    for (r, &i) in granted.iter().enumerate() {
+        rank[i] = Some(r + 1);
+        states[i] = NodeState::Updating;
+        let intent = &mut intents[i];
+        intent.granted_at = Some(now);
+        intent.desired_state = match spec.disruption {
+            Disruption::None | Disruption::Cordon => DesiredState::Active,
+            Disruption::Drain => DesiredState::Staged,
+        };
+    }
+    Grants {
+        slots,
+        holders,
+        rank,
+    }
+}
+
+/// The Staged nodes that get one of `free` slots: while a control-plane node is not final,
+/// only that node, alone (no other holder) and one at a time; otherwise the first `free`.
+fn who_gets_a_slot(
+    owned: &[&NodeView],
+    states: &[NodeState],
+    free: usize,
+    holders: usize,
+) -> Vec<usize> {
+    let cp_unfinished = owned.iter().zip(states).any(|(n, s)| {
+        n.control_plane && !matches!(s, NodeState::Succeeded | NodeState::Failed { .. })
+    });
+    let staged = (0..owned.len()).filter(|&i| states[i] == NodeState::Staged);
+    if cp_unfinished {
+        if holders > 0 {
+            return Vec::new();
+        }
+        staged.filter(|&i| owned[i].control_plane).take(1).collect()
+    } else {
+        staged.take(free).collect()
+    }
+}

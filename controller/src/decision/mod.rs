@@ -1,0 +1,443 @@
+//! The rollout decision: one pure function from what the controller sees of one
+//! NodeRollout (its spec, its release, its selected nodes with their plans, the result of
+//! this round's drain pass, the time) to what it should do next (plan applies, cordons,
+//! uncordons), the status it should report and the Events a person cares about.
+//!
+//! Nothing here performs I/O, so every rule of the rollout — slots never exceeded,
+//! control-plane nodes first and one at a time, pause, halt past `maxFailures`, drain
+//! timeouts, ownership — is unit-tested directly. `docs/design/controller.md` describes the
+//! rules; `rollout_controller` gathers the inputs and carries out the actions.
+//!
+//! `decide` runs five phases, each a pure function in its own file: `classify.rs` (where
+//! each owned node stands, its plan intent, its drain), `grant.rs` (the halt rule and the
+//! activation slots), `actions.rs` (cordons, uncordons and plan applies in activation
+//! order), `status.rs` (counts, conditions, Events). An agent's report is read by proto's
+//! one rule ([`inplace_proto::Outcome`]), shared with the Cluster API extension and
+//! `kubectl inplace`.
+//!
+//! All of the rollout's per-node memory lives on the node's plan, written by the controller
+//! itself (label and annotations below), so a restarted controller (or a new leader)
+//! continues where the last one stopped.
+
+use std::collections::BTreeSet;
+use std::time::Duration as StdDuration;
+
+use inplace_proto::reason::rollout_condition;
+use inplace_proto::{
+    AgentReport, DesiredState, Disruption, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase,
+};
+use k8s_openapi::jiff::Timestamp;
+
+// The table tests (`tests.rs`, `use super::*`) name these, as they did before the phases
+// moved out of this file.
+#[cfg(test)]
+use inplace_proto::{NodeCounts, rollout_slots::activation_slots};
+#[cfg(test)]
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+mod actions;
+mod classify;
+mod grant;
+mod status;
+
+pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon};
+
+/// Label on a plan: the NodeRollout that owns it (a node has one owner).
+pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";
+/// Annotation on a plan: when the node was granted an activation slot (RFC 3339).
+pub const GRANTED_ANNOTATION: &str = "inplace.dev/activation-granted";
+/// Annotation on a plan: `"true"` while the controller holds the node cordoned. A node a
+/// person cordoned never carries it, so the controller never uncordons it.
+pub const CORDONED_ANNOTATION: &str = "inplace.dev/cordoned";
+/// Annotation on a plan: the node could not be drained within `drainTimeout`; the value is
+/// the message. Counts as a failure of this revision.
+pub const DRAIN_TIMEOUT_ANNOTATION: &str = "inplace.dev/drain-timeout";
+/// The label that marks control-plane nodes; they are activated first, one at a time.
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+/// Condition type on a NodeRollout: True when selected nodes were left out because another
+/// rollout owns them (reason `NodeOwnedByOtherRollout`).
+pub const NODES_REFUSED_CONDITION: &str = rollout_condition::NODES_REFUSED;
+
+/// How often a rollout with a drain in progress is looked at again (evictions are retried
+/// this often until the drain completes or `drainTimeout` passes).
+pub const DRAIN_RETRY: StdDuration = StdDuration::from_secs(5);
+
+/// The fewest nodes one round may start staging (a new plan, or a plan moved to the
+/// revision); a rollout with more slots stages a slot count per round ([`staging_batch`]).
+/// A round's status is written and its grants are made only after its writes, so staging a
+/// 30,000-node fleet in one round would hold back every status report and activation until
+/// 30,000 plans are written; in batches, the first nodes are granted while later ones are
+/// still being staged (the rollout asks to be looked at again at once, [`STAGING_REQUEUE`]).
+pub const STAGING_BATCH: usize = 500;
+
+/// How many nodes one round starts staging at most: a wave's worth (the slots), at least
+/// [`STAGING_BATCH`]. Each round costs a pass over every selected node, so a batch smaller
+/// than a wave would spend more rounds staging than activating.
+pub fn staging_batch(slots: usize) -> usize {
+    slots.max(STAGING_BATCH)
+}
+
+/// How soon a round that left nodes unstaged (past [`STAGING_BATCH`]) is followed by the next.
+pub const STAGING_REQUEUE: StdDuration = StdDuration::ZERO;
+
+/// The rollout's release, as far as the rollout is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseState {
+    /// No NodeRelease with that name exists.
+    Missing,
+    /// The release exists but breaks a rule; the message lists the problems.
+    Invalid {
+        /// Every problem, for the condition message.
+        message: String,
+    },
+    /// The release is valid and has this revision.
+    Valid {
+        /// `revision_of(release.spec.content)`.
+        revision: String,
+    },
+}
+
+/// Who owns a node's plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// This rollout.
+    Ours,
+    /// Another rollout (or a person, when the plan carries no rollout label).
+    Other {
+        /// Who, in words (`rollout "workers-a"`).
+        owner: String,
+    },
+}
+
+/// The agent's report on the plan, reduced to what the decision needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanReport {
+    /// The agent's phase.
+    pub phase: Option<Phase>,
+    /// The revision the agent works towards.
+    pub target_revision: Option<String>,
+    /// The revision the node runs, committed.
+    pub current_revision: Option<String>,
+    /// The `Ready` condition's reason.
+    pub reason: Option<String>,
+    /// The `Ready` condition's message.
+    pub message: Option<String>,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    /// The plan's `metadata.generation` (of the controller's last write, while the cache
+    /// lags behind it): a report for an older generation does not describe the plan.
+    pub plan_generation: Option<i64>,
+    /// Whether the `Degraded` condition is True.
+    pub degraded: bool,
+}
+
+impl PlanReport {
+    /// What the report says about `revision`: proto's one reading of an agent's report.
+    pub fn outcome_for(&self, revision: &str) -> Outcome {
+        AgentReport {
+            observed_generation: self.observed_generation,
+            phase: self.phase,
+            target_revision: self.target_revision.as_deref(),
+            current_revision: self.current_revision.as_deref(),
+            degraded: self.degraded,
+        }
+        .outcome_for(revision, self.plan_generation)
+    }
+}
+
+/// A node's plan as the controller last wrote it (spec, label, annotations) plus the
+/// agent's report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanView {
+    /// `spec.revision`.
+    pub revision: Option<String>,
+    /// `spec.desiredState`.
+    pub desired_state: DesiredState,
+    /// [`GRANTED_ANNOTATION`].
+    pub granted_at: Option<Timestamp>,
+    /// [`CORDONED_ANNOTATION`].
+    pub cordoned: bool,
+    /// [`DRAIN_TIMEOUT_ANNOTATION`].
+    pub drain_timeout: Option<String>,
+    /// `spec.allowDowngrade`.
+    pub allow_downgrade: bool,
+    /// The status the agent wrote.
+    pub report: PlanReport,
+}
+
+/// The result of this round's drain pass over one node (evictions sent, pods counted).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainProgress {
+    /// Pods that still have to leave the node (evicted or not yet).
+    pub remaining: usize,
+    /// Evictions refused (a PodDisruptionBudget, usually), one line per pod.
+    pub blocked: Vec<String>,
+}
+
+/// One node the rollout's selector picks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    /// The node's name (also its plan's name).
+    pub name: String,
+    /// Whether it carries [`CONTROL_PLANE_LABEL`].
+    pub control_plane: bool,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// Who owns its plan.
+    pub ownership: Ownership,
+    /// Its plan, when one exists.
+    pub plan: Option<PlanView>,
+    /// This round's drain pass, when [`needs_drain_pass`] asked for one.
+    pub drain: Option<DrainProgress>,
+}
+
+/// Everything the decision looks at.
+#[derive(Debug, Clone)]
+pub struct RolloutInput<'a> {
+    /// The rollout's name.
+    pub name: &'a str,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The rollout's spec.
+    pub spec: &'a NodeRolloutSpec,
+    /// The status the rollout carries now (for transitions and condition times).
+    pub previous: Option<&'a NodeRolloutStatus>,
+    /// The release.
+    pub release: ReleaseState,
+    /// The selected nodes, in any order.
+    pub nodes: Vec<NodeView>,
+    /// The time of this round.
+    pub now: Timestamp,
+}
+
+/// The controller-owned part of a plan: what the controller applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanIntent {
+    /// `spec.revision` (the content is copied from the release alongside).
+    pub revision: String,
+    /// `spec.desiredState`.
+    pub desired_state: DesiredState,
+    /// [`GRANTED_ANNOTATION`].
+    pub granted_at: Option<Timestamp>,
+    /// [`CORDONED_ANNOTATION`].
+    pub cordoned: bool,
+    /// [`DRAIN_TIMEOUT_ANNOTATION`].
+    pub drain_timeout: Option<String>,
+    /// `spec.allowDowngrade`, the rollout's own.
+    pub allow_downgrade: bool,
+}
+
+/// One thing to do, in order. The executor stops at the first failure and the next
+/// round starts over from what the cluster then says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeAction {
+    /// Server-side apply the node's plan with this intent.
+    ApplyPlan {
+        /// The node (and plan) name.
+        node: String,
+        /// What to write.
+        intent: PlanIntent,
+    },
+    /// Set `spec.unschedulable: true` on the node.
+    Cordon {
+        /// The node.
+        node: String,
+    },
+    /// Set `spec.unschedulable: false` on the node.
+    Uncordon {
+        /// The node.
+        node: String,
+    },
+}
+
+impl NodeAction {
+    /// The node the action concerns.
+    pub fn node(&self) -> &str {
+        match self {
+            NodeAction::ApplyPlan { node, .. }
+            | NodeAction::Cordon { node }
+            | NodeAction::Uncordon { node } => node,
+        }
+    }
+}
+
+/// Event severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// Something expected happened.
+    Normal,
+    /// Something needs a look.
+    Warning,
+}
+
+/// An Event to publish on the rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventNote {
+    /// Normal or Warning.
+    pub kind: EventKind,
+    /// PascalCase reason.
+    pub reason: String,
+    /// What happened, in words.
+    pub note: String,
+    /// The node concerned, if any (becomes the Event's `related` object).
+    pub node: Option<String>,
+}
+
+/// What the decision returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Writes to make, in order.
+    pub actions: Vec<NodeAction>,
+    /// The status to report.
+    pub status: NodeRolloutStatus,
+    /// Events to publish.
+    pub events: Vec<EventNote>,
+    /// Look again after this long even if nothing changes (drains in progress).
+    pub requeue_after: Option<StdDuration>,
+}
+
+/// Where one owned node stands for the rollout's revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NodeState {
+    /// The plan is not (yet) staged for the revision.
+    Pending,
+    /// Staged, waiting for a slot.
+    Staged,
+    /// Holding a slot.
+    Updating,
+    /// Runs the revision.
+    Succeeded,
+    /// Failed, rolled back or could not be drained.
+    Failed { reason: String, message: String },
+}
+
+/// The kubectl-style ordering: control-plane nodes first, then by name. Activation slots
+/// are granted in this order.
+pub fn activation_order(a: &NodeView, b: &NodeView) -> std::cmp::Ordering {
+    b.control_plane
+        .cmp(&a.control_plane)
+        .then_with(|| a.name.cmp(&b.name))
+}
+
+/// Resolves who owns a node: the rollout named on its plan while that rollout exists;
+/// otherwise the first of the rollouts selecting the node, oldest first (`claimants` are
+/// already in that order), so two rollouts never fight over a node.
+pub fn resolve_ownership(
+    this: &str,
+    plan_exists: bool,
+    plan_label: Option<&str>,
+    existing_rollouts: &BTreeSet<String>,
+    claimants: &[&str],
+) -> Ownership {
+    let owner = match plan_label {
+        Some(label) if existing_rollouts.contains(label) => Some(label.to_owned()),
+        Some(_) => None,
+        None if plan_exists => {
+            return Ownership::Other {
+                owner: "a plan not written by a rollout".to_owned(),
+            };
+        }
+        None => None,
+    };
+    let owner = owner.or_else(|| claimants.first().map(|c| (*c).to_owned()));
+    match owner {
+        Some(owner) if owner != this => Ownership::Other {
+            owner: format!("rollout {owner:?}"),
+        },
+        _ => Ownership::Ours,
+    }
+}
+
+/// Whether this round should run a drain pass (evictions) over `node` before deciding:
+/// the node holds a slot for `revision` under `disruption: Drain`, is cordoned, its plan
+/// is not active yet and its drain has not timed out.
+pub fn needs_drain_pass(spec: &NodeRolloutSpec, release: &ReleaseState, node: &NodeView) -> bool {
+    let ReleaseState::Valid { revision } = release else {
+        return false;
+    };
+    let Some(plan) = &node.plan else {
+        return false;
+    };
+    spec.disruption == Disruption::Drain
+        && node.ownership == Ownership::Ours
+        && node.unschedulable
+        && plan.revision.as_deref() == Some(revision)
+        && plan.granted_at.is_some()
+        && plan.drain_timeout.is_none()
+        && plan.desired_state == DesiredState::Staged
+        && !matches!(classify(plan, revision), Some(NodeState::Failed { .. }))
+}
+
+/// The decision, in named phases, each pure and in its own file: classify the nodes
+/// (`classify.rs`), halt and grant slots (`grant.rs`), turn intents into writes
+/// (`actions.rs`), report status, conditions and Events (`status.rs`). See the module
+/// documentation and `docs/design/controller.md`.
+pub fn decide(input: &RolloutInput<'_>) -> Decision {
+    let mut decision = Decision {
+        actions: Vec::new(),
+        status: NodeRolloutStatus {
+            observed_generation: input.generation,
+            ..NodeRolloutStatus::default()
+        },
+        events: Vec::new(),
+        requeue_after: None,
+    };
+    let (mut owned, refused): (Vec<&NodeView>, Vec<&NodeView>) = input
+        .nodes
+        .iter()
+        .partition(|n| n.ownership == Ownership::Ours);
+    owned.sort_by(|a, b| activation_order(a, b));
+    let refused_condition = status::refused_condition(&refused);
+    let ReleaseState::Valid { revision } = &input.release else {
+        status::release_not_usable(input, owned.len(), refused_condition, &mut decision);
+        return decision;
+    };
+    decision.status.revision = Some(revision.clone());
+
+    let mut nodes = classify::classify_nodes(input, &owned, revision, &mut decision.events);
+    let failures = grant::failures(&owned, &nodes.states);
+    let halted = grant::is_halted(input.spec, &failures);
+    let grants = grant::grant_slots(
+        input.spec,
+        halted,
+        input.now,
+        &owned,
+        &mut nodes.states,
+        &mut nodes.intents,
+    );
+    let staging_deferred =
+        actions::node_actions(input.spec, &owned, &mut nodes, &grants, &mut decision);
+    let found = status::Found {
+        revision,
+        owned: &owned,
+        states: &nodes.states,
+        failures,
+        halted,
+        any_refused: !refused.is_empty(),
+        refused: refused_condition,
+    };
+    status::report_status(input, found, &mut decision);
+    decision.requeue_after = nodes
+        .drains_pending
+        .into_iter()
+        .chain(staging_deferred.then_some(STAGING_REQUEUE))
+        .min();
+    decision
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// An Event about one node.
+pub(crate) fn event(kind: EventKind, reason: &str, note: String, node: &str) -> EventNote {
+    EventNote {
+        kind,
+        reason: reason.to_owned(),
+        note,
+        node: Some(node.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

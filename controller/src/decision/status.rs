@@ -1,0 +1,319 @@
+//! Phase 5 of the decision: the rollout's status — node counts, active and failed nodes,
+//! the conditions `Progressing`, `Complete`, `Halted` and `NodesRefused` (through proto's
+//! one condition setter, which keeps `lastTransitionTime` while a status holds) — and the
+//! Events for nodes that finished and conditions that changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use inplace_proto::condition::{self, ConditionUpdate, status_text};
+use inplace_proto::reason::{Reason, rollout_condition};
+use inplace_proto::{NodeCounts, NodeFailure};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::{
+    Decision, EventKind, EventNote, NodeState, NodeView, Ownership, ReleaseState, RolloutInput,
+    count, event,
+};
+
+/// The status of a rollout whose release is missing or invalid: every owned node pending,
+/// nothing touched.
+pub(super) fn release_not_usable(
+    input: &RolloutInput<'_>,
+    owned: usize,
+    refused: ConditionUpdate,
+    decision: &mut Decision,
+) {
+    let (reason, message) = match &input.release {
+        ReleaseState::Invalid { message } => (
+            Reason::ReleaseInvalid,
+            format!(
+                "release {:?} is not valid: {message}; no node is touched",
+                input.spec.release
+            ),
+        ),
+        _ => (
+            Reason::ReleaseNotFound,
+            format!(
+                "release {:?} does not exist; no node is touched until it does",
+                input.spec.release
+            ),
+        ),
+    };
+    decision.status.nodes = NodeCounts {
+        total: count(owned),
+        pending: count(owned),
+        ..NodeCounts::default()
+    };
+    let conditions = vec![
+        ConditionUpdate::new(
+            rollout_condition::PROGRESSING,
+            false,
+            reason,
+            message.clone(),
+        ),
+        ConditionUpdate::new(rollout_condition::COMPLETE, false, reason, message),
+        not_halted(),
+        refused,
+    ];
+    finish_conditions(input, decision, conditions);
+}
+
+/// What the round found, for the status.
+pub(super) struct Found<'a> {
+    /// The rollout's revision.
+    pub revision: &'a str,
+    /// The owned nodes, in activation order.
+    pub owned: &'a [&'a NodeView],
+    /// Their states after this round's grants.
+    pub states: &'a [NodeState],
+    /// The failed nodes.
+    pub failures: Vec<NodeFailure>,
+    /// Whether the rollout halts.
+    pub halted: bool,
+    /// Whether selected nodes were left out (owned by another rollout).
+    pub any_refused: bool,
+    /// The `NodesRefused` condition.
+    pub refused: ConditionUpdate,
+}
+
+/// Writes counts, active and failed nodes and conditions into the decision's status, with
+/// the Events of nodes that finished and of conditions that changed.
+pub(super) fn report_status(input: &RolloutInput<'_>, found: Found<'_>, decision: &mut Decision) {
+    let mut counts = NodeCounts {
+        total: count(found.owned.len()),
+        ..NodeCounts::default()
+    };
+    for (node, state) in found.owned.iter().zip(found.states) {
+        match state {
+            NodeState::Pending => counts.pending += 1,
+            NodeState::Staged => counts.staged += 1,
+            NodeState::Updating => {
+                counts.updating += 1;
+                decision.status.active_nodes.push(node.name.clone());
+            }
+            NodeState::Succeeded => counts.succeeded += 1,
+            NodeState::Failed { .. } => counts.failed += 1,
+        }
+    }
+    transition_events(input, found.owned, found.states, decision);
+    let mut conditions = rollout_conditions(input, &found, &counts);
+    conditions.push(found.refused);
+    decision.status.nodes = counts;
+    decision.status.failed_nodes = found.failures;
+    finish_conditions(input, decision, conditions);
+}
+
+/// `Progressing`, `Complete` and `Halted` for a rollout with a valid release (the table
+/// in `docs/design/controller.md` § Conditions).
+fn rollout_conditions(
+    input: &RolloutInput<'_>,
+    found: &Found<'_>,
+    counts: &NodeCounts,
+) -> Vec<ConditionUpdate> {
+    let spec = input.spec;
+    let summary = format!(
+        "{} of {} nodes updated, {} activating, {} staged, {} pending, {} failed",
+        counts.succeeded,
+        counts.total,
+        counts.updating,
+        counts.staged,
+        counts.pending,
+        counts.failed
+    );
+    let (progressing, complete, reason, message) = if counts.total == 0 {
+        let message = if found.any_refused {
+            "every node the selector matches is owned by another rollout: nothing to do"
+        } else {
+            "the node selector matches no node: nothing to do"
+        };
+        (false, true, Reason::NoNodesSelected, message.to_owned())
+    } else if found.halted {
+        let failed: Vec<String> = found
+            .failures
+            .iter()
+            .map(|f| format!("{} ({}: {})", f.node, f.reason, f.message))
+            .collect();
+        let message = format!(
+            "{} nodes failed, more than maxFailures {}: {}",
+            found.failures.len(),
+            spec.max_failures,
+            failed.join("; ")
+        );
+        let reason = Reason::TooManyFailures;
+        return vec![
+            ConditionUpdate::new(
+                rollout_condition::PROGRESSING,
+                false,
+                reason,
+                message.clone(),
+            ),
+            ConditionUpdate::new(rollout_condition::COMPLETE, false, reason, summary),
+            ConditionUpdate::new(rollout_condition::HALTED, true, reason, message),
+        ];
+    } else if counts.succeeded == counts.total {
+        let message = format!(
+            "all {} nodes run release {:?} (revision {})",
+            counts.total, spec.release, found.revision
+        );
+        (false, true, Reason::AllNodesUpdated, message)
+    } else if counts.succeeded + counts.failed == counts.total {
+        let message = format!(
+            "nothing left to activate: {summary} (within maxFailures {})",
+            spec.max_failures
+        );
+        (false, false, Reason::RollingOut, message)
+    } else if spec.paused {
+        let message = format!("paused: {summary}; staging goes on, no new activations");
+        (false, false, Reason::Paused, message)
+    } else {
+        (true, false, Reason::RollingOut, summary)
+    };
+    vec![
+        ConditionUpdate::new(
+            rollout_condition::PROGRESSING,
+            progressing,
+            reason,
+            message.clone(),
+        ),
+        ConditionUpdate::new(rollout_condition::COMPLETE, complete, reason, message),
+        not_halted(),
+    ]
+}
+
+fn not_halted() -> ConditionUpdate {
+    ConditionUpdate::new(rollout_condition::HALTED, false, Reason::AsExpected, "")
+}
+
+/// The `NodesRefused` condition: True, naming every selected node another rollout owns.
+pub(super) fn refused_condition(refused: &[&NodeView]) -> ConditionUpdate {
+    if refused.is_empty() {
+        return ConditionUpdate::new(
+            rollout_condition::NODES_REFUSED,
+            false,
+            Reason::AsExpected,
+            "",
+        );
+    }
+    let mut names: Vec<String> = refused
+        .iter()
+        .map(|n| match &n.ownership {
+            Ownership::Other { owner } => format!("{} (owned by {owner})", n.name),
+            Ownership::Ours => n.name.clone(),
+        })
+        .collect();
+    names.sort();
+    ConditionUpdate::new(
+        rollout_condition::NODES_REFUSED,
+        true,
+        Reason::NodeOwnedByOtherRollout,
+        format!(
+            "{} selected nodes left out, a node has one owner: {}",
+            names.len(),
+            names.join(", ")
+        ),
+    )
+}
+
+/// Writes the conditions (proto's setter keeps `lastTransitionTime` while a status holds)
+/// and the Events for condition transitions.
+fn finish_conditions(
+    input: &RolloutInput<'_>,
+    decision: &mut Decision,
+    conditions: Vec<ConditionUpdate>,
+) {
+    let previous = input
+        .previous
+        .map(|p| p.conditions.as_slice())
+        .unwrap_or(&[]);
+    for update in conditions {
+        let before = condition::find(previous, update.type_);
+        let changed = before.is_none_or(|c| c.status != status_text(update.status));
+        let reason_changed = before.is_none_or(|c| c.reason != update.reason.as_str());
+        if (reason_changed || changed)
+            && let Some(note) = condition_event(&update, before)
+        {
+            decision.events.push(note);
+        }
+        decision.status.conditions.push(update.into_condition(
+            previous,
+            input.generation,
+            input.now,
+        ));
+    }
+}
+
+fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Option<EventNote> {
+    let note = |kind, reason: &str| EventNote {
+        kind,
+        reason: reason.to_owned(),
+        note: update.message.clone(),
+        node: None,
+    };
+    let reason = update.reason;
+    match (update.type_, update.status, reason) {
+        (rollout_condition::HALTED, true, _) => Some(note(EventKind::Warning, "Halted")),
+        (rollout_condition::COMPLETE, true, _) => Some(note(EventKind::Normal, reason.as_str())),
+        (rollout_condition::PROGRESSING, _, Reason::ReleaseNotFound | Reason::ReleaseInvalid) => {
+            Some(note(EventKind::Warning, reason.as_str()))
+        }
+        (rollout_condition::PROGRESSING, false, Reason::Paused) => {
+            Some(note(EventKind::Normal, "Paused"))
+        }
+        (rollout_condition::PROGRESSING, true, Reason::RollingOut) => {
+            let resumed = before.is_some_and(|c| c.reason == Reason::Paused.as_str());
+            Some(note(
+                EventKind::Normal,
+                if resumed { "Resumed" } else { "RollingOut" },
+            ))
+        }
+        (rollout_condition::NODES_REFUSED, true, _) => {
+            Some(note(EventKind::Warning, reason.as_str()))
+        }
+        _ => None,
+    }
+}
+
+/// Events for nodes that finished since the previous status: updated, or failed.
+fn transition_events(
+    input: &RolloutInput<'_>,
+    owned: &[&NodeView],
+    states: &[NodeState],
+    decision: &mut Decision,
+) {
+    let previous_active: BTreeSet<&str> = input
+        .previous
+        .map(|p| p.active_nodes.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    let previous_failed: BTreeMap<&str, &str> = input
+        .previous
+        .map(|p| {
+            p.failed_nodes
+                .iter()
+                .map(|f| (f.node.as_str(), f.reason.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (node, state) in owned.iter().zip(states) {
+        match state {
+            NodeState::Succeeded if previous_active.contains(node.name.as_str()) => {
+                decision.events.push(event(
+                    EventKind::Normal,
+                    "NodeUpdated",
+                    format!("node {} runs the new revision", node.name),
+                    &node.name,
+                ));
+            }
+            NodeState::Failed { reason, message }
+                if previous_failed.get(node.name.as_str()) != Some(&reason.as_str()) =>
+            {
+                decision.events.push(event(
+                    EventKind::Warning,
+                    reason,
+                    format!("node {} failed: {message}", node.name),
+                    &node.name,
+                ));
+            }
+            _ => {}
+        }
+    }
+}
