@@ -23,6 +23,9 @@ pub enum Error {
     /// The rollout's node selector cannot be turned into a selector.
     #[error("node selector: {0}")]
     Selector(String),
+    /// A drain pass, a cordon or an uncordon failed.
+    #[error(transparent)]
+    Drain(#[from] inplace_drain::DrainError),
     /// A value could not be turned into JSON (cannot happen with the API types).
     #[error("serializing {what}: {source}")]
     Serialize {
@@ -38,12 +41,8 @@ impl Error {
     /// A short, stable label for the `error` label of the error metric.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube { source, .. } => match source {
-                kube::Error::Api(status) if status.is_conflict() => "conflict",
-                kube::Error::Api(status) if status.is_not_found() => "not_found",
-                kube::Error::Api(_) => "api",
-                _ => "transport",
-            },
+            Error::Kube { source, .. } => kube_label(source),
+            Error::Drain(error) => kube_label(error.kube_error()),
             Error::MissingField { .. } => "missing_field",
             Error::Selector(_) => "selector",
             Error::Serialize { .. } => "serialize",
@@ -54,6 +53,15 @@ impl Error {
     pub fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
         let action = action.into();
         move |source| Error::Kube { action, source }
+    }
+}
+
+fn kube_label(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(status) if status.is_conflict() => "conflict",
+        kube::Error::Api(status) if status.is_not_found() => "not_found",
+        kube::Error::Api(_) => "api",
+        _ => "transport",
     }
 }
 

@@ -6,7 +6,6 @@
 
 pub mod context;
 pub mod decision;
-pub mod drain;
 pub mod error;
 pub mod leader;
 pub mod metrics;

@@ -157,21 +157,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(async move {
                 let client = kube::Client::try_from(config(kubeconfig).await?)
                     .context("connecting to the management cluster")?;
-                let metrics = Arc::new(Metrics::default());
-                let eviction_pass: inplace_capi::EvictionPass =
-                    Arc::new(move |client: kube::Client, node: String| {
-                        let metrics = metrics.clone();
-                        Box::pin(async move {
-                            inplace_controller::drain::drain_pass(&client, &node, &metrics)
-                                .await
-                                .map(|p| inplace_capi::DrainPass {
-                                    remaining: p.remaining,
-                                    blocked: p.blocked,
-                                })
-                                .map_err(|e| e.to_string())
-                        })
-                    });
-                inplace_capi::run(settings, client, Some(eviction_pass), wait_for_signal())
+                inplace_capi::run(settings, client, wait_for_signal())
                     .await
                     .context("serving the Cluster API hooks")
             })

@@ -34,7 +34,7 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
         revision: plan.spec.revision.clone(),
         desired_state: plan.spec.desired_state,
         granted_at: annotation(GRANTED_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
-        cordoned: annotation(CORDONED_ANNOTATION).is_some_and(|v| v == "true"),
+        cordoned: inplace_drain::cordon::is_recorded(annotations),
         drain_timeout: annotation(DRAIN_TIMEOUT_ANNOTATION).cloned(),
         allow_downgrade: plan.spec.allow_downgrade,
         report: PlanReport {

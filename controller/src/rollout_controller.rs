@@ -21,16 +21,16 @@ use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::decision::{
-    CONTROL_PLANE_LABEL, CORDONED_ANNOTATION, Decision, EventKind, EventNote, NodeAction, NodeView,
-    ReleaseState, RolloutInput, decide, needs_drain_pass, resolve_ownership,
+    CONTROL_PLANE_LABEL, Decision, EventKind, EventNote, NodeAction, NodeView, ReleaseState,
+    RolloutInput, decide, needs_drain_pass, resolve_ownership,
 };
-use crate::drain::drain_pass;
 use crate::error::{Error, Result};
 use crate::plans::{FIELD_MANAGER, PlanSource, plan_apply_body, plan_owner};
 use crate::release_controller::truncate;
 use crate::teardown::{
     TEARDOWN_RETRY, TeardownAction, TeardownNode, UNCORDON_FINALIZER, decide_teardown,
 };
+use inplace_drain::{cordon, drain_pass};
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "rollout";
@@ -293,7 +293,7 @@ async fn forget_cordon(node: &str, ctx: &Context) -> Result<()> {
                 field_manager: Some(FIELD_MANAGER.to_owned()),
                 ..PatchParams::default()
             },
-            &Patch::Merge(json!({"metadata": {"annotations": {CORDONED_ANNOTATION: null}}})),
+            &Patch::Merge(json!({"metadata": {"annotations": cordon::forget()}})),
         )
         .await
         .map_err(Error::kube(format!("forgetting the cordon of node {node}")))?;
@@ -373,9 +373,12 @@ async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result
         .map(|i| {
             let node = input.nodes[i].name.clone();
             async move {
-                drain_pass(&ctx.eviction_client, &node, &ctx.metrics)
-                    .await
-                    .map(|p| (i, p))
+                drain_pass(&ctx.eviction_client, &node, &|| {
+                    ctx.metrics.wrote("eviction")
+                })
+                .await
+                .map(|p| (i, p))
+                .map_err(Error::from)
             }
         })
         .buffer_unordered(DRAIN_CONCURRENCY)
@@ -494,24 +497,19 @@ async fn set_unschedulable(node: &str, unschedulable: bool, ctx: &Context) -> Re
     } else {
         "node_uncordon"
     });
-    nodes
-        .patch(
-            node,
-            &PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PatchParams::default()
-            },
-            &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
-        )
-        .await
-        .map_err(Error::kube(format!(
-            "{} node {node}",
-            if unschedulable {
-                "cordoning"
-            } else {
-                "uncordoning"
-            }
-        )))?;
+    // The record lives on the plan (written before the cordon), so only the spec changes.
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    cordon::patch_node(
+        &nodes,
+        &params,
+        node,
+        Some(unschedulable),
+        Default::default(),
+    )
+    .await?;
     Ok(())
 }
 

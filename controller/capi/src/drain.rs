@@ -1,19 +1,22 @@
 //! Draining a node before activation. Cluster API does not drain for in-place updates
-//! (cluster-api#13497), so the extension does when configured. The drain itself belongs to
-//! the controller (Eviction API, PodDisruptionBudget-aware); this crate only needs the
-//! trait, and keeps the ordering: the plan stays `Staged` until the drain is done, then
-//! becomes `Active`, and the node is uncordoned once the update is done. [`CordonAndEvict`]
-//! turns any eviction pass (the controller's `drain_pass`) into a [`Drainer`]: cordon, pass
-//! after pass, a timeout, uncordon.
+//! (cluster-api#13497), so the extension does when configured, with the one drain every
+//! inplace caller uses (`inplace-drain`: Eviction API, PodDisruptionBudget-aware, the one
+//! cordon record). This module keeps the extension's ordering: the plan stays `Staged`
+//! until the drain is done, then becomes `Active`, and the node is uncordoned once the
+//! update is done. [`CordonAndEvict`] is the [`Drainer`]: cordon, pass after pass, a
+//! timeout, uncordon.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::future::BoxFuture;
+use inplace_drain::cordon;
+use inplace_drain::{DrainError, EvictionApi, Evictions};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, PatchParams};
 use serde_json::json;
+
+pub use inplace_drain::cordon::CORDONED_ANNOTATION;
 
 /// Where a drain stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,8 +36,9 @@ pub enum DrainStatus {
 pub trait Drainer: Send + Sync {
     /// Cordon `node` and evict its pods (or continue doing so).
     async fn drain(&self, workload: &kube::Client, node: &str) -> DrainStatus;
-    /// Make `node` schedulable again after a successful update (idempotent).
-    async fn uncordon(&self, workload: &kube::Client, node: &str) -> Result<(), String>;
+    /// Make `node` schedulable again after the update (idempotent); a node inplace did not
+    /// cordon stays as it is.
+    async fn uncordon(&self, workload: &kube::Client, node: &str) -> Result<(), DrainError>;
 }
 
 /// A drainer for setups that configure no drain: every node counts as drained at once.
@@ -47,45 +51,31 @@ impl Drainer for NoDrain {
         DrainStatus::Drained
     }
 
-    async fn uncordon(&self, _workload: &kube::Client, _node: &str) -> Result<(), String> {
+    async fn uncordon(&self, _workload: &kube::Client, _node: &str) -> Result<(), DrainError> {
         Ok(())
     }
 }
 
-/// The result of one eviction pass over a node.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DrainPass {
-    /// Pods still on the node that must go (evicted now, or still terminating).
-    pub remaining: usize,
-    /// Evictions refused, with why (`namespace/pod: Cannot evict pod as it would violate
-    /// the pod's disruption budget`).
-    pub blocked: Vec<String>,
-}
-
-/// One eviction pass: evict what must go from `node`, count what is left. The controller's
-/// `drain_pass` (Eviction API, PDB-aware) fits here.
-pub type EvictionPass = Arc<
-    dyn Fn(kube::Client, String) -> BoxFuture<'static, Result<DrainPass, String>> + Send + Sync,
->;
-
 /// When the extension started draining a node (RFC 3339), on the Node.
 pub const DRAIN_STARTED_ANNOTATION: &str = "inplace.dev/capi-drain-started";
-/// Present when the extension cordoned the node (so uncordon leaves a node alone that
-/// someone else had cordoned).
-pub const CORDONED_ANNOTATION: &str = "inplace.dev/capi-cordoned";
 
 /// Cordon, then one eviction pass per call until the node is empty or `timeout` has passed
 /// since the first call; uncordon afterwards. The start time lives in an annotation on the
 /// Node, so it survives restarts of the extension and needs no memory here.
 pub struct CordonAndEvict {
-    pass: EvictionPass,
+    evictions: Arc<dyn Evictions>,
     timeout: std::time::Duration,
 }
 
 impl CordonAndEvict {
-    /// Drains with `pass`, giving up after `timeout`.
-    pub fn new(pass: EvictionPass, timeout: std::time::Duration) -> Self {
-        CordonAndEvict { pass, timeout }
+    /// Drains through the Eviction API, giving up after `timeout`.
+    pub fn new(timeout: std::time::Duration) -> Self {
+        CordonAndEvict::with_evictions(Arc::new(EvictionApi), timeout)
+    }
+
+    /// Drains with `evictions` (tests put in their own passes), giving up after `timeout`.
+    pub fn with_evictions(evictions: Arc<dyn Evictions>, timeout: std::time::Duration) -> Self {
+        CordonAndEvict { evictions, timeout }
     }
 }
 
@@ -111,32 +101,30 @@ impl Drainer for CordonAndEvict {
         {
             Some(started) => started,
             None => {
-                let already_cordoned = node
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.unschedulable)
-                    .unwrap_or(false);
-                let mut annotations = serde_json::Map::new();
+                let already_cordoned = is_unschedulable(&node);
+                let mut annotations = if already_cordoned {
+                    serde_json::Map::new()
+                } else {
+                    cordon::record()
+                };
                 annotations.insert(DRAIN_STARTED_ANNOTATION.into(), json!(now.to_string()));
-                if !already_cordoned {
-                    annotations.insert(CORDONED_ANNOTATION.into(), json!("true"));
-                }
-                let patch = json!({
-                    "metadata": {"annotations": annotations},
-                    "spec": {"unschedulable": true},
-                });
-                if let Err(error) = nodes
-                    .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
+                if let Err(error) = cordon::patch_node(
+                    &nodes,
+                    &PatchParams::default(),
+                    node_name,
+                    Some(true),
+                    annotations,
+                )
+                .await
                 {
-                    return DrainStatus::InProgress(format!("cordoning: {error}"));
+                    return DrainStatus::InProgress(error.to_string());
                 }
                 now
             }
         };
-        let pass = match (self.pass)(workload.clone(), node_name.to_owned()).await {
+        let pass = match self.evictions.pass(workload, node_name).await {
             Ok(pass) => pass,
-            Err(error) => return DrainStatus::InProgress(format!("evicting: {error}")),
+            Err(error) => return DrainStatus::InProgress(error.to_string()),
         };
         if pass.remaining == 0 {
             return DrainStatus::Drained;
@@ -158,23 +146,36 @@ impl Drainer for CordonAndEvict {
         }
     }
 
-    async fn uncordon(&self, workload: &kube::Client, node_name: &str) -> Result<(), String> {
+    async fn uncordon(&self, workload: &kube::Client, node_name: &str) -> Result<(), DrainError> {
         let nodes: Api<Node> = Api::all(workload.clone());
-        let node = nodes.get(node_name).await.map_err(|e| e.to_string())?;
-        if annotation(&node, DRAIN_STARTED_ANNOTATION).is_none() {
+        let node = nodes
+            .get(node_name)
+            .await
+            .map_err(|source| DrainError::ReadNode {
+                node: node_name.to_owned(),
+                source,
+            })?;
+        let ours = cordon::is_recorded(node.metadata.annotations.as_ref());
+        if annotation(&node, DRAIN_STARTED_ANNOTATION).is_none() && !ours {
             return Ok(());
         }
-        let mut patch = json!({"metadata": {"annotations": {
-            DRAIN_STARTED_ANNOTATION: null,
-            CORDONED_ANNOTATION: null,
-        }}});
-        if annotation(&node, CORDONED_ANNOTATION).is_some() {
-            patch["spec"] = json!({"unschedulable": null});
-        }
-        nodes
-            .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let mut annotations = cordon::forget();
+        annotations.insert(DRAIN_STARTED_ANNOTATION.into(), serde_json::Value::Null);
+        // A node someone else cordoned keeps its cordon; only our annotations go.
+        cordon::patch_node(
+            &nodes,
+            &PatchParams::default(),
+            node_name,
+            ours.then_some(false),
+            annotations,
+        )
+        .await
     }
+}
+
+fn is_unschedulable(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }

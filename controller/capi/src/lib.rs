@@ -27,9 +27,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use drain::{CordonAndEvict, DrainPass, DrainStatus, Drainer, EvictionPass, NoDrain};
+pub use drain::{CordonAndEvict, DrainStatus, Drainer, NoDrain};
 pub use error::Error;
 pub use extension::{Extension, FIELD_MANAGER, HookSettings};
+pub use inplace_drain::{DrainError, DrainProgress, Evictions};
 pub use server::Server;
 
 /// Everything `inplace-controller capi` configures.
@@ -115,24 +116,19 @@ pub fn extension(
 
 /// Serves the hooks until `shutdown` completes: the entry point of
 /// `inplace-controller capi`. With `config.drain`, nodes are drained by [`CordonAndEvict`]
-/// over `eviction_pass` (the controller's Eviction-API drain pass), which is then required.
+/// (the one inplace drain, through the Eviction API).
 /// Fails at start when the configuration is out of range, the certificate cannot be loaded
 /// or the address cannot be bound.
 pub async fn run(
     config: Config,
     management: kube::Client,
-    eviction_pass: Option<EvictionPass>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     config.validate().map_err(Error::Config)?;
-    let drainer: Arc<dyn Drainer> = match (config.drain, eviction_pass) {
-        (false, _) => Arc::new(NoDrain),
-        (true, Some(pass)) => Arc::new(CordonAndEvict::new(pass, config.drain_timeout)),
-        (true, None) => {
-            return Err(Error::Config(
-                "drain is on but no eviction pass was given".into(),
-            ));
-        }
+    let drainer: Arc<dyn Drainer> = if config.drain {
+        Arc::new(CordonAndEvict::new(config.drain_timeout))
+    } else {
+        Arc::new(NoDrain)
     };
     let extension = Arc::new(extension(&config, management, drainer));
     serve(config, extension, shutdown).await

@@ -412,21 +412,22 @@ async fn the_entry_point_checks_its_config_serves_and_stops() {
 
     let mut draining = config.clone();
     draining.drain = true;
-    let error = inplace_capi::run(draining, client.clone(), None, async {})
+    draining.drain_timeout = std::time::Duration::ZERO;
+    let error = inplace_capi::run(draining, client.clone(), async {})
         .await
         .unwrap_err();
     assert_eq!(error.kind(), "Config", "{error}");
 
     let mut no_cert = config.clone();
     no_cert.cert_file = dir.path().join("missing.crt");
-    let error = inplace_capi::run(no_cert, client.clone(), None, async {})
+    let error = inplace_capi::run(no_cert, client.clone(), async {})
         .await
         .unwrap_err();
     assert_eq!(error.kind(), "Tls", "{error}");
     assert!(error.to_string().contains("missing.crt"), "{error}");
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(inplace_capi::run(config, client, None, async {
+    let server = tokio::spawn(inplace_capi::run(config, client, async {
         let _ = stopped.await;
     }));
     let http = https_client(&cert);

@@ -423,7 +423,11 @@ impl Drainer for SlowDrainer {
         }
     }
 
-    async fn uncordon(&self, _workload: &kube::Client, _node: &str) -> Result<(), String> {
+    async fn uncordon(
+        &self,
+        _workload: &kube::Client,
+        _node: &str,
+    ) -> Result<(), inplace_capi::DrainError> {
         self.uncordons.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

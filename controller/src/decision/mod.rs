@@ -46,9 +46,10 @@ pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon};
 pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";
 /// Annotation on a plan: when the node was granted an activation slot (RFC 3339).
 pub const GRANTED_ANNOTATION: &str = "inplace.dev/activation-granted";
-/// Annotation on a plan: `"true"` while the controller holds the node cordoned. A node a
-/// person cordoned never carries it, so the controller never uncordons it.
-pub const CORDONED_ANNOTATION: &str = "inplace.dev/cordoned";
+/// Annotation on a plan: `"true"` while the controller holds the node cordoned — the one
+/// cordon record of every inplace drain (`inplace_drain::cordon`). A node a person
+/// cordoned never carries it, so the controller never uncordons it.
+pub use inplace_drain::cordon::CORDONED_ANNOTATION;
 /// Annotation on a plan: the node could not be drained within `drainTimeout`; the value is
 /// the message. Counts as a failure of this revision.
 pub const DRAIN_TIMEOUT_ANNOTATION: &str = "inplace.dev/drain-timeout";
@@ -165,14 +166,8 @@ pub struct PlanView {
     pub report: PlanReport,
 }
 
-/// The result of this round's drain pass over one node (evictions sent, pods counted).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DrainProgress {
-    /// Pods that still have to leave the node (evicted or not yet).
-    pub remaining: usize,
-    /// Evictions refused (a PodDisruptionBudget, usually), one line per pod.
-    pub blocked: Vec<String>,
-}
+/// The result of this round's drain pass over one node (the one drain, `inplace-drain`).
+pub use inplace_drain::DrainProgress;
 
 /// One node the rollout's selector picks.
 #[derive(Debug, Clone, PartialEq, Eq)]

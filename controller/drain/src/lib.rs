@@ -1,0 +1,283 @@
+//! One drain for every inplace caller — the rollout controller and the Cluster API
+//! extension — the way `kubectl drain --ignore-daemonsets --delete-emptydir-data --force`
+//! drains: DaemonSet pods and mirror (static) pods stay, finished pods are ignored, every
+//! other pod is evicted through the Eviction API, and PodDisruptionBudgets are respected
+//! (an eviction they refuse is retried on the next pass until the caller's timeout).
+//!
+//! * [`pod_disposition`]: what a drain does with one pod (pure);
+//! * [`drain_pass`]: one round of evictions over a node, and what is left
+//!   ([`DrainProgress`]), behind the [`Evictions`] trait so callers can be tested without
+//!   pods;
+//! * [`cordon`]: cordoning, and the one record that inplace (not a person) cordoned a node.
+//!
+//! A pass never waits for pods to go: callers run one pass each time they look at a node
+//! and look again while pods remain, so a reconcile or a hook answers within moments.
+
+pub mod cordon;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, EvictParams, ListParams};
+
+/// The annotation the kubelet puts on mirror pods of static pods.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// What a drain does with one pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodDisposition {
+    /// Left alone: a DaemonSet would recreate it at once.
+    DaemonSet,
+    /// Left alone: a mirror of a static pod, which the API cannot remove.
+    Mirror,
+    /// Left alone: it already ran to completion.
+    Finished,
+    /// Already being deleted: wait for it to go.
+    Leaving,
+    /// To be evicted.
+    Evict,
+}
+
+/// Decides what the drain does with `pod`.
+pub fn pod_disposition(pod: &Pod) -> PodDisposition {
+    let meta = &pod.metadata;
+    if meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+    {
+        return PodDisposition::Mirror;
+    }
+    if meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true))
+    {
+        return PodDisposition::DaemonSet;
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return PodDisposition::Finished;
+    }
+    if meta.deletion_timestamp.is_some() {
+        return PodDisposition::Leaving;
+    }
+    PodDisposition::Evict
+}
+
+/// The result of one drain pass over a node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainProgress {
+    /// Pods that still have to leave the node (evicted now, or still terminating).
+    pub remaining: usize,
+    /// Evictions refused (a PodDisruptionBudget, usually), one line per pod:
+    /// `namespace/pod: Cannot evict pod as it would violate the pod's disruption budget`.
+    pub blocked: Vec<String>,
+}
+
+/// Why a drain pass could not finish. A refused eviction (429) is not an error: it is
+/// reported in [`DrainProgress::blocked`] and retried on the next pass.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// The pods on the node could not be listed.
+    #[error("listing the pods on node {node}: {source}")]
+    ListPods {
+        /// The node.
+        node: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// An eviction failed otherwise than by a PodDisruptionBudget.
+    #[error("evicting pod {pod}: {source}")]
+    Evict {
+        /// `namespace/name`.
+        pod: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The node could not be read.
+    #[error("reading node {node}: {source}")]
+    ReadNode {
+        /// The node.
+        node: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Cordoning, uncordoning or annotating the node failed.
+    #[error("{action} node {node}: {source}")]
+    Cordon {
+        /// `cordoning`, `uncordoning` or `annotating`.
+        action: &'static str,
+        /// The node.
+        node: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl DrainError {
+    /// A short, stable label (for metrics and logs): `list_pods`, `evict`, `read_node` or
+    /// `cordon`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DrainError::ListPods { .. } => "list_pods",
+            DrainError::Evict { .. } => "evict",
+            DrainError::ReadNode { .. } => "read_node",
+            DrainError::Cordon { .. } => "cordon",
+        }
+    }
+
+    /// The client's error underneath.
+    pub fn kube_error(&self) -> &kube::Error {
+        match self {
+            DrainError::ListPods { source, .. }
+            | DrainError::Evict { source, .. }
+            | DrainError::ReadNode { source, .. }
+            | DrainError::Cordon { source, .. } => source,
+        }
+    }
+}
+
+/// One drain pass over `node`: evicts what should go and counts what remains. Evictions
+/// refused with 429 (a PodDisruptionBudget) are reported in `blocked`; `on_eviction` is
+/// called for every eviction sent (the caller's write metric).
+pub async fn drain_pass(
+    client: &kube::Client,
+    node: &str,
+    on_eviction: &(dyn Fn() + Sync),
+) -> Result<DrainProgress, DrainError> {
+    let all: Api<Pod> = Api::all(client.clone());
+    let pods = all
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(|source| DrainError::ListPods {
+            node: node.to_owned(),
+            source,
+        })?;
+    tracing::debug!(node, pods = pods.items.len(), "drain pass");
+    let mut progress = DrainProgress::default();
+    for pod in &pods.items {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        match pod_disposition(pod) {
+            PodDisposition::DaemonSet | PodDisposition::Mirror | PodDisposition::Finished => {}
+            PodDisposition::Leaving => progress.remaining += 1,
+            PodDisposition::Evict => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                on_eviction();
+                tracing::debug!(node, pod = name, "evicting");
+                match api.evict(name, &EvictParams::default()).await {
+                    Ok(_) => progress.remaining += 1,
+                    Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                    Err(kube::Error::Api(status)) if status.code == 429 => {
+                        progress.remaining += 1;
+                        progress
+                            .blocked
+                            .push(format!("{namespace}/{name}: {}", refusal(&status)));
+                    }
+                    Err(source) => {
+                        return Err(DrainError::Evict {
+                            pod: format!("{namespace}/{name}"),
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(progress)
+}
+
+/// Why an eviction was refused: the message, with the causes (the budget) when given.
+fn refusal(status: &kube::core::Status) -> String {
+    let causes: Vec<&str> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .map(|c| c.message.as_str())
+        .filter(|m| !m.is_empty())
+        .collect();
+    if causes.is_empty() {
+        status.message.clone()
+    } else {
+        format!("{} ({})", status.message, causes.join("; "))
+    }
+}
+
+/// One drain pass over a node, as a trait: [`EvictionApi`] is the real one; tests of a
+/// caller's ordering put in their own.
+#[async_trait]
+pub trait Evictions: Send + Sync {
+    /// Evict what must go from `node`, count what is left.
+    async fn pass(&self, client: &kube::Client, node: &str) -> Result<DrainProgress, DrainError>;
+}
+
+/// [`drain_pass`] through the Eviction API.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EvictionApi;
+
+#[async_trait]
+impl Evictions for EvictionApi {
+    async fn pass(&self, client: &kube::Client, node: &str) -> Result<DrainProgress, DrainError> {
+        drain_pass(client, node, &|| {}).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(extra: serde_json::Value) -> Pod {
+        let mut base = json!({"metadata": {"name": "p", "namespace": "default"}});
+        if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                if k == "metadata" {
+                    for (mk, mv) in v.as_object().into_iter().flatten() {
+                        b["metadata"][mk] = mv.clone();
+                    }
+                } else {
+                    b.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        serde_json::from_value(base).expect("a pod")
+    }
+
+    #[test]
+    fn pods_are_handled_as_kubectl_drain_does() {
+        assert_eq!(pod_disposition(&pod(json!({}))), PodDisposition::Evict);
+        assert_eq!(
+            pod_disposition(&pod(
+                json!({"metadata": {"annotations": {MIRROR_ANNOTATION: "x"}}})
+            )),
+            PodDisposition::Mirror
+        );
+        assert_eq!(
+            pod_disposition(&pod(json!({"metadata": {"ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": true}
+            ]}}))),
+            PodDisposition::DaemonSet
+        );
+        assert_eq!(
+            pod_disposition(&pod(json!({"metadata": {"ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}
+            ]}}))),
+            PodDisposition::Evict
+        );
+        assert_eq!(
+            pod_disposition(&pod(json!({"status": {"phase": "Succeeded"}}))),
+            PodDisposition::Finished
+        );
+        assert_eq!(
+            pod_disposition(&pod(
+                json!({"metadata": {"deletionTimestamp": "2026-11-22T03:00:00Z"}})
+            )),
+            PodDisposition::Leaving
+        );
+    }
+}
