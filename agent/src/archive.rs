@@ -18,8 +18,13 @@ use tar::EntryType;
 pub struct Limits {
     /// Most entries (of any kind).
     pub max_entries: u64,
-    /// Most bytes of the uncompressed tar stream (headers included): the bomb guard.
+    /// Most bytes of the uncompressed tar stream (headers included): the bomb guard. A
+    /// member whose header says it is larger than what is left is refused before a byte of
+    /// it is written.
     pub max_bytes: u64,
+    /// Free bytes a member may not eat into on the staging directory's file system (the
+    /// kubelet and containerd usually share it; disk pressure evicts pods).
+    pub reserved_disk_space: u64,
 }
 
 /// Why an archive was refused.
@@ -36,6 +41,22 @@ pub enum ArchiveError {
     /// A limit was crossed; nothing was installed.
     #[error("archive refused: {0}")]
     TooBig(String),
+    /// Writing a member would leave less free space than the node reserves.
+    #[error(
+        "archive refused: member {member:?} ({size} bytes) would leave less than the reserved {reserved} bytes free on {dir} ({available} available)"
+    )]
+    NoRoom {
+        /// The member's name in the archive.
+        member: String,
+        /// Its size, as its header says.
+        size: u64,
+        /// The directory written to.
+        dir: PathBuf,
+        /// Free bytes there (for an unprivileged user, as `df` shows).
+        available: u64,
+        /// `policy.reserved_disk_space`.
+        reserved: u64,
+    },
     /// A member the plan names is not in the archive.
     #[error("archive has no member {0:?}")]
     MissingMember(String),
@@ -125,6 +146,7 @@ fn extract_into(
         left: limits.max_bytes,
     };
     let mut tar = tar::Archive::new(limited);
+    let mut streamed = 0u64;
 
     let wanted: HashMap<&str, &str> = members.iter().map(|m| (normalize_member(m), *m)).collect();
     let mut seen = HashSet::new();
@@ -183,6 +205,8 @@ fn extract_into(
         if !seen.insert(key.clone()) {
             return Err(refuse("duplicate path"));
         }
+        // Header and padding included, as the stream limit counts them.
+        streamed = streamed.saturating_add(512 + entry.size().div_ceil(512) * 512);
         let Some(plan_name) = wanted.get(key.as_str()) else {
             // Read past it (the limit still counts it).
             io::copy(&mut entry, &mut io::sink()).map_err(too_big)?;
@@ -191,6 +215,14 @@ fn extract_into(
         if kind == EntryType::Directory {
             return Err(refuse("the plan names a directory, not a file"));
         }
+        if streamed > limits.max_bytes {
+            return Err(ArchiveError::TooBig(format!(
+                "member {shown:?} ({} bytes) ends past the limit of {} bytes uncompressed",
+                entry.size(),
+                limits.max_bytes
+            )));
+        }
+        ensure_room(staging, &shown, entry.size(), limits.reserved_disk_space)?;
         let target = staging.join(format!("member-{}", out.len()));
         let mut file = OpenOptions::new()
             .write(true)
@@ -225,6 +257,25 @@ fn extract_into(
     Ok(out)
 }
 
+/// Refuses a member of `size` bytes when writing it into `dir` would leave less than
+/// `reserved` bytes free there.
+fn ensure_room(dir: &Path, member: &str, size: u64, reserved: u64) -> Result<(), ArchiveError> {
+    let stats = nix::sys::statvfs::statvfs(dir).map_err(io::Error::from)?;
+    let available = stats
+        .blocks_available()
+        .saturating_mul(stats.fragment_size());
+    if available.saturating_sub(size) < reserved {
+        return Err(ArchiveError::NoRoom {
+            member: member.to_owned(),
+            size,
+            dir: dir.to_path_buf(),
+            available,
+            reserved,
+        });
+    }
+    Ok(())
+}
+
 /// A relative, normalized entry path, or why not.
 fn check_path(path: &Path) -> Result<String, &'static str> {
     let text = path.to_str().ok_or("path is not UTF-8")?;
@@ -254,6 +305,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_entries: 100,
         max_bytes: 1 << 20,
+        reserved_disk_space: 0,
     };
 
     fn header(path: &str, kind: EntryType, size: u64, mode: u32) -> tar::Header {
@@ -422,7 +474,35 @@ mod tests {
         let compressed = gz.finish().unwrap();
         assert!(compressed.len() < 64 << 10);
         let (_dir, out) = run(&compressed, &["bomb"]);
-        assert!(matches!(out, Err(ArchiveError::TooBig(_))), "{out:?}");
+        // Refused at the member's header, before any of it is written.
+        match out {
+            Err(ArchiveError::TooBig(why)) => assert!(
+                why.contains("member \"bomb\" (8388608 bytes) ends past the limit of 1048576"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_member_that_would_eat_into_the_reserve_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("a.tar");
+        std::fs::write(&archive, tar_of(&[file("bin/x", b"x")])).unwrap();
+        let staging = dir.path().join("staging");
+        let limits = Limits {
+            reserved_disk_space: u64::MAX,
+            ..LIMITS
+        };
+        let out = extract_members(&archive, &["bin/x"], &staging, limits);
+        match out {
+            Err(e @ ArchiveError::NoRoom { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("\"bin/x\" (1 bytes)"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!staging.exists(), "the staging directory is removed");
     }
 
     #[test]

@@ -54,6 +54,17 @@ pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
                 ),
             );
         }
+        if let Some(size) = artifact.max_extracted_size
+            && size > policy.max_artifact_size
+        {
+            deny(
+                format!("{at}.maxExtractedSize"),
+                format!(
+                    "{size} bytes is more than this node's limit of {} bytes (max_artifact_size)",
+                    policy.max_artifact_size
+                ),
+            );
+        }
         match artifact.kind {
             ArtifactType::Binary => {
                 if let Some(path) = &artifact.path
@@ -199,6 +210,7 @@ mod tests {
             allowed_target_dirs: vec!["/opt/bin".into()],
             allowed_units: vec!["kubelet.service".into()],
             max_artifact_size: 1000,
+            reserved_disk_space: 0,
             allow_remote_health_checks: false,
             require_signatures: false,
             trusted_keys_dir: "/etc/inplace/keys".into(),
@@ -222,6 +234,7 @@ mod tests {
             } else {
                 vec![]
             },
+            max_extracted_size: None,
         }
     }
 
@@ -308,6 +321,13 @@ mod tests {
         let mut a = artifact(ArtifactType::Sysext);
         a.size = Some(1001);
         denied_at(&content(vec![a]), &policy(), "spec.artifacts[0].size");
+        let mut a = artifact(ArtifactType::Archive);
+        a.max_extracted_size = Some(1001);
+        denied_at(
+            &content(vec![a]),
+            &policy(),
+            "spec.artifacts[0].maxExtractedSize",
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub fn markdown_table() -> Result<String, SettingsError> {
         allowed_target_dirs,
         allowed_units,
         max_artifact_size,
+        reserved_disk_space,
         allow_remote_health_checks,
         require_signatures,
         trusted_keys_dir,
@@ -52,7 +53,14 @@ pub fn markdown_table() -> Result<String, SettingsError> {
         (
             "max_artifact_size",
             size(max_artifact_size),
-            "the largest artifact, also the cap when a plan states no size",
+            "the largest artifact, also the cap when a plan states no size, and the most an \
+             archive's `maxExtractedSize` may say (without it an archive may expand to 256 MiB)",
+        ),
+        (
+            "reserved_disk_space",
+            size(reserved_disk_space),
+            "free space on the state directory's file system that extracting an archive may not \
+             eat into (kubelet and containerd usually share it)",
         ),
         (
             "allow_remote_health_checks",

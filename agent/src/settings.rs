@@ -85,6 +85,7 @@ struct PolicyFragment {
     allowed_target_dirs: Option<Vec<PathBuf>>,
     allowed_units: Option<Vec<String>>,
     max_artifact_size: Option<u64>,
+    reserved_disk_space: Option<u64>,
     allow_remote_health_checks: Option<bool>,
     require_signatures: Option<bool>,
     trusted_keys_dir: Option<PathBuf>,
@@ -146,6 +147,7 @@ impl Fragment {
         over(&mut p.allowed_target_dirs, o.allowed_target_dirs);
         over(&mut p.allowed_units, o.allowed_units);
         over(&mut p.max_artifact_size, o.max_artifact_size);
+        over(&mut p.reserved_disk_space, o.reserved_disk_space);
         over(
             &mut p.allow_remote_health_checks,
             o.allow_remote_health_checks,
@@ -205,6 +207,9 @@ pub struct Policy {
     pub allowed_units: Vec<String>,
     /// Largest artifact accepted, in bytes; also caps downloads without a declared size.
     pub max_artifact_size: u64,
+    /// Free bytes that extracting an archive may not eat into, on the state directory's file
+    /// system (usually the kubelet's and containerd's too).
+    pub reserved_disk_space: u64,
     /// Whether HTTP health checks may go to hosts other than loopback.
     pub allow_remote_health_checks: bool,
     /// Whether every artifact must carry a `signatureUrl` (a plan without one is refused
@@ -525,6 +530,7 @@ fn build(
             allowed_target_dirs,
             allowed_units,
             max_artifact_size,
+            reserved_disk_space: p.reserved_disk_space.unwrap_or(1 << 30),
             allow_remote_health_checks: p.allow_remote_health_checks.unwrap_or(false),
             require_signatures: p.require_signatures.unwrap_or(false),
             trusted_keys_dir,

@@ -125,6 +125,7 @@ fn fetcher_with_limit(base: &str, attempts: u32, max_artifact_size: u64) -> Http
         allowed_target_dirs: vec![],
         allowed_units: vec![],
         max_artifact_size,
+        reserved_disk_space: 0,
         allow_remote_health_checks: false,
         require_signatures: false,
         trusted_keys_dir: "/etc/inplace/keys".into(),
@@ -142,6 +143,7 @@ fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
         size,
         path: None,
         members: vec![],
+        max_extracted_size: None,
     }
 }
 

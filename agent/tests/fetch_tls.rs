@@ -83,6 +83,7 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
         allowed_target_dirs: vec![],
         allowed_units: vec![],
         max_artifact_size: 1 << 20,
+        reserved_disk_space: 0,
         allow_remote_health_checks: false,
         require_signatures: false,
         trusted_keys_dir: "/etc/inplace/keys".into(),
@@ -97,6 +98,7 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
         size: Some(BODY.len() as u64),
         path: None,
         members: vec![],
+        max_extracted_size: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let error = fetcher

@@ -514,7 +514,7 @@ const ARCHIVE_URL: &str = "https://dl.example/tools/crictl.tar.gz";
 
 /// `plan` with a third artifact: a tar.gz (served at [`ARCHIVE_URL`]) holding `crictl`
 /// (`crictl` bytes) and a README; only `crictl` is installed, at `<root>/opt/bin/crictl`.
-fn with_archive(bed: &Bed, mut plan: NodeUpdatePlan, crictl: &str) -> NodeUpdatePlan {
+fn with_archive(bed: &Bed, plan: NodeUpdatePlan, crictl: &str) -> NodeUpdatePlan {
     let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
         Vec::new(),
         flate2::Compression::fast(),
@@ -528,6 +528,12 @@ fn with_archive(bed: &Bed, mut plan: NodeUpdatePlan, crictl: &str) -> NodeUpdate
             .unwrap();
     }
     let archive = tar.into_inner().unwrap().finish().unwrap();
+    with_archive_bytes(bed, plan, archive)
+}
+
+/// `plan` with a third artifact: the tar.gz `archive` (served at [`ARCHIVE_URL`]) of which
+/// the member `crictl` is installed at `<root>/opt/bin/crictl`.
+fn with_archive_bytes(bed: &Bed, mut plan: NodeUpdatePlan, archive: Vec<u8>) -> NodeUpdatePlan {
     let artifact = serde_json::json!({
         "name": "crictl", "type": "Archive", "url": ARCHIVE_URL,
         "sha256": hex::encode(Sha256::digest(&archive)), "size": archive.len(),
@@ -808,4 +814,102 @@ async fn a_file_a_person_put_at_a_dropped_path_is_left_alone() {
             .file_type()
             .is_symlink()
     );
+}
+
+/// A tar.gz whose one member, `crictl`, is `size` zero bytes: compressed by `gzip`, a few
+/// hundred KiB for hundreds of MiB.
+fn gzip_bomb(size: u64) -> Vec<u8> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut header = tar::Header::new_gnu();
+    header.set_path("crictl").unwrap();
+    header.set_size(size);
+    header.set_mode(0o755);
+    header.set_cksum();
+    let mut gzip = Command::new("gzip")
+        .arg("-c")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gzip runs");
+    let mut stdin = gzip.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        stdin.write_all(header.as_bytes()).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..size.div_ceil(1 << 20) {
+            stdin.write_all(&zeros).unwrap();
+        }
+        stdin.write_all(&[0u8; 1024]).unwrap(); // the end-of-archive blocks
+    });
+    let output = gzip.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(output.status.success());
+    output.stdout
+}
+
+/// A decompression bomb under the shipped limits (the default policy; the plan states no
+/// `maxExtractedSize`): a tar.gz of about 0.5 MiB whose member expands to 512 MiB is refused
+/// at that member's header. Nothing of it is written or linked. (It wrote all 512 MiB to the
+/// node's disk: the limit was 4 × max_artifact_size, 32 GiB.)
+#[tokio::test]
+async fn a_decompression_bomb_is_refused_under_the_shipped_limits() {
+    let bed = Bed::new();
+    assert_eq!(
+        bed.settings.policy.max_artifact_size,
+        8 << 30,
+        "shipped default"
+    );
+    let mut agent = bed.with_v1().await;
+    let bomb = gzip_bomb(512 << 20);
+    assert!(bomb.len() < 1 << 20, "{} bytes compressed", bomb.len());
+    let plan = with_archive_bytes(&bed, bed.plan("OK v2", "kubectl v2", "Active"), bomb);
+    agent.handle(Some(&plan)).await.unwrap();
+
+    assert_eq!(bed.last().phase, Some(Phase::Failed));
+    let (_, reason, message) = bed.ready();
+    assert_eq!(reason, "StagingFailed");
+    assert!(
+        message.contains("artifact crictl")
+            && message.contains(
+                "member \"crictl\" (536870912 bytes) ends past the limit of 268435456 bytes"
+            ),
+        "{message}"
+    );
+    assert_eq!(crictl(&bed), "");
+    assert_eq!(bed.link(), "OK v1");
+    // Nothing the size of the member is left anywhere under the state directory.
+    fn largest(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap())
+                    .map(|e| match e.file_type().unwrap().is_dir() {
+                        true => largest(&e.path()),
+                        false => e.metadata().unwrap().len(),
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    }
+    assert!(largest(&bed.settings.state_dir) < 1 << 20);
+}
+
+/// Extracting a member may not eat into `policy.reserved_disk_space`: refused as `DiskFull`,
+/// naming the member, the directory and the reserve, before a byte of it is written.
+#[tokio::test]
+async fn an_archive_member_that_would_eat_into_the_disk_reserve_is_refused() {
+    let mut bed = Bed::new();
+    bed.settings.policy.reserved_disk_space = u64::MAX;
+    let mut agent = bed.agent().await;
+    let plan = with_archive(&bed, bed.plan("OK v1", "kubectl v1", "Active"), "crictl v1");
+    agent.handle(Some(&plan)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Failed));
+    let (_, reason, message) = bed.ready();
+    assert_eq!(reason, "DiskFull");
+    assert!(
+        message.contains("member \"crictl\"") && message.contains("reserved"),
+        "{message}"
+    );
+    assert_eq!(crictl(&bed), "");
 }

@@ -421,6 +421,7 @@ pub fn build_release(
             size: None,
             path: None,
             members: Vec::new(),
+            max_extracted_size: None,
         }],
         activation: Activation {
             restart_units: vec![KUBELET_UNIT.to_owned()],

@@ -9,6 +9,11 @@ use crate::duration::Duration;
 
 /// The pattern of a sha256 digest as the API accepts it: 64 lowercase hex digits.
 pub const SHA256_PATTERN: &str = "^[0-9a-f]{64}$";
+/// How many bytes an Archive may expand to (its uncompressed tar stream, headers included)
+/// when the plan does not say (`maxExtractedSize`): enough for a few node binaries, far less
+/// than a decompression bomb would write.
+pub const DEFAULT_MAX_EXTRACTED_SIZE: u64 = 256 << 20;
+
 /// The pattern of an artifact name (also the sysext name, so it must be a plain file name).
 pub const ARTIFACT_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$";
 
@@ -90,6 +95,21 @@ pub struct Artifact {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub members: Vec<ArchiveMember>,
+
+    /// Archive only: the most bytes the archive may expand to (its uncompressed tar stream,
+    /// headers included); more refuses the whole archive before its members are written.
+    /// Default 256 MiB; at most the node's `max_artifact_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>", range(min = 1))]
+    pub max_extracted_size: Option<u64>,
+}
+
+impl Artifact {
+    /// What this archive may expand to: `maxExtractedSize`, or the default.
+    pub fn extraction_limit(&self) -> u64 {
+        self.max_extracted_size
+            .unwrap_or(DEFAULT_MAX_EXTRACTED_SIZE)
+    }
 }
 
 /// How an artifact is installed.

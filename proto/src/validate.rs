@@ -255,6 +255,18 @@ fn check_artifact(
     if artifact.kind != ArtifactType::Binary && artifact.path.is_some() {
         out.invalid(format!("{path}.path"), "path is only for Binary artifacts");
     }
+    if artifact.kind != ArtifactType::Archive && artifact.max_extracted_size.is_some() {
+        out.invalid(
+            format!("{path}.maxExtractedSize"),
+            "maxExtractedSize is only for Archive artifacts",
+        );
+    }
+    if artifact.max_extracted_size == Some(0) {
+        out.invalid(
+            format!("{path}.maxExtractedSize"),
+            "must be positive when given",
+        );
+    }
     if artifact.kind != ArtifactType::Archive && !artifact.members.is_empty() {
         out.invalid(
             format!("{path}.members"),

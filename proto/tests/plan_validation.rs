@@ -356,3 +356,28 @@ fn allow_downgrade_is_not_content_so_a_stated_revision_still_matches() {
     plan.spec.allow_downgrade = true;
     plan.validate().unwrap();
 }
+
+#[test]
+fn max_extracted_size_is_for_archives_and_positive() {
+    let path = "spec.artifacts[0].maxExtractedSize";
+    assert_eq!(
+        only_problem(|p| sysext(p).max_extracted_size = Some(1 << 30)),
+        (Reason::InvalidPlan, path.into())
+    );
+    let mut archive = plan();
+    let artifact = sysext(&mut archive);
+    artifact.kind = inplace_proto::ArtifactType::Archive;
+    artifact.members = vec![inplace_proto::ArchiveMember {
+        from: "bin/crictl".into(),
+        to: "/opt/bin/crictl".into(),
+    }];
+    artifact.max_extracted_size = Some(1 << 30);
+    archive.validate().unwrap();
+    assert_eq!(
+        only_problem(|p| {
+            *p = archive.clone();
+            sysext(p).max_extracted_size = Some(0);
+        }),
+        (Reason::InvalidPlan, path.into())
+    );
+}

@@ -270,7 +270,8 @@ impl Agent {
         let members: Vec<String> = artifact.members.iter().map(|m| m.from.clone()).collect();
         let limits = archive::Limits {
             max_entries: 100_000,
-            max_bytes: self.settings.policy.max_artifact_size.saturating_mul(4),
+            max_bytes: artifact.extraction_limit(),
+            reserved_disk_space: self.settings.policy.reserved_disk_space,
         };
         let cas = store::cas_dir(&self.settings);
         let result = tokio::task::spawn_blocking(move || {
@@ -294,6 +295,7 @@ impl Agent {
         result.map_err(|e| Failure {
             reason: match &e {
                 archive::ArchiveError::Io(io) if store::is_disk_full(io) => Reason::DiskFull,
+                archive::ArchiveError::NoRoom { .. } => Reason::DiskFull,
                 _ => Reason::StagingFailed,
             },
             message: format!("artifact {}: {e}", artifact.name),

@@ -45,6 +45,7 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         allowed_target_dirs: vec![],
         allowed_units: vec![],
         max_artifact_size: size,
+        reserved_disk_space: 0,
         allow_remote_health_checks: false,
         require_signatures: false,
         trusted_keys_dir: "/etc/inplace/keys".into(),
@@ -59,6 +60,7 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         size: Some(size),
         path: None,
         members: vec![],
+        max_extracted_size: None,
     };
     let started = Instant::now();
     let path = fetcher.fetch(&artifact, dir, &|_| {}).await?;

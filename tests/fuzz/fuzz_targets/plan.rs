@@ -18,6 +18,7 @@ fuzz_target!(|data: &[u8]| {
         allowed_target_dirs: vec!["/opt/bin".into()],
         allowed_units: vec!["kubelet.service".into()],
         max_artifact_size: 1 << 30,
+        reserved_disk_space: 1 << 30,
         allow_remote_health_checks: false,
         require_signatures: true,
         trusted_keys_dir: "/etc/inplace/keys".into(),
