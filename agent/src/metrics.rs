@@ -1,18 +1,25 @@
-//! The agent's metrics, owned by one struct (no global registry) and rendered in the
-//! Prometheus text format (`inplace_proto::exposition`); `metrics_server` serves them.
+//! The agent's metrics, owned by one struct (no global registry), kept in the Prometheus
+//! project's client types and rendered in the Prometheus text format (0.0.4) by its
+//! encoder; `metrics_server` serves them.
 //!
 //! They are recorded where the agent reports and commits, not along the way: the
 //! coordinator hands every status report to [`AgentMetrics::reported`], which turns the
 //! stream of reports into phase durations, update results and failures by reason; the
 //! committed revision comes from the journal; downloads are metered around the fetcher.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use inplace_proto::exposition::{Exposition, HistogramData, MetricType, lock_state as lock};
 use inplace_proto::{Phase, Reason};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of a scrape answer.
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Histogram bounds for step durations, in seconds: sub-second swaps up to hour-long
 /// downloads.
@@ -87,26 +94,6 @@ pub struct Reported<'a> {
     pub reason: Reason,
 }
 
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    cumulative: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
-
-impl Histogram {
-    fn observe(&mut self, took: Duration) {
-        let secs = took.as_secs_f64();
-        for (bound, count) in BUCKETS.iter().zip(self.cumulative.iter_mut()) {
-            if secs <= *bound {
-                *count += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += secs;
-    }
-}
-
 /// The report being shown, and what it needs to close its phase.
 #[derive(Debug, Clone)]
 struct Current {
@@ -119,24 +106,88 @@ struct Current {
     worked: bool,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    steps: BTreeMap<Step, Histogram>,
-    downloaded_bytes: u64,
-    updates: BTreeMap<&'static str, u64>,
-    failures: BTreeMap<&'static str, u64>,
-    running: Option<(String, String)>,
-    current: Option<Current>,
-    last_transition: Option<f64>,
-}
-
 /// The update results counted by `inplace_agent_updates_total`.
 const RESULTS: [&str; 3] = ["succeeded", "rolled_back", "failed"];
 
+/// One label: its name and value.
+type Label = [(&'static str, &'static str); 1];
+/// A step-duration histogram with the agent's buckets.
+type StepHistograms = Family<Label, Histogram, fn() -> Histogram>;
+
 /// Every metric the agent exports.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AgentMetrics {
-    state: Mutex<State>,
+    registry: Registry,
+    /// The report being shown: what [`AgentMetrics::reported`] compares the next one with.
+    current: Mutex<Option<Current>>,
+    steps: StepHistograms,
+    downloaded_bytes: Counter,
+    updates: Family<Label, Counter>,
+    failures: Family<Label, Counter>,
+    revision: Family<[(&'static str, String); 2], Gauge>,
+    phase: Family<[(&'static str, String); 1], Gauge>,
+    last_transition: Gauge<f64, AtomicU64>,
+}
+
+impl Default for AgentMetrics {
+    fn default() -> AgentMetrics {
+        let metrics = AgentMetrics {
+            registry: Registry::default(),
+            current: Mutex::default(),
+            steps: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
+            downloaded_bytes: Counter::default(),
+            updates: Family::default(),
+            failures: Family::default(),
+            revision: Family::default(),
+            phase: Family::default(),
+            last_transition: Gauge::default(),
+        };
+        for result in RESULTS {
+            let _ = metrics.updates.get_or_create(&[("result", result)]);
+        }
+        metrics.show_phase(None);
+        let mut registry = Registry::default();
+        // The client appends the period that ends each help text.
+        registry.register(
+            "inplace_agent_step_duration_seconds",
+            "Time an update step took: download (one artifact), stage, activate, health, rollback",
+            metrics.steps.clone(),
+        );
+        registry.register(
+            "inplace_agent_downloaded_bytes",
+            "Artifact bytes received, failed and abandoned downloads included",
+            metrics.downloaded_bytes.clone(),
+        );
+        registry.register(
+            "inplace_agent_updates",
+            "Updates this agent carried to an end, by result",
+            metrics.updates.clone(),
+        );
+        registry.register(
+            "inplace_agent_failures",
+            "Failed or refused updates, by condition reason",
+            metrics.failures.clone(),
+        );
+        registry.register(
+            "inplace_agent_revision_info",
+            "The committed revision this node runs (absent before the first commit)",
+            metrics.revision.clone(),
+        );
+        registry.register(
+            "inplace_agent_phase",
+            "1 for the phase last reported about the plan, 0 for the others",
+            metrics.phase.clone(),
+        );
+        registry.register(
+            "inplace_agent_last_transition_timestamp_seconds",
+            "When the reported phase last changed, in seconds since the Unix epoch (0: not yet)",
+            metrics.last_transition.clone(),
+        );
+        AgentMetrics {
+            registry,
+            ..metrics
+        }
+    }
 }
 
 impl AgentMetrics {
@@ -145,25 +196,22 @@ impl AgentMetrics {
     /// new phase or revision closes the previous phase's step, and a final phase reached
     /// by work of this process counts the update's result and its failure reasons.
     pub fn reported(&self, report: Reported<'_>, at: Instant, now: SystemTime) {
-        let mut state = lock(&self.state);
-        let previous = state.current.take();
+        // A panic while the lock was held leaves a report behind, still worth comparing.
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let previous = current.take();
         if let Some(p) = &previous
             && p.revision.as_deref() == report.revision
             && p.phase == report.phase
             && p.reason == report.reason
         {
-            state.current = previous;
+            *current = previous;
             return;
         }
         if let Some(p) = &previous
             && p.phase != report.phase
             && let Some(step) = Step::of(p.phase)
         {
-            state
-                .steps
-                .entry(step)
-                .or_default()
-                .observe(at.saturating_duration_since(p.since));
+            self.observe(step, at.saturating_duration_since(p.since));
         }
         let same_revision = previous
             .as_ref()
@@ -180,10 +228,12 @@ impl AgentMetrics {
                 Phase::RolledBack => "rolled_back",
                 _ => "failed",
             };
-            *state.updates.entry(result).or_default() += 1;
+            self.updates.get_or_create(&[("result", result)]).inc();
         }
-        let mut failed = |reason: Reason| {
-            *state.failures.entry(reason.as_str()).or_default() += 1;
+        let failed = |reason: Reason| {
+            self.failures
+                .get_or_create(&[("reason", reason.as_str())])
+                .inc();
         };
         match report.phase {
             // A refusal (invalid plan, policy, downgrade, …) is a failure of the plan even
@@ -211,13 +261,12 @@ impl AgentMetrics {
         if previous
             .as_ref()
             .is_none_or(|p| p.phase != report.phase || !same_revision)
+            && let Ok(since_epoch) = now.duration_since(SystemTime::UNIX_EPOCH)
         {
-            state.last_transition = now
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_secs_f64());
+            self.last_transition.set(since_epoch.as_secs_f64());
         }
-        state.current = Some(Current {
+        self.show_phase(Some(report.phase));
+        *current = Some(Current {
             revision: report.revision.map(str::to_owned),
             phase: report.phase,
             reason: report.reason,
@@ -232,12 +281,18 @@ impl AgentMetrics {
 
     /// Records the committed revision (what the node runs) and its Kubernetes version.
     pub fn running(&self, revision: Option<&str>, kubernetes_version: Option<&str>) {
-        lock(&self.state).running = revision.map(|r| {
-            (
-                r.to_owned(),
-                kubernetes_version.unwrap_or_default().to_owned(),
-            )
-        });
+        self.revision.clear();
+        if let Some(revision) = revision {
+            self.revision
+                .get_or_create(&[
+                    ("revision", revision.to_owned()),
+                    (
+                        "kubernetes_version",
+                        kubernetes_version.unwrap_or_default().to_owned(),
+                    ),
+                ])
+                .set(1);
+        }
     }
 
     /// Starts metering one artifact's download: bytes count as they arrive (also when the
@@ -251,82 +306,27 @@ impl AgentMetrics {
         }
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The Prometheus text exposition (format 0.0.4) of every metric.
     pub fn render(&self) -> String {
-        let state = lock(&self.state);
-        let mut text = Exposition::new();
-        let mut family = text.family(
-            "inplace_agent_step_duration_seconds",
-            "Time an update step took: download (one artifact), stage, activate, health, rollback.",
-            MetricType::Histogram,
-        );
-        for (step, h) in &state.steps {
-            family.histogram(
-                &[("step", step.as_str())],
-                HistogramData {
-                    bounds: &BUCKETS,
-                    cumulative: &h.cumulative,
-                    sum: h.sum,
-                    count: h.count,
-                },
-            );
-        }
-        text.family(
-            "inplace_agent_downloaded_bytes_total",
-            "Artifact bytes received, failed and abandoned downloads included.",
-            MetricType::Counter,
-        )
-        .sample(&[], state.downloaded_bytes);
-        let mut family = text.family(
-            "inplace_agent_updates_total",
-            "Updates this agent carried to an end, by result.",
-            MetricType::Counter,
-        );
-        for result in RESULTS {
-            family.sample(
-                &[("result", result)],
-                state.updates.get(result).copied().unwrap_or(0),
-            );
-        }
-        let mut family = text.family(
-            "inplace_agent_failures_total",
-            "Failed or refused updates, by condition reason.",
-            MetricType::Counter,
-        );
-        for (reason, n) in &state.failures {
-            family.sample(&[("reason", *reason)], *n);
-        }
-        let mut family = text.family(
-            "inplace_agent_revision_info",
-            "The committed revision this node runs (absent before the first commit).",
-            MetricType::Gauge,
-        );
-        if let Some((revision, kubernetes_version)) = &state.running {
-            family.sample(
-                &[
-                    ("revision", revision.as_str()),
-                    ("kubernetes_version", kubernetes_version.as_str()),
-                ],
-                1u8,
-            );
-        }
-        let shown = state.current.as_ref().map(|c| c.phase);
-        let mut family = text.family(
-            "inplace_agent_phase",
-            "1 for the phase last reported about the plan, 0 for the others.",
-            MetricType::Gauge,
-        );
+        let mut text = String::new();
+        // Writing to a String cannot fail, and every label is a plain string.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
+        text
+    }
+
+    fn observe(&self, step: Step, took: Duration) {
+        self.steps
+            .get_or_create(&[("step", step.as_str())])
+            .observe(took.as_secs_f64());
+    }
+
+    /// The phase state set: 1 for `shown`, 0 for every other phase.
+    fn show_phase(&self, shown: Option<Phase>) {
         for phase in PHASES {
-            let name = format!("{phase:?}");
-            family.sample(&[("phase", name.as_str())], u8::from(shown == Some(phase)));
+            self.phase
+                .get_or_create(&[("phase", format!("{phase:?}"))])
+                .set(i64::from(shown == Some(phase)));
         }
-        text.family(
-            "inplace_agent_last_transition_timestamp_seconds",
-            "When the reported phase last changed, in seconds since the Unix epoch (0: not yet).",
-            MetricType::Gauge,
-        )
-        .sample(&[], state.last_transition.unwrap_or(0.0));
-        text.finish()
     }
 }
 
@@ -352,20 +352,15 @@ impl DownloadMeter<'_> {
 
     /// The download succeeded: its duration counts.
     pub fn succeeded(self) {
-        let took = self.started.elapsed();
-        lock(&self.metrics.state)
-            .steps
-            .entry(Step::Download)
-            .or_default()
-            .observe(took);
+        self.metrics.observe(Step::Download, self.started.elapsed());
     }
 }
 
 impl Drop for DownloadMeter<'_> {
     fn drop(&mut self) {
-        let bytes = self.bytes.load(Ordering::Relaxed);
-        let mut state = lock(&self.metrics.state);
-        state.downloaded_bytes = state.downloaded_bytes.saturating_add(bytes);
+        self.metrics
+            .downloaded_bytes
+            .inc_by(self.bytes.load(Ordering::Relaxed));
     }
 }
 
@@ -420,17 +415,17 @@ mod tests {
                 &text,
                 "inplace_agent_step_duration_seconds_sum{step=\"stage\"}"
             ),
-            "inplace_agent_step_duration_seconds_sum{step=\"stage\"} 3"
+            "inplace_agent_step_duration_seconds_sum{step=\"stage\"} 3.0"
         );
         assert!(text.contains("step_duration_seconds_bucket{step=\"stage\",le=\"2.5\"} 0\n"));
         assert!(text.contains("step_duration_seconds_bucket{step=\"stage\",le=\"5\"} 1\n"));
-        assert!(text.contains("step_duration_seconds_sum{step=\"activate\"} 1\n"));
-        assert!(text.contains("step_duration_seconds_sum{step=\"health\"} 1\n"));
+        assert!(text.contains("step_duration_seconds_sum{step=\"activate\"} 1.0\n"));
+        assert!(text.contains("step_duration_seconds_sum{step=\"health\"} 1.0\n"));
         assert!(text.contains("inplace_agent_updates_total{result=\"succeeded\"} 1\n"));
         assert!(text.contains("inplace_agent_phase{phase=\"Succeeded\"} 1\n"));
         assert!(text.contains("inplace_agent_phase{phase=\"Verifying\"} 0\n"));
         // The last change was the Succeeded at t0+5s.
-        assert!(text.contains("inplace_agent_last_transition_timestamp_seconds 1005\n"));
+        assert!(text.contains("inplace_agent_last_transition_timestamp_seconds 1005.0\n"));
         assert!(!text.contains("inplace_agent_failures_total{"), "{text}");
     }
 
@@ -519,7 +514,7 @@ mod tests {
         let text = m.render();
         assert!(text.contains("step_duration_seconds_count{step=\"stage\"} 1\n"));
         assert!(
-            text.contains("step_duration_seconds_sum{step=\"stage\"} 1\n"),
+            text.contains("step_duration_seconds_sum{step=\"stage\"} 1.0\n"),
             "{text}"
         );
     }

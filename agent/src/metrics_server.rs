@@ -1,11 +1,14 @@
-//! Serves the agent's metrics: `GET /metrics` over minimal HTTP/1.1 on a Unix socket under
-//! `/run` (mode 0660: root, or a group an operator grants) and, when configured, on a
-//! loopback TCP address. One request per connection; anything else is answered 404, 405 or
-//! 400 without reading more than [`MAX_REQUEST`] bytes.
+//! Serves the agent's metrics: `GET /metrics` over HTTP/1.1 (hyper's server) on a Unix
+//! socket under `/run` (mode 0660: root, or a group an operator grants) and, when
+//! configured, on a loopback TCP address. One request per connection; anything else is
+//! answered 404 or 405, a malformed request 400, a request head over [`Limits`]'s size 431.
+//! [`Limits`] also bounds how long a client may take to send its head and how many
+//! connections are answered at once.
 //!
 //! [`scrape`] is the matching client (`inplace-agent metrics`), for nodes without
 //! `curl --unix-socket`.
 
+use std::convert::Infallible;
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
@@ -13,22 +16,41 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use inplace_proto::exposition::CONTENT_TYPE;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 
-use crate::metrics::AgentMetrics;
+use crate::metrics::{AgentMetrics, CONTENT_TYPE};
 use crate::settings::MetricsSettings;
 
-/// The largest request head accepted (request line and headers).
-pub const MAX_REQUEST: usize = 8 * 1024;
-/// How long a client may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections answered at once; more wait in the listen backlog.
-const MAX_CONNECTIONS: usize = 8;
 /// The socket's mode: read-write for the owner and group, nothing for others.
 const SOCKET_MODE: u32 = 0o660;
+
+/// What one client may cost the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request head accepted (request line and headers); at least 8 KiB, the
+    /// smallest read buffer hyper allows.
+    pub max_request: usize,
+    /// How long a client may take to send its request head, counted from the connection.
+    pub header_timeout: Duration,
+    /// Connections answered at once; more wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_request: 8 * 1024,
+            header_timeout: Duration::from_secs(10),
+            max_connections: 8,
+        }
+    }
+}
 
 /// Why the metrics endpoints could not be set up or scraped.
 #[derive(Debug, thiserror::Error)]
@@ -122,14 +144,31 @@ impl Endpoints {
         self.tcp.as_ref().and_then(|l| l.local_addr().ok())
     }
 
-    /// Answers scrapes until the task is dropped; then removes the socket file.
+    /// Answers scrapes within the default [`Limits`] until the task is dropped; then
+    /// removes the socket file.
     pub async fn serve(self, metrics: Arc<AgentMetrics>) {
+        self.serve_within(metrics, Limits::default()).await;
+    }
+
+    /// Answers scrapes within `limits` until the task is dropped; then removes the socket
+    /// file.
+    pub async fn serve_within(self, metrics: Arc<AgentMetrics>, limits: Limits) {
         let _socket = RemoveOnDrop(self.socket);
-        let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_buf_size(limits.max_request)
+            .max_header_size(limits.max_request)
+            .keep_alive(false);
+        let server = Server {
+            http,
+            metrics,
+            permits: Arc::new(Semaphore::new(limits.max_connections)),
+        };
         let unix = async {
             loop {
                 if let Ok((stream, _)) = self.unix.accept().await {
-                    spawn_answer(stream, &metrics, &permits).await;
+                    server.answer(stream).await;
                 }
             }
         };
@@ -139,7 +178,7 @@ impl Endpoints {
             };
             loop {
                 if let Ok((stream, _)) = tcp.accept().await {
-                    spawn_answer(stream, &metrics, &permits).await;
+                    server.answer(stream).await;
                 }
             }
         };
@@ -155,139 +194,68 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-async fn spawn_answer<S>(stream: S, metrics: &Arc<AgentMetrics>, permits: &Arc<Semaphore>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let Ok(permit) = permits.clone().acquire_owned().await else {
-        return;
-    };
-    let metrics = metrics.clone();
-    tokio::spawn(async move {
-        if let Err(e) = answer(stream, &metrics).await {
-            tracing::debug!(error = %e, "metrics request");
-        }
-        drop(permit);
-    });
+/// What every connection shares.
+struct Server {
+    http: hyper::server::conn::http1::Builder,
+    metrics: Arc<AgentMetrics>,
+    permits: Arc<Semaphore>,
 }
 
-/// Reads one request head and writes its answer.
-async fn answer<S>(mut stream: S, metrics: &AgentMetrics) -> std::io::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request too slow"))??;
-    let response = respond(&head, || metrics.render());
-    stream.write_all(&response.to_bytes()).await?;
-    stream.shutdown().await
-}
-
-/// Reads until the blank line that ends a request head, or [`MAX_REQUEST`] + 1 bytes.
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    while head.len() <= MAX_REQUEST && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&chunk[..n]);
-    }
-    Ok(head)
-}
-
-/// An HTTP answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    /// Status code.
-    pub status: u16,
-    /// Extra headers.
-    pub headers: Vec<(&'static str, &'static str)>,
-    /// The body (empty for HEAD, but `Content-Length` still says its size).
-    pub body: String,
-    /// Whether the body is sent (not for HEAD).
-    pub send_body: bool,
-}
-
-impl Response {
-    fn plain(status: u16, body: &str) -> Response {
-        Response {
-            status,
-            headers: vec![("Content-Type", "text/plain; charset=utf-8")],
-            body: format!("{body}\n"),
-            send_body: true,
-        }
-    }
-
-    fn to_bytes(&self) -> Vec<u8> {
-        let reason = match self.status {
-            200 => "OK",
-            400 => "Bad Request",
-            404 => "Not Found",
-            405 => "Method Not Allowed",
-            431 => "Request Header Fields Too Large",
-            _ => "Error",
+impl Server {
+    /// Answers one connection once a slot is free; until then this listener accepts no
+    /// more, so further connections wait in the kernel's listen backlog.
+    async fn answer<S>(&self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Ok(permit) = self.permits.clone().acquire_owned().await else {
+            return;
         };
-        let mut out = format!("HTTP/1.1 {} {reason}\r\n", self.status);
-        for (name, value) in &self.headers {
-            out.push_str(&format!("{name}: {value}\r\n"));
-        }
-        out.push_str(&format!(
-            "Content-Length: {}\r\nConnection: close\r\n\r\n",
-            self.body.len()
-        ));
-        let mut bytes = out.into_bytes();
-        if self.send_body {
-            bytes.extend_from_slice(self.body.as_bytes());
-        }
-        bytes
+        let metrics = self.metrics.clone();
+        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+            let response = respond(request.method(), request.uri().path(), || metrics.render());
+            std::future::ready(Ok::<_, Infallible>(response.map(Full::new)))
+        });
+        let connection = self.http.serve_connection(TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "metrics request");
+            }
+            drop(permit);
+        });
     }
 }
 
-/// The answer to a request head; `render` is only called for a scrape. Pure.
-pub fn respond(head: &[u8], render: impl FnOnce() -> String) -> Response {
-    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if head.len() > MAX_REQUEST {
-            Response::plain(431, "request head too large")
-        } else {
-            Response::plain(400, "incomplete request")
-        };
+/// The answer to a request for `path`; `render` is only called for a scrape. Pure.
+pub fn respond(method: &Method, path: &str, render: impl FnOnce() -> String) -> Response<Bytes> {
+    let plain = |status: StatusCode, text: &str| {
+        let mut response = Response::new(Bytes::from(format!("{text}\n")));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
     };
-    if end + 4 > MAX_REQUEST {
-        return Response::plain(431, "request head too large");
-    }
-    let Ok(head) = std::str::from_utf8(&head[..end]) else {
-        return Response::plain(400, "request is not UTF-8");
-    };
-    let request_line = head.lines().next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Response::plain(400, "malformed request line");
-    };
-    if !version.starts_with("HTTP/1.") {
-        return Response::plain(400, "only HTTP/1.x is spoken here");
-    }
-    let path = target.split_once('?').map_or(target, |(path, _)| path);
     if path != "/metrics" {
-        return Response::plain(404, "not found; the metrics are at /metrics");
+        return plain(
+            StatusCode::NOT_FOUND,
+            "not found; the metrics are at /metrics",
+        );
     }
-    match method {
-        "GET" | "HEAD" => Response {
-            status: 200,
-            headers: vec![("Content-Type", CONTENT_TYPE)],
-            body: render(),
-            send_body: method == "GET",
-        },
-        _ => {
-            let mut response = Response::plain(405, "only GET and HEAD");
-            response.headers.push(("Allow", "GET, HEAD"));
-            response
-        }
+    if method != Method::GET && method != Method::HEAD {
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD");
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
+        return response;
     }
+    let mut response = Response::new(Bytes::from(render()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(CONTENT_TYPE),
+    );
+    response
 }
 
 /// Fetches `/metrics` from the agent's socket (blocking; for the `metrics` subcommand
@@ -333,45 +301,24 @@ mod tests {
     }
 
     #[test]
-    fn get_metrics_answers_the_exposition() {
-        let r = respond(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", render);
-        assert_eq!(r.status, 200);
-        assert_eq!(r.body, "m 1\n");
-        assert!(r.headers.contains(&("Content-Type", CONTENT_TYPE)));
-        let bytes = String::from_utf8(r.to_bytes()).unwrap();
-        assert!(bytes.starts_with("HTTP/1.1 200 OK\r\n"), "{bytes}");
-        assert!(bytes.contains("Content-Length: 4\r\n"), "{bytes}");
-        assert!(bytes.ends_with("\r\n\r\nm 1\n"), "{bytes}");
-        let q = respond(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n", render);
-        assert_eq!(q.status, 200);
+    fn get_and_head_metrics_answer_the_exposition() {
+        for method in [Method::GET, Method::HEAD] {
+            let r = respond(&method, "/metrics", render);
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.body().as_ref(), b"m 1\n");
+            assert_eq!(r.headers()[header::CONTENT_TYPE], CONTENT_TYPE);
+        }
     }
 
     #[test]
-    fn head_sends_no_body() {
-        let r = respond(b"HEAD /metrics HTTP/1.1\r\n\r\n", render);
-        assert_eq!(r.status, 200);
-        let bytes = String::from_utf8(r.to_bytes()).unwrap();
-        assert!(bytes.ends_with("Content-Length: 4\r\nConnection: close\r\n\r\n"));
-    }
-
-    #[test]
-    fn other_paths_methods_and_garbage_are_refused_without_rendering() {
+    fn other_paths_and_methods_are_refused_without_rendering() {
         let never = || -> String { panic!("rendered for a refused request") };
-        assert_eq!(respond(b"GET / HTTP/1.1\r\n\r\n", never).status, 404);
-        let post = respond(b"POST /metrics HTTP/1.1\r\n\r\n", never);
-        assert_eq!(post.status, 405);
-        assert!(post.headers.contains(&("Allow", "GET, HEAD")));
-        assert_eq!(respond(b"GET /metrics\r\n\r\n", never).status, 400);
-        assert_eq!(respond(b"GET /metrics SPDY/3\r\n\r\n", never).status, 400);
-        assert_eq!(respond(b"GET /metrics HTTP/1.1\r\n", never).status, 400);
         assert_eq!(
-            respond(b"\xff\xfe /metrics HTTP/1.1\r\n\r\n", never).status,
-            400
+            respond(&Method::GET, "/", never).status(),
+            StatusCode::NOT_FOUND
         );
-        let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
-        huge.extend(std::iter::repeat_n(b'a', MAX_REQUEST));
-        assert_eq!(respond(&huge, never).status, 431);
-        huge.extend_from_slice(b"\r\n\r\n");
-        assert_eq!(respond(&huge, never).status, 431);
+        let post = respond(&Method::POST, "/metrics", never);
+        assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(post.headers()[header::ALLOW], "GET, HEAD");
     }
 }

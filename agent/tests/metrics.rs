@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::Bed;
 use inplace_agent::metrics::AgentMetrics;
-use inplace_agent::metrics_server::{self, Endpoints, ServeError};
+use inplace_agent::metrics_server::{self, Endpoints, Limits, ServeError};
 use inplace_agent::settings::MetricsSettings;
 use tokio::process::Command;
 
@@ -158,7 +158,9 @@ async fn updates_rollbacks_and_refusals_are_scraped_from_the_socket_and_loopback
     let answer = over_tcp(tcp, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
     assert!(
-        answer.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+        answer
+            .to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
         "{answer}"
     );
     assert!(answer.ends_with(&text), "{answer}");
@@ -166,6 +168,8 @@ async fn updates_rollbacks_and_refusals_are_scraped_from_the_socket_and_loopback
     assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
     let answer = over_tcp(tcp, "DELETE /metrics HTTP/1.1\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 405 "), "{answer}");
+    let answer = over_tcp(tcp, "GET /metrics SPDY/3\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
 
     // The operator's client, with the socket named and from the configuration.
     let (ok, out, err) = cli(None, &["metrics", "--socket", socket.to_str().unwrap()]).await;
@@ -194,6 +198,126 @@ async fn updates_rollbacks_and_refusals_are_scraped_from_the_socket_and_loopback
         err.contains(&socket.display().to_string()) && err.contains("is the agent running"),
         "{err}"
     );
+}
+
+/// Connects to the socket and writes `request` (nothing when empty), leaving the
+/// connection open.
+fn connect(socket: &Path, request: &[u8]) -> std::os::unix::net::UnixStream {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream.write_all(request).unwrap();
+    stream
+}
+
+/// Everything the server sends until it closes the connection; fails after `patience`.
+fn answer_within(mut stream: std::os::unix::net::UnixStream, patience: Duration) -> String {
+    stream.set_read_timeout(Some(patience)).unwrap();
+    let mut answer = Vec::new();
+    match stream.read_to_end(&mut answer) {
+        // A server that closes with part of the request unread resets the connection
+        // after its answer.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => {
+            other.unwrap();
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Serves fresh metrics on a socket in `dir` within `limits`.
+async fn serve_within(dir: &Path, limits: Limits) -> (PathBuf, tokio::task::JoinHandle<()>) {
+    let socket = dir.join("metrics.sock");
+    let endpoints = Endpoints::bind(&settings(socket.clone(), None))
+        .await
+        .unwrap();
+    let server = tokio::spawn(endpoints.serve_within(Arc::new(AgentMetrics::default()), limits));
+    (socket, server)
+}
+
+#[tokio::test]
+async fn a_request_head_over_the_size_limit_is_refused_with_431() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits::default();
+    let (socket, server) = serve_within(dir.path(), limits).await;
+    let answer = tokio::task::spawn_blocking(move || {
+        // Within the limit: answered.
+        let mut fits = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+        fits.extend(std::iter::repeat_n(b'a', limits.max_request / 2));
+        fits.extend_from_slice(b"\r\n\r\n");
+        let fits = answer_within(connect(&socket, &fits), Duration::from_secs(30));
+        // One header line longer than the whole limit, never finished.
+        let mut huge = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+        huge.extend(std::iter::repeat_n(b'a', limits.max_request + 1));
+        let unfinished = answer_within(connect(&socket, &huge), Duration::from_secs(30));
+        // The same, finished.
+        huge.extend_from_slice(b"\r\n\r\n");
+        let finished = answer_within(connect(&socket, &huge), Duration::from_secs(30));
+        (fits, unfinished, finished)
+    })
+    .await
+    .unwrap();
+    assert!(answer.0.starts_with("HTTP/1.1 200 OK\r\n"), "{}", answer.0);
+    assert!(answer.1.starts_with("HTTP/1.1 431 "), "{}", answer.1);
+    assert!(answer.2.starts_with("HTTP/1.1 431 "), "{}", answer.2);
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_finish_its_head_in_time_is_cut_off_unanswered() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        header_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let (socket, server) = serve_within(dir.path(), limits).await;
+    let (silent, partial) = tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let silent = answer_within(connect(&socket, b""), Duration::from_secs(30));
+        let partial = answer_within(
+            connect(&socket, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"),
+            Duration::from_secs(30),
+        );
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        (silent, partial)
+    })
+    .await
+    .unwrap();
+    // Closed by the server (read_to_end returned), with nothing sent.
+    assert_eq!(silent, "");
+    assert_eq!(partial, "");
+    server.abort();
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_wait_until_one_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_connections: 2,
+        ..Limits::default()
+    };
+    let (socket, server) = serve_within(dir.path(), limits).await;
+    let answer = tokio::task::spawn_blocking(move || {
+        // Two clients hold both slots without sending anything.
+        let first = connect(&socket, b"");
+        let _second = connect(&socket, b"");
+        std::thread::sleep(Duration::from_millis(200));
+        let mut third = connect(&socket, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        third
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let waited = third.read(&mut byte);
+        assert!(
+            matches!(&waited, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "answered over the cap: {waited:?}"
+        );
+        // One slot frees: the waiting request is answered.
+        drop(first);
+        answer_within(third, Duration::from_secs(30))
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    server.abort();
 }
 
 #[tokio::test]
@@ -293,9 +417,28 @@ async fn status_lines_name_every_phase_with_download_progress() {
 #[test]
 fn the_observability_guide_lists_every_agent_metric_with_its_type() {
     let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage/observability.md");
-    let text = AgentMetrics::default().render();
+    // A family without series is left out of the text: give each one.
+    let metrics = AgentMetrics::default();
+    let at = std::time::Instant::now();
+    metrics.reported(
+        inplace_agent::metrics::Reported {
+            revision: Some("aaaa"),
+            phase: inplace_proto::Phase::Failed,
+            reason: inplace_proto::Reason::PolicyDenied,
+        },
+        at,
+        std::time::SystemTime::now(),
+    );
+    metrics.running(Some("aaaa"), None);
+    metrics.download().succeeded();
+    let text = metrics.render();
     assert_eq!(
-        inplace_proto::exposition::undocumented_families(
+        inplace_tests::metrics_guide::declared_families(&text).len(),
+        7,
+        "{text}"
+    );
+    assert_eq!(
+        inplace_tests::metrics_guide::undocumented_families(
             &text,
             &std::fs::read_to_string(guide).unwrap()
         ),

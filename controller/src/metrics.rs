@@ -1,123 +1,170 @@
-//! The controller's metrics, owned by one struct (no global registry) and rendered in the
-//! Prometheus text format by the HTTP server.
+//! The controller's metrics, owned by one struct (no global registry), kept in the
+//! Prometheus project's client types and rendered in the Prometheus text format (0.0.4) by
+//! its encoder for the HTTP server.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use inplace_proto::exposition::{Exposition, HistogramData, MetricType, lock_state as lock};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of a scrape answer.
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Histogram bucket bounds for reconcile durations, in seconds.
 const BUCKETS: [f64; 11] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
-#[derive(Default, Clone)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-    max: f64,
-}
+/// The node states of `inplace_rollout_nodes`.
+const NODE_STATES: [&str; 6] = [
+    "total",
+    "pending",
+    "staged",
+    "updating",
+    "succeeded",
+    "failed",
+];
 
-/// Summary of reconcile durations of one controller.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct LatencySummary {
-    /// How many reconciles.
-    pub count: u64,
-    /// Mean, seconds.
-    pub mean: f64,
-    /// Upper bucket bound below which 50% fall, seconds.
-    pub p50: f64,
-    /// Upper bucket bound below which 99% fall, seconds.
-    pub p99: f64,
-    /// Slowest, seconds.
-    pub max: f64,
-}
+type Labels<const N: usize> = [(&'static str, &'static str); N];
 
 /// Every metric the controller exports.
-#[derive(Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    reconciles: Mutex<BTreeMap<&'static str, u64>>,
-    failures: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
-    durations: Mutex<BTreeMap<&'static str, Histogram>>,
-    writes: Mutex<BTreeMap<&'static str, u64>>,
-    rollout_nodes: Mutex<BTreeMap<(String, &'static str), i64>>,
-    leader: AtomicBool,
+    registry: Registry,
+    reconciles: Family<Labels<1>, Counter>,
+    failures: Family<Labels<2>, Counter>,
+    durations: Family<Labels<1>, Histogram, fn() -> Histogram>,
+    writes: Family<Labels<1>, Counter>,
+    rollout_nodes: Family<[(&'static str, String); 2], Gauge>,
+    leader: Gauge,
+    lease_transitions: Counter,
+    /// Whether this replica leads: the gauge follows it, and only a change counts as an
+    /// acquisition.
+    leading: AtomicBool,
     ready: AtomicBool,
-    lease_transitions: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let metrics = Metrics {
+            registry: Registry::default(),
+            reconciles: Family::default(),
+            failures: Family::default(),
+            durations: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
+            writes: Family::default(),
+            rollout_nodes: Family::default(),
+            leader: Gauge::default(),
+            lease_transitions: Counter::default(),
+            leading: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+        };
+        let mut registry = Registry::default();
+        // The client appends the period that ends each help text.
+        registry.register(
+            "inplace_controller_reconciles",
+            "Reconciles run, by controller",
+            metrics.reconciles.clone(),
+        );
+        registry.register(
+            "inplace_controller_reconcile_errors",
+            "Failed reconciles, by controller and error",
+            metrics.failures.clone(),
+        );
+        registry.register(
+            "inplace_controller_reconcile_duration_seconds",
+            "Time one reconcile took",
+            metrics.durations.clone(),
+        );
+        registry.register(
+            "inplace_controller_api_writes",
+            "Writes to the Kubernetes API, by kind",
+            metrics.writes.clone(),
+        );
+        registry.register(
+            "inplace_rollout_nodes",
+            "Nodes of a rollout, by state",
+            metrics.rollout_nodes.clone(),
+        );
+        registry.register(
+            "inplace_controller_leader",
+            "1 while this replica holds the leader Lease",
+            metrics.leader.clone(),
+        );
+        registry.register(
+            "inplace_controller_leader_acquisitions",
+            "Times this replica became leader",
+            metrics.lease_transitions.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
 }
 
 impl Metrics {
     /// Counts one reconcile of `controller` that took `took`.
     pub fn reconciled(&self, controller: &'static str, took: Duration) {
-        *lock(&self.reconciles).entry(controller).or_default() += 1;
-        let secs = took.as_secs_f64();
-        let mut durations = lock(&self.durations);
-        let h = durations.entry(controller).or_default();
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if secs <= *bound {
-                h.counts[i] += 1;
-            }
-        }
-        h.count += 1;
-        h.sum += secs;
-        h.max = h.max.max(secs);
+        let label = [("controller", controller)];
+        self.reconciles.get_or_create(&label).inc();
+        self.durations
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
     }
 
     /// Counts a failed reconcile, labelled with [`crate::Error::metric_label`].
     pub fn failed(&self, controller: &'static str, error: &'static str) {
-        *lock(&self.failures).entry((controller, error)).or_default() += 1;
+        self.failures
+            .get_or_create(&[("controller", controller), ("error", error)])
+            .inc();
     }
 
     /// Counts a write to the API: `plan_apply`, `rollout_status`, `release_status`,
     /// `node_cordon`, `node_uncordon`, `eviction`, `event`, `lease`.
     pub fn wrote(&self, kind: &'static str) {
-        *lock(&self.writes).entry(kind).or_default() += 1;
-    }
-
-    /// Writes of one kind so far.
-    pub fn writes(&self, kind: &'static str) -> u64 {
-        lock(&self.writes).get(kind).copied().unwrap_or(0)
-    }
-
-    /// All writes so far.
-    pub fn total_writes(&self) -> u64 {
-        lock(&self.writes).values().sum()
+        self.writes.get_or_create(&[("kind", kind)]).inc();
     }
 
     /// Records a rollout's node counts.
     pub fn rollout_counts(&self, rollout: &str, counts: &inplace_proto::NodeCounts) {
-        let mut map = lock(&self.rollout_nodes);
-        for (state, value) in [
-            ("total", counts.total),
-            ("pending", counts.pending),
-            ("staged", counts.staged),
-            ("updating", counts.updating),
-            ("succeeded", counts.succeeded),
-            ("failed", counts.failed),
-        ] {
-            map.insert((rollout.to_owned(), state), i64::from(value));
+        let values = [
+            counts.total,
+            counts.pending,
+            counts.staged,
+            counts.updating,
+            counts.succeeded,
+            counts.failed,
+        ];
+        for (state, value) in NODE_STATES.into_iter().zip(values) {
+            self.rollout_nodes
+                .get_or_create(&node_labels(rollout, state))
+                .set(i64::from(value));
         }
     }
 
     /// Forgets a deleted rollout.
     pub fn forget_rollout(&self, rollout: &str) {
-        lock(&self.rollout_nodes).retain(|(name, _), _| name != rollout);
+        for state in NODE_STATES {
+            self.rollout_nodes.remove(&node_labels(rollout, state));
+        }
     }
 
     /// Whether this replica leads.
     pub fn set_leader(&self, leader: bool) {
-        if leader && !self.leader.swap(true, Ordering::SeqCst) {
-            self.lease_transitions.fetch_add(1, Ordering::SeqCst);
+        if leader && !self.leading.swap(true, Ordering::SeqCst) {
+            self.lease_transitions.inc();
         }
-        self.leader.store(leader, Ordering::SeqCst);
+        self.leading.store(leader, Ordering::SeqCst);
+        self.leader.set(i64::from(leader));
     }
 
     /// Whether this replica leads.
     pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::SeqCst)
+        self.leading.load(Ordering::SeqCst)
     }
 
     /// Marks the process ready (caches synced, or standing by as a follower).
@@ -130,107 +177,27 @@ impl Metrics {
         self.ready.load(Ordering::SeqCst)
     }
 
-    /// Reconcile latency of one controller.
-    pub fn latency(&self, controller: &'static str) -> LatencySummary {
-        let durations = lock(&self.durations);
-        let Some(h) = durations.get(controller) else {
-            return LatencySummary::default();
-        };
-        let quantile = |q: f64| {
-            let want = (h.count as f64 * q).ceil() as u64;
-            BUCKETS
-                .iter()
-                .zip(h.counts)
-                .find(|(_, c)| *c >= want)
-                .map_or(h.max, |(b, _)| *b)
-        };
-        LatencySummary {
-            count: h.count,
-            mean: if h.count == 0 {
-                0.0
-            } else {
-                h.sum / h.count as f64
-            },
-            p50: quantile(0.5),
-            p99: quantile(0.99),
-            max: h.max,
-        }
-    }
-
-    /// The Prometheus text exposition of every metric.
+    /// The Prometheus text exposition (format 0.0.4) of every metric.
     pub fn render(&self) -> String {
-        let mut text = Exposition::new();
-        let mut family = text.family(
-            "inplace_controller_reconciles_total",
-            "Reconciles run, by controller.",
-            MetricType::Counter,
-        );
-        for (controller, n) in lock(&self.reconciles).iter() {
-            family.sample(&[("controller", *controller)], *n);
-        }
-        let mut family = text.family(
-            "inplace_controller_reconcile_errors_total",
-            "Failed reconciles, by controller and error.",
-            MetricType::Counter,
-        );
-        for ((controller, error), n) in lock(&self.failures).iter() {
-            family.sample(&[("controller", *controller), ("error", *error)], *n);
-        }
-        let mut family = text.family(
-            "inplace_controller_reconcile_duration_seconds",
-            "Time one reconcile took.",
-            MetricType::Histogram,
-        );
-        for (controller, h) in lock(&self.durations).iter() {
-            family.histogram(
-                &[("controller", *controller)],
-                HistogramData {
-                    bounds: &BUCKETS,
-                    cumulative: &h.counts,
-                    sum: h.sum,
-                    count: h.count,
-                },
-            );
-        }
-        let mut family = text.family(
-            "inplace_controller_api_writes_total",
-            "Writes to the Kubernetes API, by kind.",
-            MetricType::Counter,
-        );
-        for (kind, n) in lock(&self.writes).iter() {
-            family.sample(&[("kind", *kind)], *n);
-        }
-        let mut family = text.family(
-            "inplace_rollout_nodes",
-            "Nodes of a rollout, by state.",
-            MetricType::Gauge,
-        );
-        for ((rollout, state), n) in lock(&self.rollout_nodes).iter() {
-            family.sample(&[("rollout", rollout.as_str()), ("state", *state)], *n);
-        }
-        text.family(
-            "inplace_controller_leader",
-            "1 while this replica holds the leader Lease.",
-            MetricType::Gauge,
-        )
-        .sample(&[], u8::from(self.is_leader()));
-        text.family(
-            "inplace_controller_leader_acquisitions_total",
-            "Times this replica became leader.",
-            MetricType::Counter,
-        )
-        .sample(&[], self.lease_transitions.load(Ordering::SeqCst));
-        text.finish()
+        let mut text = String::new();
+        // Writing to a String cannot fail, and every label is a plain string.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
+        text
     }
+}
+
+fn node_labels(rollout: &str, state: &'static str) -> [(&'static str, String); 2] {
+    [("rollout", rollout.to_owned()), ("state", state.to_owned())]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// What the hand-written renderer (before `inplace_proto::exposition`) wrote for the
-    /// test below, captured from it.
-    const GOLDEN: &str = r#"# HELP inplace_controller_reconciles_total Reconciles run, by controller.
+    /// The lines of the hand-written renderer this replaced wrote for the test below, in
+    /// its order (the client writes a family's series in no set order); integral floats
+    /// were written without `.0`.
+    const BEFORE: &str = r#"# HELP inplace_controller_reconciles_total Reconciles run, by controller.
 # TYPE inplace_controller_reconciles_total counter
 inplace_controller_reconciles_total{controller="release"} 1
 inplace_controller_reconciles_total{controller="rollout"} 2
@@ -288,9 +255,9 @@ inplace_controller_leader 1
 inplace_controller_leader_acquisitions_total 1
 "#;
 
-    /// The whole text, byte for byte: what dashboards and alerts already match.
+    /// Family by family, the same lines as before: what dashboards and alerts match.
     #[test]
-    fn exposition_is_byte_identical_to_the_hand_written_one() {
+    fn exposition_has_the_lines_of_the_hand_written_one() {
         let m = Metrics::default();
         m.reconciled("rollout", Duration::from_millis(3));
         m.reconciled("rollout", Duration::from_millis(30));
@@ -309,17 +276,48 @@ inplace_controller_leader_acquisitions_total 1
                 ..Default::default()
             },
         );
-        assert_eq!(m.render(), GOLDEN);
+        let text = m.render();
+        // A family's HELP and TYPE lines first, then its series (each series' bucket,
+        // sum and count lines in order): compare families, and series within them as sets.
+        let families = |text: &str| -> Vec<(String, Vec<String>)> {
+            let mut out: Vec<(String, Vec<String>)> = Vec::new();
+            for line in text.lines() {
+                if line.starts_with("# HELP ") {
+                    out.push((line.to_owned(), Vec::new()));
+                } else if let Some((head, lines)) = out.last_mut() {
+                    if line.starts_with("# TYPE ") {
+                        head.push('\n');
+                        head.push_str(line);
+                    } else {
+                        lines.push(line.replace("} 2.0", "} 2"));
+                    }
+                }
+            }
+            for (_, lines) in &mut out {
+                lines.sort();
+            }
+            out
+        };
+        assert_eq!(families(&text), families(BEFORE), "{text}");
     }
 
     #[test]
     fn the_observability_guide_lists_every_controller_metric_with_its_type() {
         let guide =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage/observability.md");
-        let text = Metrics::default().render();
-        assert_eq!(inplace_proto::exposition::declared_families(&text).len(), 7);
+        // A family without series is left out of the text: give each one.
+        let m = Metrics::default();
+        m.reconciled("rollout", Duration::from_millis(3));
+        m.failed("rollout", "conflict");
+        m.wrote("plan_apply");
+        m.rollout_counts("r", &inplace_proto::NodeCounts::default());
+        let text = m.render();
         assert_eq!(
-            inplace_proto::exposition::undocumented_families(
+            inplace_tests::metrics_guide::declared_families(&text).len(),
+            7
+        );
+        assert_eq!(
+            inplace_tests::metrics_guide::undocumented_families(
                 &text,
                 &std::fs::read_to_string(guide).unwrap()
             ),
@@ -328,34 +326,27 @@ inplace_controller_leader_acquisitions_total 1
     }
 
     #[test]
-    fn renders_prometheus_text() {
+    fn a_forgotten_rollout_leaves_no_series_and_leadership_counts_acquisitions() {
         let m = Metrics::default();
-        m.reconciled("rollout", Duration::from_millis(3));
-        m.reconciled("rollout", Duration::from_millis(30));
-        m.failed("rollout", "conflict");
-        m.wrote("plan_apply");
-        m.set_leader(true);
         m.rollout_counts(
-            "r\"1",
+            "a",
             &inplace_proto::NodeCounts {
                 total: 3,
                 ..Default::default()
             },
         );
+        m.rollout_counts("b", &inplace_proto::NodeCounts::default());
+        m.forget_rollout("a");
         let text = m.render();
-        assert!(text.contains("inplace_controller_reconciles_total{controller=\"rollout\"} 2"));
-        assert!(text.contains(
-            "inplace_controller_reconcile_errors_total{controller=\"rollout\",error=\"conflict\"} 1"
-        ));
-        assert!(text.contains(
-            "inplace_controller_reconcile_duration_seconds_bucket{controller=\"rollout\",le=\"0.005\"} 1"
-        ));
-        assert!(text.contains("inplace_controller_api_writes_total{kind=\"plan_apply\"} 1"));
-        assert!(text.contains("inplace_rollout_nodes{rollout=\"r\\\"1\",state=\"total\"} 3"));
-        assert!(text.contains("inplace_controller_leader 1"));
-        let l = m.latency("rollout");
-        assert_eq!(l.count, 2);
-        assert_eq!(l.p50, 0.005);
-        assert_eq!(l.p99, 0.05);
+        assert!(!text.contains("rollout=\"a\""), "{text}");
+        assert!(text.contains("inplace_rollout_nodes{rollout=\"b\",state=\"total\"} 0\n"));
+        m.set_leader(true);
+        m.set_leader(true);
+        m.set_leader(false);
+        assert!(!m.is_leader());
+        m.set_leader(true);
+        let text = m.render();
+        assert!(text.contains("inplace_controller_leader 1\n"), "{text}");
+        assert!(text.contains("inplace_controller_leader_acquisitions_total 2\n"));
     }
 }

@@ -298,10 +298,7 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
         .route(
             "/metrics",
             get(|State(m): State<Arc<Metrics>>| async move {
-                (
-                    [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-                    m.render(),
-                )
+                ([("content-type", crate::metrics::CONTENT_TYPE)], m.render())
             }),
         )
         .route("/healthz", get(|| async { "ok" }))

@@ -71,7 +71,7 @@ async fn the_printed_release_is_accepted_and_validated_by_the_controller() {
     let output = kubernetes(&sums_url, "v1.31.2", &[]).await;
     let yaml = stdout(&output);
 
-    let release: NodeRelease = inplace_proto::strict::object_from_yaml(&yaml).unwrap();
+    let release: NodeRelease = inplace_strict_yaml::object_from_yaml(&yaml).unwrap();
     assert_eq!(release.metadata.name.as_deref(), Some("kubernetes-v1.31.2"));
     assert_eq!(
         release.spec.content.kubernetes_version.as_deref(),
@@ -285,7 +285,7 @@ async fn a_signature_suffix_points_signature_url_next_to_the_image() {
         &["--signature-suffix", ".minisig"],
     )
     .await;
-    let release: NodeRelease = inplace_proto::strict::object_from_yaml(&stdout(&output)).unwrap();
+    let release: NodeRelease = inplace_strict_yaml::object_from_yaml(&stdout(&output)).unwrap();
     let artifact = &release.spec.content.artifacts[0];
     assert_eq!(
         artifact.signature_url.as_deref(),

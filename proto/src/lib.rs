@@ -7,7 +7,6 @@ pub mod condition;
 pub mod content;
 pub mod crd;
 pub mod duration;
-pub mod exposition;
 pub mod outcome;
 pub mod plan;
 pub mod reason;
@@ -15,7 +14,6 @@ pub mod release;
 pub mod revision;
 pub mod rollout;
 pub mod rollout_slots;
-pub mod strict;
 pub mod validate;
 pub mod version;
 

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use inplace_proto::strict::object_from_yaml;
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
+use inplace_strict_yaml::object_from_yaml;
 use serde::Deserialize;
 
 fn packaging() -> PathBuf {

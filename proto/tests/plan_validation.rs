@@ -1,10 +1,10 @@
 //! Every bad plan of `faults.md` § Plans gets the exact reason and field path, and a plan
 //! with several problems reports all of them.
 
-use inplace_proto::strict::{StrictError, object_from_yaml};
 use inplace_proto::{
     ArchiveMember, Artifact, ArtifactType, Duration, HttpCheck, NodeUpdatePlan, Reason, revision_of,
 };
+use inplace_strict_yaml::{StrictError, object_from_yaml};
 
 const PLAN: &str = r#"
 apiVersion: inplace.dev/v1alpha1

@@ -1,8 +1,8 @@
 //! The revision hash is a function of the content, not of how it was written; and no input
 //! makes parsing or validation panic.
 
-use inplace_proto::strict::object_from_yaml;
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, revision_of};
+use inplace_strict_yaml::object_from_yaml;
 use proptest::prelude::*;
 
 const RELEASE_A: &str = r#"

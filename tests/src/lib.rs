@@ -6,12 +6,14 @@
 //!   systemd 252 container with a real D-Bus and real `systemd-sysext`.
 //! - [`sysext`]: real squashfs system-extension images built with `mksquashfs`.
 //! - [`artifact_server`]: an HTTP/1.1 server on loopback that can misbehave on request.
+//! - [`metrics_guide`]: checks that the metrics reference lists every metric family.
 //! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
 
 pub mod apiserver;
 pub mod artifact_server;
 pub mod error;
 pub mod fake_kubelet;
+pub mod metrics_guide;
 pub mod nspawn;
 pub mod prereq;
 pub mod sysext;

@@ -4,7 +4,7 @@
 
 use inplace_agent::settings::Policy;
 use inplace_proto::NodeUpdatePlan;
-use inplace_proto::strict::object_from_yaml;
+use inplace_strict_yaml::object_from_yaml;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
