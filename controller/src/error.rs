@@ -26,6 +26,13 @@ pub enum Error {
     /// A drain pass, a cordon or an uncordon failed.
     #[error(transparent)]
     Drain(#[from] inplace_drain::DrainError),
+    /// A deleted rollout's teardown waits for these nodes' activations to finish; its
+    /// finalizer stays until they do. Not a failure: `error_policy` retries it quietly.
+    #[error("the teardown waits for the activations of nodes {nodes:?}")]
+    TeardownWaiting {
+        /// The nodes still activating.
+        nodes: Vec<String>,
+    },
     /// A value could not be turned into JSON (cannot happen with the API types).
     #[error("serializing {what}: {source}")]
     Serialize {
@@ -45,6 +52,7 @@ impl Error {
             Error::Drain(error) => kube_label(error.kube_error()),
             Error::MissingField { .. } => "missing_field",
             Error::Selector(_) => "selector",
+            Error::TeardownWaiting { .. } => "teardown_waiting",
             Error::Serialize { .. } => "serialize",
         }
     }

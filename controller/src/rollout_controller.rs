@@ -15,6 +15,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -110,24 +111,69 @@ pub fn rollouts_for_release(
         .collect()
 }
 
-/// Reconciles one rollout.
+/// Reconciles one rollout. kube's [`finalizer`] adds [`UNCORDON_FINALIZER`] to a new
+/// rollout (guarded by a JSON patch test of the list it read) and, once the rollout is
+/// deleted, removes it only after [`tear_down`] succeeds; a teardown still waiting for an
+/// activation fails with [`Error::TeardownWaiting`] so the finalizer stays.
 pub async fn reconcile(rollout: Arc<NodeRollout>, ctx: Arc<Context>) -> Result<Action> {
-    let started = Instant::now();
     // An empty cache would look like "no nodes": wait for the first full list.
     let _ = ctx.nodes.wait_until_ready().await;
     let _ = ctx.plans.wait_until_ready().await;
     let _ = ctx.releases.wait_until_ready().await;
 
     let name = rollout.name_any();
-    if rollout.metadata.deletion_timestamp.is_some() {
-        return tear_down(&rollout, &ctx).await;
+    let api: Api<NodeRollout> = Api::all(ctx.client.clone());
+    let adds_finalizer = rollout.metadata.deletion_timestamp.is_none()
+        && !rollout.finalizers().iter().any(|f| f == UNCORDON_FINALIZER);
+    if adds_finalizer {
+        ctx.metrics.wrote("rollout_finalizer");
     }
-    if !has_finalizer(&rollout) {
-        set_finalizers(&rollout, with_finalizer(&rollout), &ctx).await?;
+    if rollout.metadata.deletion_timestamp.is_some()
+        && !rollout.finalizers().iter().any(|f| f == UNCORDON_FINALIZER)
+    {
+        // Deleted without the finalizer (someone removed it): nothing to undo.
+        forget(&name, &ctx);
     }
+    let done = finalizer(&api, UNCORDON_FINALIZER, rollout, |event| async {
+        match event {
+            finalizer::Event::Apply(rollout) => apply(&rollout, &ctx).await,
+            finalizer::Event::Cleanup(rollout) => tear_down(&rollout, &ctx).await,
+        }
+    })
+    .await;
+    match done {
+        Ok(action) => Ok(action),
+        Err(finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e)) => Err(e),
+        Err(finalizer::Error::AddFinalizer(source)) => Err(Error::Kube {
+            action: format!("adding the finalizer of rollout {name}"),
+            source,
+        }),
+        // A reconcile queued before the removal, from a cache that had not seen it yet.
+        Err(finalizer::Error::RemoveFinalizer(kube::Error::Api(status)))
+            if status.is_not_found() =>
+        {
+            Ok(Action::await_change())
+        }
+        Err(finalizer::Error::RemoveFinalizer(source)) => Err(Error::Kube {
+            action: format!("removing the finalizer of rollout {name}"),
+            source,
+        }),
+        Err(finalizer::Error::UnnamedObject | finalizer::Error::InvalidFinalizer) => {
+            Err(Error::MissingField {
+                kind: "NodeRollout",
+                field: "metadata.name",
+            })
+        }
+    }
+}
+
+/// Reconciles a rollout that carries the finalizer and is not being deleted.
+async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
+    let started = Instant::now();
+    let name = rollout.name_any();
     let release = ctx.releases.get(&ObjectRef::new(&rollout.spec.release));
     let release_state = release_state(release.as_deref());
-    let (input_nodes, uids) = gather_nodes(&rollout, &ctx)?;
+    let (input_nodes, uids) = gather_nodes(rollout, ctx)?;
     let previous = ctx.last_status(&name).or_else(|| rollout.status.clone());
     let mut input = RolloutInput {
         name: &name,
@@ -138,17 +184,17 @@ pub async fn reconcile(rollout: Arc<NodeRollout>, ctx: Arc<Context>) -> Result<A
         nodes: input_nodes,
         now: Timestamp::now(),
     };
-    run_drain_passes(&mut input, &ctx).await?;
+    run_drain_passes(&mut input, ctx).await?;
     let decision = decide(&input);
     let now = input.now;
     drop(input);
 
     if let Some(release) = &release {
-        carry_out(&name, release, &uids, &decision, &ctx).await?;
+        carry_out(&name, release, &uids, &decision, ctx).await?;
     }
-    publish_events(&rollout, &decision.events, &ctx).await;
+    publish_events(rollout, &decision.events, ctx).await;
     if previous.as_ref() != Some(&decision.status) {
-        write_status(&name, &decision.status, &ctx).await?;
+        write_status(&name, &decision.status, ctx).await?;
     }
     ctx.remember_status(&name, decision.status.clone());
     ctx.metrics.rollout_counts(&name, &decision.status.nodes);
@@ -165,57 +211,10 @@ pub async fn reconcile(rollout: Arc<NodeRollout>, ctx: Arc<Context>) -> Result<A
     ))
 }
 
-fn has_finalizer(rollout: &NodeRollout) -> bool {
-    rollout.finalizers().iter().any(|f| f == UNCORDON_FINALIZER)
-}
-
-fn with_finalizer(rollout: &NodeRollout) -> Vec<String> {
-    let mut finalizers = rollout.finalizers().to_vec();
-    finalizers.push(UNCORDON_FINALIZER.to_owned());
-    finalizers
-}
-
-/// Replaces the rollout's finalizers, guarded by the resourceVersion it was read at (a
-/// finalizer someone else added or removed meanwhile is never lost: the write conflicts and
-/// the reconcile is retried).
-async fn set_finalizers(
-    rollout: &NodeRollout,
-    finalizers: Vec<String>,
-    ctx: &Context,
-) -> Result<()> {
-    let name = rollout.name_any();
-    let api: Api<NodeRollout> = Api::all(ctx.client.clone());
-    let finalizers = if finalizers.is_empty() {
-        Value::Null
-    } else {
-        json!(finalizers)
-    };
-    ctx.metrics.wrote("rollout_finalizer");
-    api.patch(
-        &name,
-        &PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        },
-        &Patch::Merge(json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": rollout.resource_version(),
-        }})),
-    )
-    .await
-    .map_err(Error::kube(format!(
-        "updating the finalizers of rollout {name}"
-    )))?;
-    Ok(())
-}
-
-/// A deleted rollout: undoes its own cordons ([`decide_teardown`]), then lets it go.
+/// A deleted rollout: undoes its own cordons ([`decide_teardown`]); once none waits for
+/// an activation, forgets it and lets [`finalizer`] remove the finalizer.
 async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     let name = rollout.name_any();
-    if !has_finalizer(rollout) {
-        forget(&name, ctx);
-        return Ok(Action::await_change());
-    }
     let nodes: Vec<TeardownNode> = ctx
         .plans
         .state()
@@ -248,23 +247,11 @@ async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     publish_events(rollout, &teardown.events, ctx).await;
     written?;
     if !teardown.finished() {
-        tracing::info!(rollout = %name, waiting = ?teardown.waiting, "deleted rollout waits for activations to finish");
-        return Ok(Action::requeue(TEARDOWN_RETRY));
+        return Err(Error::TeardownWaiting {
+            nodes: teardown.waiting,
+        });
     }
-    let rest: Vec<String> = rollout
-        .finalizers()
-        .iter()
-        .filter(|f| *f != UNCORDON_FINALIZER)
-        .cloned()
-        .collect();
-    match set_finalizers(rollout, rest, ctx).await {
-        // A reconcile queued before the removal, from a cache that had not seen it yet.
-        Err(Error::Kube {
-            source: kube::Error::Api(status),
-            ..
-        }) if status.is_not_found() => {}
-        other => other?,
-    }
+    ctx.metrics.wrote("rollout_finalizer");
     forget(&name, ctx);
     Ok(Action::await_change())
 }
@@ -303,6 +290,11 @@ async fn forget_cordon(node: &str, ctx: &Context) -> Result<()> {
 
 /// What to do after a failed reconcile: count it and try again soon.
 pub fn error_policy(rollout: Arc<NodeRollout>, error: &Error, ctx: Arc<Context>) -> Action {
+    if let Error::TeardownWaiting { nodes } = error {
+        // Not a failure: the finalizer stays until these nodes' agents finish.
+        tracing::info!(rollout = %rollout.name_any(), waiting = ?nodes, "deleted rollout waits for activations to finish");
+        return Action::requeue(TEARDOWN_RETRY);
+    }
     ctx.metrics.failed(CONTROLLER, error.metric_label());
     tracing::warn!(rollout = %rollout.name_any(), error = %error, "rollout reconcile failed");
     Action::requeue(std::time::Duration::from_secs(2))
