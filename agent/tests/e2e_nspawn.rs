@@ -337,7 +337,10 @@ async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
         .await
         .unwrap();
     assert!(status_text.contains("Succeeded"), "{status_text}");
-    // Structured journald fields: the node and the revision are searchable.
+    // Structured journald fields, written by tracing-journald from tracing's spans and
+    // events (the reason it replaces the design card's systemd-journal-logger:
+    // docs/design/deviations.md): the node (span `agent`), the plan's revision and
+    // generation (span `plan`), beside the event's message.
     let logs = output(
         &bed,
         &[
@@ -350,6 +353,43 @@ async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
     )
     .await;
     assert!(logs.contains("committed"), "{logs}");
+    let journal = output(
+        &bed,
+        &[
+            "journalctl",
+            "--no-pager",
+            "-q",
+            "-o",
+            "json",
+            "-u",
+            "inplace-agent.service",
+        ],
+    )
+    .await;
+    // journald gives a field written more than once (by a span and by the event) as an
+    // array of its values.
+    let says = |entry: &Value, field: &str, want: &str| match &entry[field] {
+        Value::String(value) => value == want,
+        Value::Array(values) => values.iter().any(|v| v == want),
+        _ => false,
+    };
+    let committed = journal
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|entry| says(entry, "MESSAGE", "committed") && says(entry, "REVISION", &r1))
+        .unwrap_or_else(|| panic!("no structured 'committed' entry for {r1} in\n{journal}"));
+    assert!(says(&committed, "NODE", bed.name()), "{committed:#}");
+    assert!(says(&committed, "SPAN_NAME", "plan"), "{committed:#}");
+    assert!(
+        says(&committed, "SYSLOG_IDENTIFIER", "inplace-agent"),
+        "{committed:#}"
+    );
+    let generation = p1.metadata.generation.map(|g| g.to_string());
+    assert!(
+        !committed["GENERATION"].is_null()
+            && generation.is_none_or(|g| says(&committed, "GENERATION", &g)),
+        "{committed:#}"
+    );
 
     // v1 → v2 succeeds.
     let v2 = images.healthy("v1.32.0").await;
