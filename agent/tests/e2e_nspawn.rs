@@ -10,7 +10,7 @@
 //! `/healthz` and `/version` and reports its version; a crashing build is just other image
 //! content. Every plan health-checks the unit *and* `/healthz` over HTTP. Each scenario
 //! asserts the host inside the node and the plan's status (also read with the real
-//! `kubectl`). Two tests, one node boot each; the scenarios of a test run in sequence on
+//! `kubectl`). Four tests, one node boot each (two start from v1 merged outside the agent); the scenarios of a test run in sequence on
 //! its node. `kill -9` at every step boundary is `crash_matrix.rs`.
 //!
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools (a missing prerequisite fails
@@ -68,6 +68,17 @@ impl Images {
             .await
     }
 
+    /// A healthy kubelet whose unit never starts (a drop-in with a `Condition…=` that
+    /// is not met): its restart job ends `done` and starts nothing.
+    async fn never_starting(&self) -> SysextImage {
+        self.build(
+            NEVER_STARTING,
+            FakeKubeletConfig::healthy(NEVER_STARTING),
+            None,
+        )
+        .await
+    }
+
     async fn build(
         &self,
         version: &str,
@@ -80,6 +91,13 @@ impl Images {
             .unwrap();
         if let Some(how) = broken {
             builder = builder.incompatible(how);
+        }
+        if version == NEVER_STARTING {
+            builder = builder.file(
+                "usr/lib/systemd/system/kubelet.service.d/10-never.conf",
+                "[Unit]\nConditionPathExists=/nonexistent\n",
+                0o644,
+            );
         }
         // One directory per build: a crashing and a healthy build of one version share
         // the file name.
@@ -96,6 +114,9 @@ impl Images {
         format!("http://127.0.0.1:{}/healthz", self.port)
     }
 }
+
+/// The version [`Images::never_starting`] builds.
+const NEVER_STARTING: &str = "v1.35.0";
 
 /// What the plans of a test share: the node, the server, the kubelet's checks.
 struct Plans<'a> {
@@ -506,6 +527,108 @@ async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
     assert_kubelet_runs(&bed, &images, "v1.33.1", "after the refusals").await;
 
     bed.node.poweroff().await.unwrap();
+}
+
+/// How systemd-sysext stands before the agent's first update (issue 18 item 9).
+#[derive(Debug, Clone, Copy)]
+enum Merged {
+    /// By `systemd-sysext.service`, as at boot: the unit active.
+    ByTheUnit,
+    /// By hand, with docs/usage/flatcar.md's running-node steps as written: the unit
+    /// inactive while `/usr` is merged (its start, `merge`, fails "already merged").
+    ByHand,
+}
+
+/// The first update by the agent on a node whose kubelet v1 was merged `how`: v2
+/// commits, a crash-looping v3 rolls back to v2 (never `RollbackFailed`), and a kubelet
+/// whose restart starts nothing fails its activation even without health checks
+/// (issue 18 item 5). Nothing merged before the first update is the test above.
+async fn first_update_on_a_node_merged(how: Merged) {
+    let bed = AgentNode::start(&format!("e2e-merged-{how:?}").to_lowercase(), None).await;
+    let images = Images::new(bed.work.path()).await;
+    let plans = Plans {
+        bed: &bed,
+        images: &images,
+    };
+    let v1 = images.healthy("v1.31.2").await;
+    bed.node.install_sysext(&v1).await.unwrap();
+    let merge = match how {
+        Merged::ByTheUnit => "systemctl restart systemd-sysext.service",
+        Merged::ByHand => "systemd-sysext refresh",
+    };
+    bed.node
+        .sh_ok(&format!(
+            "{merge} && systemctl daemon-reload && systemctl start kubelet.service"
+        ))
+        .await
+        .unwrap();
+    let unit = bed
+        .node
+        .sh_ok("systemctl is-active systemd-sysext.service || true")
+        .await
+        .unwrap();
+    let want = match how {
+        Merged::ByTheUnit => "active",
+        Merged::ByHand => "inactive",
+    };
+    assert_eq!(unit.trim(), want, "{how:?}");
+    assert_kubelet_runs(&bed, &images, "v1.31.2", "v1 merged before the agent").await;
+
+    let v2 = images.healthy("v1.32.0").await;
+    let p2 = plans.healthy(vec![plans.sysext("v2", &v2).await]);
+    let r2 = run(&bed, &p2, Phase::Succeeded, "v2").await;
+    assert_kubelet_runs(&bed, &images, "v1.32.0", "v2").await;
+    assert_eq!(
+        readlink(&bed, "/etc/extensions/kubernetes.raw").await,
+        stored_image("v1.32.0")
+    );
+
+    let v3 = images.crashing("v1.33.0").await;
+    let p3 = plans.failing(vec![plans.sysext("v3", &v3).await]);
+    run(&bed, &p3, Phase::RolledBack, "v3").await;
+    let (reason, message) = bed.ready().await;
+    assert_eq!(reason, "RolledBack", "{message}");
+    assert_kubelet_runs(&bed, &images, "v1.32.0", "after the rollback of v3").await;
+    assert_status(&bed, "RolledBack RolledBack", &r2).await;
+
+    // A kubelet whose restart starts nothing, in a plan with no health check at all.
+    let v4 = images.never_starting().await;
+    let p4 = bed.plan(vec![plans.sysext("v4", &v4).await], json!({}));
+    // A merge patch over v3's spec: v3's checks are removed with nulls (an empty list is
+    // not serialized).
+    let mut spec = serde_json::to_value(&p4.spec).unwrap();
+    spec["healthChecks"]["units"] = Value::Null;
+    spec["healthChecks"]["http"] = Value::Null;
+    bed.api
+        .patch(
+            bed.name(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
+        .await
+        .unwrap();
+    bed.wait_final(Phase::RolledBack, &revision(&p4), "v4 never starts")
+        .await;
+    let (reason, message) = bed.ready().await;
+    assert_eq!(reason, "RolledBack", "{message}");
+    assert!(
+        message.contains("UnitFailed") && message.contains("kubelet.service did not start"),
+        "{message}"
+    );
+    assert_kubelet_runs(&bed, &images, "v1.32.0", "after the rollback of v4").await;
+    assert_status(&bed, "RolledBack RolledBack", &r2).await;
+
+    bed.node.poweroff().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_update_on_a_node_merged_by_hand_commits_and_rolls_back() {
+    first_update_on_a_node_merged(Merged::ByHand).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_update_on_a_node_merged_by_the_unit_commits_and_rolls_back() {
+    first_update_on_a_node_merged(Merged::ByTheUnit).await;
 }
 
 /// Binary and Archive artifacts next to the kubelet sysext: installed as links into the

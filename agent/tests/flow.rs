@@ -42,7 +42,7 @@ async fn first_install_succeeds() {
     assert_eq!(
         *bed.systemd.calls.lock().unwrap(),
         vec![
-            "restart systemd-sysext.service",
+            "refresh extensions",
             "daemon-reload",
             "restart kubelet.service"
         ]
@@ -143,6 +143,86 @@ async fn rolls_back(image: &str, reason: &str) {
 #[tokio::test]
 async fn unit_restart_failure_rolls_back() {
     rolls_back("OK v2 restart-fails", "UnitFailed").await;
+}
+
+/// Issue 18 item 9: the first update from each state systemd-sysext can be in on a real
+/// node — nothing merged, merged by hand with `systemd-sysext refresh` (the unit inactive:
+/// restarting it fails "already merged" on systemd 252), merged by the unit at boot —
+/// commits v2 and rolls back a failing v3, never degrading the node.
+#[tokio::test]
+async fn first_update_commits_and_rolls_back_from_every_sysext_state() {
+    for state in ["nothing merged", "merged by hand", "merged by the unit"] {
+        let bed = Bed::new();
+        if state != "nothing merged" {
+            // kubelet v0 installed as flatcar.md says: stored, linked, merged.
+            let image = bed.root().join("opt/extensions/kubernetes/v0.raw");
+            std::fs::create_dir_all(image.parent().unwrap()).unwrap();
+            std::fs::create_dir_all(&bed.settings.paths.extensions_dir).unwrap();
+            std::fs::write(&image, "OK v0").unwrap();
+            std::os::unix::fs::symlink(
+                &image,
+                bed.settings.paths.extensions_dir.join("kubernetes.raw"),
+            )
+            .unwrap();
+            bed.systemd.refresh_by_hand();
+            if state == "merged by the unit" {
+                bed.systemd.sysext_active.store(true, Ordering::SeqCst);
+            }
+            assert!(bed.systemd.merged(), "{state}");
+        }
+        let mut agent = bed.agent().await;
+        agent
+            .handle(Some(&bed.plan("OK v2", "kubectl v2", "Active")))
+            .await
+            .unwrap();
+        assert_eq!(
+            bed.last().phase,
+            Some(Phase::Succeeded),
+            "{state}: {:?}",
+            bed.ready()
+        );
+        assert_eq!(bed.link(), "OK v2", "{state}");
+        agent
+            .handle(Some(&bed.plan("OK v3 unhealthy", "kubectl v3", "Active")))
+            .await
+            .unwrap();
+        assert_eq!(
+            bed.last().phase,
+            Some(Phase::RolledBack),
+            "{state}: {:?}",
+            bed.ready()
+        );
+        assert_eq!(
+            bed.degraded(),
+            ("False".into(), "AsExpected".into()),
+            "{state}"
+        );
+        assert_eq!(bed.link(), "OK v2", "{state}");
+        assert!(bed.systemd.merged(), "{state}: v2 merged again");
+    }
+}
+
+/// Issue 18 item 5: a restart job that ends `done` without starting the unit (a
+/// `Condition…=` not met) is no proof the new revision runs: the activation fails with
+/// `UnitFailed` naming the unit and rolls back — even for a plan with no health checks.
+#[tokio::test]
+async fn a_unit_that_does_not_start_after_its_restart_fails_the_activation() {
+    let bed = Bed::new();
+    let mut agent = bed.with_v1().await;
+    let mut plan = bed.plan("OK v2 no-start", "kubectl v2", "Active");
+    plan.spec.content.health_checks = serde_json::from_value(serde_json::json!({})).unwrap();
+    let before = bed.phases().len();
+    agent.handle(Some(&plan)).await.unwrap();
+    let phases = bed.phases().split_off(before);
+    assert_eq!(phases.last(), Some(&Phase::RolledBack), "{phases:?}");
+    assert!(!phases.contains(&Phase::Succeeded), "{phases:?}");
+    let (_, reason, message) = bed.ready();
+    assert_eq!(reason, "RolledBack");
+    assert!(
+        message.contains("UnitFailed") && message.contains("kubelet.service did not start"),
+        "{message}"
+    );
+    assert_eq!(bed.link(), "OK v1");
 }
 
 #[tokio::test]

@@ -102,7 +102,8 @@ reasons! {
     DowngradeDenied,
     /// systemd-sysext skipped an extension (incompatible release file); rolled back.
     ExtensionNotMerged,
-    /// A unit's restart job did not end `done`; rolled back.
+    /// A unit's restart job (or the extensions' refresh) did not end `done`, or a
+    /// restarted unit did not start (unchanged InvocationID); rolled back.
     UnitFailed,
     /// A health check failed or did not pass within the timeout; rolled back.
     HealthCheckFailed,

@@ -34,8 +34,6 @@ use crate::systemd::SystemdManager;
 use report::{Report, Shown};
 use staging::Staging;
 
-pub use swap::SYSEXT_UNIT;
-
 /// Errors that stop the agent (the journal cannot be written: acting on would break the
 /// crash-safety promise). Step failures are not errors: they are reported and rolled back.
 #[derive(Debug, thiserror::Error)]

@@ -11,9 +11,7 @@ use crate::health;
 use crate::journal::{Failure, InFlight, Link};
 use crate::links;
 use crate::store;
-
-/// The unit that merges sysext images.
-pub const SYSEXT_UNIT: &str = "systemd-sysext.service";
+use crate::systemd::SYSEXT_REFRESH_UNIT;
 
 impl Agent {
     /// Points every link at its target, removes the links the revision dropped, refreshes
@@ -53,7 +51,8 @@ impl Agent {
     }
 
     /// Refreshes sysext (when `sysext_touched`), proves `content`'s extensions merged,
-    /// reloads units when asked, restarts `content`'s units in order.
+    /// reloads units when asked, restarts `content`'s units in order and proves each one
+    /// started (a restart job can end `done` and start nothing).
     /// `stage` ("activate" or "rollback") names the failpoints passed.
     async fn refresh(
         &self,
@@ -63,13 +62,12 @@ impl Agent {
     ) -> Result<(), Failure> {
         let systemd = &self.host.systemd;
         if sysext_touched || content.has_sysext() {
-            systemd
-                .restart_unit(SYSEXT_UNIT)
-                .await
-                .map_err(|e| Failure {
-                    reason: Reason::UnitFailed,
-                    message: format!("refreshing extensions: {e}"),
-                })?;
+            systemd.refresh_extensions().await.map_err(|e| Failure {
+                reason: Reason::UnitFailed,
+                message: format!(
+                    "refreshing extensions (systemd-sysext refresh): {e}; see journalctl -u {SYSEXT_REFRESH_UNIT}"
+                ),
+            })?;
             for artifact in content
                 .artifacts
                 .iter()
@@ -81,7 +79,7 @@ impl Agent {
                     return Err(Failure {
                         reason: Reason::ExtensionNotMerged,
                         message: format!(
-                            "extension {} is not merged after refreshing {SYSEXT_UNIT}: {} is missing (image incompatible with this host?)",
+                            "extension {} is not merged after systemd-sysext refresh: {} is missing (image incompatible with this host?)",
                             artifact.name,
                             release.display()
                         ),
@@ -96,11 +94,23 @@ impl Agent {
                 message: format!("daemon-reload: {e}"),
             })?;
         }
+        let unit_failed = |e: crate::systemd::SystemdError| Failure {
+            reason: Reason::UnitFailed,
+            message: e.to_string(),
+        };
         for unit in &content.activation.restart_units {
-            systemd.restart_unit(unit).await.map_err(|e| Failure {
-                reason: Reason::UnitFailed,
-                message: e.to_string(),
-            })?;
+            let before = systemd.unit_state(unit).await.map_err(unit_failed)?;
+            systemd.restart_unit(unit).await.map_err(unit_failed)?;
+            let after = systemd.unit_state(unit).await.map_err(unit_failed)?;
+            if !after.started_since(&before) {
+                return Err(Failure {
+                    reason: Reason::UnitFailed,
+                    message: format!(
+                        "{unit} did not start after its restart (InvocationID and ActiveEnterTimestamp unchanged, now {}/{}): a Condition not met, or the unit refuses restarts; what ran before may still run",
+                        after.active_state, after.sub_state
+                    ),
+                });
+            }
             self.failpoint(&format!("{stage}.unit_restarted"));
         }
         Ok(())

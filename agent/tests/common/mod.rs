@@ -5,6 +5,12 @@
 //! so a rollback really restores health: an image whose bytes contain `restart-fails`
 //! makes kubelet's restart job fail, `unhealthy` makes kubelet fail after start,
 //! `incompatible` makes systemd-sysext skip it.
+//!
+//! `systemd-sysext.service` behaves as on systemd 252: its start runs `merge`, which
+//! fails while `/usr` is merged (by hand, with the unit inactive); its stop unmerges.
+//! Every other unit gets a new invocation on each restart, except kubelet from an image
+//! containing `no-start` (its restart job ends `done` without a start, as with a
+//! `Condition…=` not met).
 
 #![allow(clippy::unwrap_used, dead_code)]
 
@@ -108,12 +114,71 @@ pub struct FakeSystemd {
     /// kubelet's restart never finishes (to simulate a crash in the middle).
     pub hang: AtomicBool,
     pub restarts: AtomicUsize,
+    /// `systemd-sysext.service` is active.
+    pub sysext_active: AtomicBool,
+    /// Starts per unit (its `InvocationID`).
+    pub invocations: Mutex<HashMap<String, u64>>,
 }
 
 impl FakeSystemd {
     fn linked_image(&self) -> String {
         let link = self.settings.paths.extensions_dir.join("kubernetes.raw");
         std::fs::read_to_string(link).unwrap_or_default()
+    }
+
+    fn release_dir(&self) -> PathBuf {
+        self.settings
+            .paths
+            .merged_root
+            .join("usr/lib/extension-release.d")
+    }
+
+    /// Whether any extension is merged over `/usr`.
+    pub fn merged(&self) -> bool {
+        std::fs::read_dir(self.release_dir()).is_ok_and(|mut d| d.next().is_some())
+    }
+
+    fn unmerge(&self) {
+        let _ = std::fs::remove_dir_all(self.release_dir());
+    }
+
+    /// The images linked in the extensions directory (`systemd-sysext list`).
+    fn linked_images(&self) -> Vec<(String, String)> {
+        let Ok(dir) = std::fs::read_dir(&self.settings.paths.extensions_dir) else {
+            return Vec::new();
+        };
+        dir.filter_map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().to_string();
+            let name = name.strip_suffix(".raw")?.to_owned();
+            Some((
+                name,
+                std::fs::read_to_string(entry.path()).unwrap_or_default(),
+            ))
+        })
+        .collect()
+    }
+
+    /// `systemd-sysext merge`: an extension-release file for every compatible linked
+    /// image.
+    fn merge(&self) {
+        let release_dir = self.release_dir();
+        std::fs::create_dir_all(&release_dir).unwrap();
+        for (name, content) in self.linked_images() {
+            if !content.contains("incompatible") {
+                std::fs::write(
+                    release_dir.join(format!("extension-release.{name}")),
+                    "ID=_any\n",
+                )
+                .unwrap();
+            }
+        }
+    }
+
+    /// `systemd-sysext refresh` run by hand: the unit stays as it was.
+    pub fn refresh_by_hand(&self) {
+        self.unmerge();
+        self.merge();
     }
 }
 
@@ -128,29 +193,25 @@ impl SystemdManager for FakeSystemd {
             });
         }
         if unit == "systemd-sysext.service" {
-            // Merge: an extension-release file for every compatible linked image.
-            let release_dir = self
-                .settings
-                .paths
-                .merged_root
-                .join("usr/lib/extension-release.d");
-            let _ = std::fs::remove_dir_all(&release_dir);
-            std::fs::create_dir_all(&release_dir).unwrap();
-            for entry in std::fs::read_dir(&self.settings.paths.extensions_dir).unwrap() {
-                let entry = entry.unwrap();
-                let name = entry.file_name().to_string_lossy().to_string();
-                let Some(name) = name.strip_suffix(".raw") else {
-                    continue;
-                };
-                let content = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                if !content.contains("incompatible") {
-                    std::fs::write(
-                        release_dir.join(format!("extension-release.{name}")),
-                        "ID=_any\n",
-                    )
-                    .unwrap();
-                }
+            // Stop unmerges; start (only with an image linked) merges, and on systemd
+            // 252 fails when /usr is merged already.
+            if self.sysext_active.swap(false, Ordering::SeqCst) {
+                self.unmerge();
             }
+            if self.linked_images().is_empty() {
+                return Ok(());
+            }
+            if self.merged() {
+                return Err(SystemdError::JobFailed {
+                    unit: unit.into(),
+                    result: "failed".into(),
+                });
+            }
+            self.merge();
+            self.sysext_active.store(true, Ordering::SeqCst);
+            return Ok(());
+        }
+        if unit == "kubelet.service" && self.linked_image().contains("no-start") {
             return Ok(());
         }
         if unit == "kubelet.service" {
@@ -165,6 +226,24 @@ impl SystemdManager for FakeSystemd {
                 });
             }
         }
+        *self
+            .invocations
+            .lock()
+            .unwrap()
+            .entry(unit.to_owned())
+            .or_default() += 1;
+        Ok(())
+    }
+
+    async fn refresh_extensions(&self) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push("refresh extensions".into());
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(SystemdError::JobFailed {
+                unit: inplace_agent::systemd::SYSEXT_REFRESH_UNIT.into(),
+                result: "failed".into(),
+            });
+        }
+        self.refresh_by_hand();
         Ok(())
     }
 
@@ -179,7 +258,17 @@ impl SystemdManager for FakeSystemd {
             active_state: if unhealthy { "failed" } else { "active" }.into(),
             sub_state: if unhealthy { "failed" } else { "running" }.into(),
             n_restarts: Some(0),
-            active_enter_monotonic: self.restarts.load(Ordering::SeqCst) as u64,
+            active_enter_monotonic: if unit == "kubelet.service" {
+                self.restarts.load(Ordering::SeqCst) as u64
+            } else {
+                0
+            },
+            invocation_id: self
+                .invocations
+                .lock()
+                .unwrap()
+                .get(unit)
+                .map_or_else(String::new, |n| format!("{n:032x}")),
         })
     }
 }
@@ -232,6 +321,8 @@ lock_file = "{root}/run/lock"
             broken: AtomicBool::new(false),
             hang: AtomicBool::new(false),
             restarts: AtomicUsize::new(0),
+            sysext_active: AtomicBool::new(false),
+            invocations: Mutex::new(HashMap::new()),
         });
         Bed {
             dir,
