@@ -20,7 +20,7 @@ use anyhow::{Context, bail};
 const STARTUP_LIMIT: Duration = Duration::from_secs(300);
 
 /// The repository root (this crate is `tests/`).
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_path_buf)

@@ -11,6 +11,7 @@
 
 pub mod apiserver;
 pub mod artifact_server;
+pub mod capi;
 pub mod error;
 pub mod fake_kubelet;
 pub mod metrics_guide;

@@ -91,6 +91,12 @@ async fn the_shipped_manifests_apply_with_the_real_kubectl() {
     server
         .run_kubectl(&["apply", "-k", all.to_str().unwrap()])
         .expect("kubectl apply -k packaging/kubernetes");
+    // The Cluster API extension's NetworkPolicy is valid for the server (the rest of
+    // packaging/kubernetes/capi needs cert-manager's and Cluster API's CRDs).
+    let policy = all.join("capi/networkpolicy.yaml");
+    server
+        .run_kubectl(&["apply", "-f", policy.to_str().unwrap()])
+        .expect("kubectl apply -f packaging/kubernetes/capi/networkpolicy.yaml");
     let crds = all.join("crds");
     server
         .run_kubectl(&[

@@ -12,6 +12,10 @@ pub enum Error {
     /// The request lacks something the hook needs (a label, the nodeRef, the version).
     #[error("{0}")]
     BadRequest(String),
+    /// The request names a Machine that Cluster API is not updating in place, or asks for
+    /// something else than the stored Machine wants (the message says which).
+    #[error("{0}")]
+    NotUpdatingInPlace(String),
     /// No usable NodeRelease for the requested version.
     #[error("{0}")]
     NoRelease(String),
@@ -84,6 +88,7 @@ impl Error {
             Error::Config(_) => "Config",
             Error::BadRequest(_) => "BadRequest",
             Error::NoRelease(_) => "NoRelease",
+            Error::NotUpdatingInPlace(_) => "NotUpdatingInPlace",
             Error::Kubeconfig(_) => "Kubeconfig",
             Error::Management { .. } => "ManagementApi",
             Error::Workload { .. } => "WorkloadApi",

@@ -19,6 +19,7 @@ use crate::hooks::{
     CanUpdateMachineSetResponse, HOOKS_API_VERSION, Patch, PatchType, ResponseStatus,
     UpdateMachineRequest, UpdateMachineResponse,
 };
+use crate::machines::{self, ManagementMachines};
 use crate::progress::{self, Answer, NextStep};
 use crate::workload::WorkloadClusters;
 
@@ -57,6 +58,7 @@ impl Default for HookSettings {
 /// The hook handlers and what they need.
 pub struct Extension {
     catalog: Arc<dyn ReleaseCatalog>,
+    machines: Arc<dyn ManagementMachines>,
     workloads: Arc<dyn WorkloadClusters>,
     drainer: Arc<dyn Drainer>,
     settings: HookSettings,
@@ -125,12 +127,14 @@ impl Extension {
     /// Handlers over the given edges.
     pub fn new(
         catalog: Arc<dyn ReleaseCatalog>,
+        machines: Arc<dyn ManagementMachines>,
         workloads: Arc<dyn WorkloadClusters>,
         drainer: Arc<dyn Drainer>,
         settings: HookSettings,
     ) -> Self {
         Extension {
             catalog,
+            machines,
             workloads,
             drainer,
             settings,
@@ -338,7 +342,7 @@ impl Extension {
     }
 
     async fn drive(&self, machine: &Value) -> Result<Answer, Error> {
-        let target = MachineTarget::from_machine(machine)?;
+        let target = self.verified_target(machine).await?;
         let release = match self.catalog.lookup(&target.version).await? {
             ReleaseLookup::Found(found) => *found,
             other => {
@@ -434,6 +438,31 @@ impl Extension {
             )));
         }
         Ok(answer)
+    }
+}
+
+impl Extension {
+    /// What `UpdateMachine` may act on: the stored Machine the request names, when Cluster
+    /// API is updating it in place and it wants what the request says, in an existing
+    /// Cluster (see `machines.rs`).
+    async fn verified_target(&self, requested: &Value) -> Result<MachineTarget, Error> {
+        let requested = MachineTarget::from_machine(requested)?;
+        let stored = self
+            .machines
+            .machine(&requested.namespace, &requested.name)
+            .await?;
+        let target = machines::verify_request(&requested, stored.as_ref())?;
+        if !self
+            .machines
+            .cluster_exists(&target.namespace, &target.cluster)
+            .await?
+        {
+            return Err(Error::NotUpdatingInPlace(format!(
+                "Machine {}/{}: its Cluster {} does not exist in the management cluster; nothing was done",
+                target.namespace, target.name, target.cluster
+            )));
+        }
+        Ok(target)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod drain;
 pub mod error;
 pub mod extension;
 pub mod hooks;
+pub mod machines;
 pub mod progress;
 pub mod server;
 pub mod tls;
@@ -108,6 +109,7 @@ pub fn extension(
 ) -> Extension {
     Extension::new(
         Arc::new(catalog::KubeReleaseCatalog::new(management.clone())),
+        Arc::new(machines::KubeMachines::new(management.clone())),
         Arc::new(workload::SecretKubeconfigs::new(management)),
         drainer,
         config.hook_settings(),

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn manifests() -> BTreeMap<(String, String), Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/capi");
@@ -148,4 +148,38 @@ fn the_manifests_parse_and_fit_together() {
         deployment["spec"]["template"]["spec"]["serviceAccountName"]
     );
     get(&all, "ServiceAccount", "inplace-capi");
+
+    // Only Cluster API's controllers reach the hooks port.
+    let policy = get(&all, "NetworkPolicy", "inplace-capi");
+    assert_eq!(
+        policy["metadata"]["namespace"],
+        deployment["metadata"]["namespace"]
+    );
+    for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&pod_labels[key], value, "podSelector {key}");
+    }
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 1);
+    let sources: Vec<&str> = ingress[0]["from"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            f["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        ["capi-system", "capi-kubeadm-control-plane-system"]
+    );
+    assert_eq!(
+        ingress[0]["ports"][0]["port"],
+        container["ports"][0]["name"]
+    );
 }

@@ -230,6 +230,7 @@ async fn a_failing_node_answers_failure_with_the_reason() {
 async fn missing_kubeconfig_nodes_and_versions_give_clear_failures() {
     let bed = Bed::start().await;
 
+    create_cluster(&bed.management_client, "c9").await;
     let mut other_cluster = machine("v1.31.2", Some("node-1"));
     other_cluster["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c9");
     let answer = bed.update_machine(&other_cluster).await;
@@ -273,7 +274,8 @@ async fn missing_kubeconfig_nodes_and_versions_give_clear_failures() {
         .as_object_mut()
         .unwrap()
         .remove("clusterName");
-    let answer = bed.update_machine(&unlabelled).await;
+    // (Cluster API's Machine CRD requires spec.clusterName: only a forged request lacks both.)
+    let answer = bed.post_update_machine(&unlabelled).await;
     assert_eq!(answer["status"], "Failure");
     assert!(
         message(&answer).contains("cluster.x-k8s.io/cluster-name"),
@@ -292,6 +294,7 @@ async fn missing_kubeconfig_nodes_and_versions_give_clear_failures() {
 
     // A broken kubeconfig is named too.
     put_kubeconfig_secret(&bed.management_client, "c8", "this: is: not a kubeconfig").await;
+    create_cluster(&bed.management_client, "c8").await;
     let mut broken = machine("v1.31.2", Some("node-1"));
     broken["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c8");
     let answer = bed.update_machine(&broken).await;
@@ -318,6 +321,7 @@ async fn an_unreachable_workload_cluster_is_retried_not_failed() {
         "apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster:\n    server: http://127.0.0.1:9\ncontexts:\n- name: x\n  context:\n    cluster: x\n    user: x\ncurrent-context: x\nusers:\n- name: x\n  user:\n    token: t\n",
     )
     .await;
+    create_cluster(&bed.management_client, "c7").await;
     let mut unreachable = machine("v1.31.2", Some("node-1"));
     unreachable["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c7");
     let answer = bed.update_machine(&unreachable).await;
@@ -513,5 +517,72 @@ async fn with_drain_a_rolled_back_node_is_uncordoned_and_fails() {
     assert!(message(&last).contains("HealthCheckFailed"), "{last}");
     assert_eq!(drainer.calls.load(Ordering::SeqCst), 1);
     assert!(drainer.uncordons.load(Ordering::SeqCst) >= 1);
+    bed.stop().await;
+}
+
+/// Anyone who can reach the extension can send a request: it acts only on a Machine the
+/// management cluster holds, that Cluster API is updating in place, and that wants what the
+/// request says. Each forged request is refused, naming why, with nothing written to the
+/// workload cluster. (Each was acted on: the Machine was taken from the request body.)
+#[tokio::test]
+async fn forged_requests_are_refused_and_write_nothing() {
+    let bed = Bed::start().await;
+    let desired = machine("v1.31.2", Some("node-1"));
+
+    // No such Machine in the management cluster.
+    let answer = bed.post_update_machine(&desired).await;
+    assert_eq!(answer["status"], "Failure", "{answer}");
+    assert!(
+        message(&answer).contains("does not exist in the management cluster"),
+        "{answer}"
+    );
+
+    // Stored, but Cluster API is not updating it in place.
+    let mut unmarked = desired.clone();
+    unmarked["metadata"]["annotations"] = json!({});
+    bed.store_machine(&unmarked).await;
+    let answer = bed.post_update_machine(&desired).await;
+    assert_eq!(answer["status"], "Failure", "{answer}");
+    assert!(
+        message(&answer).contains("Cluster API is not updating it in place"),
+        "{answer}"
+    );
+
+    // Marked, but it wants another version than the request.
+    bed.store_machine(&machine("v1.31.1", Some("node-1"))).await;
+    let answer = bed.post_update_machine(&desired).await;
+    assert_eq!(answer["status"], "Failure", "{answer}");
+    assert!(
+        message(&answer).contains("asks for spec.version v1.31.2, the Machine has v1.31.1"),
+        "{answer}"
+    );
+
+    // A request for another node than the Machine's.
+    bed.store_machine(&desired).await;
+    let answer = bed
+        .post_update_machine(&machine("v1.31.2", Some("node-2")))
+        .await;
+    assert_eq!(answer["status"], "Failure", "{answer}");
+    assert!(
+        message(&answer).contains("asks for status.nodeRef.name node-2, the Machine has node-1"),
+        "{answer}"
+    );
+
+    // A Machine of a Cluster that does not exist.
+    let mut orphan = desired.clone();
+    orphan["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c404");
+    bed.store_machine(&orphan).await;
+    let answer = bed.post_update_machine(&orphan).await;
+    assert_eq!(answer["status"], "Failure", "{answer}");
+    assert!(
+        message(&answer).contains("its Cluster c404 does not exist"),
+        "{answer}"
+    );
+
+    assert_eq!(
+        bed.plan_count().await,
+        0,
+        "nothing was written to the workload cluster"
+    );
     bed.stop().await;
 }

@@ -147,6 +147,9 @@ impl Bed {
         let crds = packaging("crds");
         apply_crd_file(&management, &crds.join("nodereleases.yaml")).await;
         apply_crd_file(&workload, &crds.join("nodeupdateplans.yaml")).await;
+        for file in inplace_tests::capi::crd_files().unwrap() {
+            apply_crd_file(&management, &file).await;
+        }
         let management_client = management.client().await.unwrap();
         let workload_client = workload.client().await.unwrap();
 
@@ -165,6 +168,7 @@ impl Bed {
             &admin_kubeconfig_yaml(&workload),
         )
         .await;
+        create_cluster(&management_client, CLUSTER).await;
         let releases: Api<NodeRelease> = Api::all(management_client.clone());
         for (name, version) in [
             ("kubernetes-v1.31.1", "v1.31.1"),
@@ -258,7 +262,42 @@ impl Bed {
         (status, response.json().await.unwrap())
     }
 
+    /// Calls UpdateMachine for `machine` as Cluster API does: with the Machine stored in the
+    /// management cluster as `machine` says, marked as being updated in place.
     pub async fn update_machine(&self, machine: &Value) -> Value {
+        self.store_machine(machine).await;
+        self.post_update_machine(machine).await
+    }
+
+    /// Stores `machine` (its spec, labels, annotations and status.nodeRef) in the management
+    /// cluster, as Cluster API's controllers leave it when they call UpdateMachine.
+    pub async fn store_machine(&self, machine: &Value) {
+        let machines = capi_objects(&self.management_client, "machines");
+        let name = machine["metadata"]["name"].as_str().unwrap();
+        let stored = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": machine["metadata"]["namespace"],
+                         "labels": machine["metadata"]["labels"],
+                         "annotations": machine["metadata"]["annotations"]},
+            "spec": machine["spec"],
+        });
+        let params = PatchParams::apply("capi-test").force();
+        machines
+            .patch(name, &params, &Patch::Apply(&stored))
+            .await
+            .unwrap();
+        if let Some(node_ref) = machine.pointer("/status/nodeRef") {
+            let status = json!({"status": {"nodeRef": node_ref}});
+            machines
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Calls UpdateMachine with `machine` as the request's desired Machine, whatever the
+    /// management cluster holds (a forged request when it holds nothing like it).
+    pub async fn post_update_machine(&self, machine: &Value) -> Value {
         let (status, answer) = self
             .post(
                 &format!("{HOOKS}/updatemachine/update-machine"),
@@ -296,6 +335,34 @@ impl Bed {
             server.await.unwrap();
         }
     }
+}
+
+/// A Cluster `name` in the test namespace of the management cluster.
+pub async fn create_cluster(management: &kube::Client, name: &str) {
+    capi_objects(management, "clusters")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// Cluster API objects (`cluster.x-k8s.io/v1beta2`, `plural`) in the test namespace.
+pub fn capi_objects(management: &kube::Client, plural: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource {
+        group: "cluster.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: String::new(),
+        plural: plural.into(),
+    };
+    Api::namespaced_with(management.clone(), NAMESPACE, &resource)
 }
 
 pub async fn put_kubeconfig_secret(management: &kube::Client, cluster: &str, kubeconfig: &str) {

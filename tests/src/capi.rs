@@ -1,0 +1,48 @@
+//! Cluster API's own CRDs for the management cluster of the suites: read from its official
+//! Go module at the version `tests/capi/go.mod` pins (downloaded and checked against
+//! `tests/capi/go.sum` by the go command), never written by hand.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{Context, bail};
+
+/// The Cluster and Machine CRDs (`cluster.x-k8s.io`, v1beta1 and v1beta2) of the pinned
+/// Cluster API release.
+pub fn crd_files() -> anyhow::Result<Vec<PathBuf>> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let module = DIR
+        .get_or_init(|| module_dir().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)?;
+    let bases = module.join("core/config/crd/bases");
+    Ok(["clusters", "machines"]
+        .iter()
+        .map(|kind| bases.join(format!("cluster.x-k8s.io_{kind}.yaml")))
+        .collect())
+}
+
+/// Where the go command keeps the pinned `sigs.k8s.io/cluster-api` module.
+fn module_dir() -> anyhow::Result<PathBuf> {
+    let here = crate::apiserver::repo_root().join("tests").join("capi");
+    let output = Command::new("go")
+        .args(["mod", "download", "-json", "sigs.k8s.io/cluster-api"])
+        .current_dir(&here)
+        .output()
+        .context("running go mod download in tests/capi (is Go installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "go mod download sigs.k8s.io/cluster-api failed ({}): {}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim(),
+            String::from_utf8_lossy(&output.stdout).trim()
+        );
+    }
+    let info: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("reading go mod download -json")?;
+    info["Dir"]
+        .as_str()
+        .map(PathBuf::from)
+        .context("go mod download named no module directory")
+}
