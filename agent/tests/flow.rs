@@ -36,6 +36,11 @@ async fn first_install_succeeds() {
     assert!(status.finished_at.is_some());
     assert_eq!(status.artifacts[0].bytes_done, 5);
     assert_eq!(bed.ready().0, "True");
+    assert!(
+        bed.ready().2.ends_with("the node reports kubelet v1.31.2"),
+        "{:?}",
+        bed.ready()
+    );
     assert_eq!(bed.degraded(), ("False".into(), "AsExpected".into()));
     assert_eq!(bed.link(), "OK v1");
     assert_eq!(bed.kubectl(), "kubectl v1");
@@ -200,6 +205,23 @@ async fn first_update_commits_and_rolls_back_from_every_sysext_state() {
         assert_eq!(bed.link(), "OK v2", "{state}");
         assert!(bed.systemd.merged(), "{state}: v2 merged again");
     }
+}
+
+/// Issue 18 item 5: a plan that restarts the kubelet without checking the version the
+/// node reports says so in its status.
+#[tokio::test]
+async fn a_commit_says_when_the_kubelet_version_was_not_checked() {
+    let bed = Bed::new();
+    let mut plan = bed.plan("OK v1", "kubectl v1", "Active");
+    plan.spec.content.health_checks.node_kubelet_version = false;
+    bed.agent().await.handle(Some(&plan)).await.unwrap();
+    let (status, reason, message) = bed.ready();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Succeeded"));
+    assert!(
+        message
+            .ends_with("kubelet version not checked: healthChecks.nodeKubeletVersion is not set"),
+        "{message}"
+    );
 }
 
 /// Issue 18 item 5: a restart job that ends `done` without starting the unit (a

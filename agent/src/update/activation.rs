@@ -152,7 +152,10 @@ impl Agent {
             let backups = store::backup_dir(&self.settings, dropped.revision());
             let _ = tokio::fs::remove_dir_all(backups).await;
         }
-        self.report(Some(view), Report::committed(&revision));
+        self.report(
+            Some(view),
+            Report::committed(&revision, Some(&view.content)),
+        );
         Ok(())
     }
 

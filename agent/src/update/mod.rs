@@ -193,7 +193,8 @@ impl Agent {
                 if let Some(drift) = &drift {
                     tracing::warn!(message = %drift, "host drifted from the committed revision");
                 }
-                self.report(view, Report::up_to_date(revision, drift));
+                let content = view.map(|v| &v.content);
+                self.report(view, Report::up_to_date(revision, content, drift));
             }
             Action::Refuse(problems) => self.report(view, Report::refused(&problems)),
             // A rolled-back revision keeps saying so, also after a restart that finished

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use inplace_proto::reason::plan_condition;
 use inplace_proto::{
     ArtifactProgress, ConditionUpdate, DesiredState, NodeUpdatePlanStatus, Phase, Problems, Reason,
+    UpdateContent,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -47,9 +48,13 @@ impl Report {
     }
 
     /// The committed revision is the plan's; `drift` says how the host differs, if it does.
-    pub(super) fn up_to_date(revision: &str, drift: Option<String>) -> Self {
+    pub(super) fn up_to_date(
+        revision: &str,
+        content: Option<&UpdateContent>,
+        drift: Option<String>,
+    ) -> Self {
         match drift {
-            None => Report::committed(revision),
+            None => Report::committed(revision, content),
             Some(drift) => Report {
                 degraded: Some(Failure {
                     reason: Reason::Drifted,
@@ -64,12 +69,14 @@ impl Report {
         }
     }
 
-    /// The revision was verified healthy and committed.
-    pub(super) fn committed(revision: &str) -> Self {
+    /// The revision was verified healthy and committed; for a plan that restarts the
+    /// kubelet, whether the node's reported kubelet version was checked, and if not why.
+    pub(super) fn committed(revision: &str, content: Option<&UpdateContent>) -> Self {
+        let kubelet = content.map(kubelet_version_note).unwrap_or_default();
         Report::new(
             Phase::Succeeded,
             Reason::Succeeded,
-            format!("revision {revision} is committed and healthy"),
+            format!("revision {revision} is committed and healthy{kubelet}"),
         )
     }
 
@@ -394,3 +401,27 @@ impl Agent {
 
 #[cfg(test)]
 mod tests;
+
+/// What a committed plan that restarts `kubelet.service` proved of the kubelet's version:
+/// the version the Node reports (`healthChecks.nodeKubeletVersion`), or why it was not
+/// checked. Empty for a plan that does not restart the kubelet.
+fn kubelet_version_note(content: &UpdateContent) -> String {
+    let restarts_kubelet = content
+        .activation
+        .restart_units
+        .iter()
+        .any(|u| u.as_str() == "kubelet.service");
+    if !restarts_kubelet {
+        return String::new();
+    }
+    match (
+        content.health_checks.node_kubelet_version,
+        content.kubernetes_version.as_deref(),
+    ) {
+        (true, Some(version)) => format!("; the node reports kubelet {version}"),
+        (false, _) => {
+            "; kubelet version not checked: healthChecks.nodeKubeletVersion is not set".into()
+        }
+        (true, None) => "; kubelet version not checked: the plan names no kubernetesVersion".into(),
+    }
+}

@@ -165,7 +165,13 @@ fn times_start_once_and_finish_once_and_conditions_move_only_on_a_new_status() {
     );
 
     journal.commit(Utc::now()).unwrap();
-    let done = status_at(&journal, &v, &mut seen, &Report::committed(&v.revision), 30);
+    let done = status_at(
+        &journal,
+        &v,
+        &mut seen,
+        &Report::committed(&v.revision, None),
+        30,
+    );
     assert_eq!(done.current_revision.as_deref(), Some(v.revision.as_str()));
     assert_eq!(done.attempts, Some(1));
     assert_eq!(
@@ -182,7 +188,7 @@ fn times_start_once_and_finish_once_and_conditions_move_only_on_a_new_status() {
         &journal,
         &v,
         &mut seen,
-        &Report::up_to_date(&v.revision, None),
+        &Report::up_to_date(&v.revision, None, None),
         50,
     );
     assert_eq!(again.finished_at, Some(Time(at(30))));
@@ -191,7 +197,11 @@ fn times_start_once_and_finish_once_and_conditions_move_only_on_a_new_status() {
         Time(at(30))
     );
     // The host drifted: Degraded moves, Ready stays.
-    let drift = Report::up_to_date(&v.revision, Some("/etc/extensions/a.raw is missing".into()));
+    let drift = Report::up_to_date(
+        &v.revision,
+        None,
+        Some("/etc/extensions/a.raw is missing".into()),
+    );
     let drifted = status_at(&journal, &v, &mut seen, &drift, 60);
     let degraded = condition(&drifted, plan_condition::DEGRADED);
     assert_eq!(
