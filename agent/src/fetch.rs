@@ -293,6 +293,7 @@ impl Partial {
         body: &mut B,
         limit: u64,
         stall: Duration,
+        min_speed: u64,
         progress: Progress<'_>,
     ) -> Result<BodyEnd, std::io::Error>
     where
@@ -309,6 +310,7 @@ impl Partial {
             (sink, Ok(()))
         });
         let mut pending = BytesMut::with_capacity(BLOCK);
+        let mut window = SpeedWindow::new(stall, min_speed);
         let end = loop {
             let chunk = match tokio::time::timeout(stall, body.next()).await {
                 Err(_) => break BodyEnd::Stalled,
@@ -318,6 +320,9 @@ impl Partial {
             };
             if self.done + chunk.len() as u64 > limit {
                 break BodyEnd::TooLong;
+            }
+            if window.too_slow(chunk.len() as u64) {
+                break BodyEnd::TooSlow;
             }
             self.done += chunk.len() as u64;
             pending.extend_from_slice(&chunk);
@@ -338,10 +343,44 @@ impl Partial {
     }
 }
 
+/// Bytes received per window of `length`: a transfer is too slow when a whole window
+/// brought fewer than `min_speed` bytes per second (curl's `--speed-limit`/`--speed-time`).
+struct SpeedWindow {
+    length: Duration,
+    min_speed: u64,
+    started: std::time::Instant,
+    bytes: u64,
+}
+
+impl SpeedWindow {
+    fn new(length: Duration, min_speed: u64) -> Self {
+        SpeedWindow {
+            length,
+            min_speed,
+            started: std::time::Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// Counts `received` bytes; true when the window that just closed was too slow.
+    fn too_slow(&mut self, received: u64) -> bool {
+        self.bytes += received;
+        let elapsed = self.started.elapsed();
+        if self.min_speed == 0 || elapsed < self.length {
+            return false;
+        }
+        let slow = (self.bytes as f64) < self.min_speed as f64 * elapsed.as_secs_f64();
+        self.started = std::time::Instant::now();
+        self.bytes = 0;
+        slow
+    }
+}
+
 /// How a response body ended.
 enum BodyEnd {
     Complete,
     Stalled,
+    TooSlow,
     Broken(String),
     /// More bytes than the limit arrived (the excess was not written).
     TooLong,
@@ -504,7 +543,13 @@ impl HttpFetcher {
 
         let mut body = response.bytes_stream();
         let end = match partial
-            .stream(&mut body, limit, self.settings.stall_timeout, progress)
+            .stream(
+                &mut body,
+                limit,
+                self.settings.stall_timeout,
+                self.settings.min_speed,
+                progress,
+            )
             .await
         {
             Ok(end) => end,
@@ -517,6 +562,15 @@ impl HttpFetcher {
                     error: transport(format!(
                         "stalled: no bytes for {:?} after {} bytes",
                         self.settings.stall_timeout, partial.done
+                    )),
+                    after: None,
+                };
+            }
+            BodyEnd::TooSlow => {
+                return Attempt::Retry {
+                    error: transport(format!(
+                        "too slow: under {} bytes/s over {:?}, after {} bytes",
+                        self.settings.min_speed, self.settings.stall_timeout, partial.done
                     )),
                     after: None,
                 };

@@ -97,6 +97,7 @@ struct DownloadFragment {
     attempts: Option<u32>,
     connect_timeout: Option<Duration>,
     stall_timeout: Option<Duration>,
+    min_speed: Option<u64>,
     initial_backoff: Option<Duration>,
     max_backoff: Option<Duration>,
 }
@@ -158,6 +159,7 @@ impl Fragment {
         over(&mut d.attempts, o.attempts);
         over(&mut d.connect_timeout, o.connect_timeout);
         over(&mut d.stall_timeout, o.stall_timeout);
+        over(&mut d.min_speed, o.min_speed);
         over(&mut d.initial_backoff, o.initial_backoff);
         over(&mut d.max_backoff, o.max_backoff);
         let (a, o) = (&mut self.activation, other.activation);
@@ -227,8 +229,13 @@ pub struct DownloadSettings {
     pub attempts: u32,
     /// TCP/TLS connect timeout.
     pub connect_timeout: StdDuration,
-    /// Abort a transfer that delivers no byte for this long.
+    /// Abort a transfer that delivers no byte for this long; also the window over which
+    /// `min_speed` is measured.
     pub stall_timeout: StdDuration,
+    /// Abort a transfer slower than this many bytes per second over a `stall_timeout`
+    /// window (a server that sends one byte now and then is no stall, and would keep
+    /// staging alive forever); 0 turns the check off.
+    pub min_speed: u64,
     /// First retry delay; doubled per attempt, with jitter.
     pub initial_backoff: StdDuration,
     /// Longest delay between attempts, `Retry-After` included.
@@ -471,6 +478,7 @@ fn build(
         attempts: d.attempts.unwrap_or(5),
         connect_timeout: duration(d.connect_timeout, StdDuration::from_secs(10)),
         stall_timeout: duration(d.stall_timeout, StdDuration::from_secs(30)),
+        min_speed: d.min_speed.unwrap_or(1024),
         initial_backoff: duration(d.initial_backoff, StdDuration::from_secs(1)),
         max_backoff: duration(d.max_backoff, StdDuration::from_secs(60)),
     };

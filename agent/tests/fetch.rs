@@ -19,6 +19,8 @@ enum After {
     Close,
     Stall,
     Endless,
+    /// One byte every 100 ms: never a stall, far under any sensible speed.
+    Trickle,
 }
 
 #[derive(Clone)]
@@ -96,6 +98,11 @@ async fn serve(handler: Arc<Handler>) -> (String, Arc<Mutex<Vec<String>>>) {
                 match r.after {
                     After::Close => {}
                     After::Stall => tokio::time::sleep(Duration::from_secs(30)).await,
+                    After::Trickle => {
+                        while socket.write_all(b"x").await.is_ok() {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
                     After::Endless => {
                         let chunk = vec![b'x'; 64 * 1024];
                         while socket.write_all(&chunk).await.is_ok() {}
@@ -112,10 +119,15 @@ fn fetcher(base: &str, attempts: u32) -> HttpFetcher {
 }
 
 fn fetcher_with_limit(base: &str, attempts: u32, max_artifact_size: u64) -> HttpFetcher {
+    fetcher_with(base, attempts, max_artifact_size, 0)
+}
+
+fn fetcher_with(base: &str, attempts: u32, max_artifact_size: u64, min_speed: u64) -> HttpFetcher {
     let settings = DownloadSettings {
         attempts,
         connect_timeout: Duration::from_secs(5),
         stall_timeout: Duration::from_millis(500),
+        min_speed,
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(20),
     };
@@ -626,4 +638,28 @@ async fn small_files_are_retried_capped_and_follow_the_redirect_policy() {
         .unwrap_err();
     assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
     assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+/// A server that sends a byte now and then never stalls; under `min_speed` over a
+/// `stall_timeout` window the transfer is aborted and retried (it kept staging alive
+/// forever: only a whole window without a byte was caught).
+#[tokio::test]
+async fn a_trickling_transfer_is_too_slow_and_retried() {
+    let (base, seen) = serve(Arc::new(|_, _| {
+        let mut r = reply("200 OK", b"");
+        r.headers = vec![("Content-Length".into(), "1000000".into())];
+        r.then(After::Trickle)
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let err = run(
+        &fetcher_with(&base, 2, 1 << 20, 1024),
+        &artifact(&base, BODY, None),
+        dir.path(),
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("too slow: under 1024 bytes/s"), "{text}");
+    assert!(seen.lock().unwrap().len() >= 2, "retried");
 }

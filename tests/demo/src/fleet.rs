@@ -259,7 +259,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
         let path = format!("/kubernetes/{}", kubernetes_image_file_name(version));
         server.put(&path, Artifact::file(&image.path)?);
         if let Some(rate) = image.size.checked_div(args.download_seconds) {
-            server.fault(&path, Fault::Throttle(rate.max(1024)));
+            server.fault(&path, Fault::Throttle(rate.max(4096)));
         }
         println!(
             "    {} ({}, sha256 {}…)",
