@@ -58,6 +58,7 @@ on_both_servers!(
     schema_validation_defaulting_pruning_and_cel,
     node_release_spec_is_immutable,
     garbage_collection_and_finalizers,
+    json_patch_test_of_a_missing_path_against_null_passes,
     eviction_honours_pod_disruption_budgets,
     crds_registered_through_the_api_are_served_and_removed,
     events_are_one_resource_in_two_shapes,
@@ -800,6 +801,45 @@ async fn garbage_collection_and_finalizers(backend: Backend) {
     .await
     .unwrap();
     assert_eq!(code(&api.get("held").await.unwrap_err()), 404);
+}
+
+/// kube-runtime's finalizer helper adds the first finalizer with `test /metadata/finalizers
+/// == null` then `add`: the real server passes that test on a missing path (the emulator
+/// refused it, and a rollout on the emulator never got its finalizer).
+async fn json_patch_test_of_a_missing_path_against_null_passes(backend: Backend) {
+    let (_api, c) = started(backend).await;
+    let api = plans(&c);
+    api.create(&PostParams::default(), &dyn_obj(plan("p")))
+        .await
+        .unwrap();
+    let first: Patch<()> = Patch::Json(
+        serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["inplace.dev/test"]},
+        ]))
+        .unwrap(),
+    );
+    let patched = api
+        .patch("p", &PatchParams::default(), &first)
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.metadata.finalizers,
+        Some(vec!["inplace.dev/test".to_owned()])
+    );
+    // Now present: the same test fails, and nothing changes.
+    let refused = api
+        .patch("p", &PatchParams::default(), &first)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&refused), 422);
+    api.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
 }
 
 fn pod(name: &str, ready: bool) -> Pod {
