@@ -65,6 +65,18 @@ pub enum FetchError {
         /// What the server sent versus the limit.
         detail: String,
     },
+    /// Not downloaded within `[download] artifact_deadline` of the first request.
+    #[error(
+        "artifact {artifact}: not downloaded within the [download] artifact_deadline of {deadline:?} ({done} bytes in)"
+    )]
+    DeadlineExceeded {
+        /// The artifact.
+        artifact: String,
+        /// The configured deadline.
+        deadline: Duration,
+        /// Bytes received when it passed.
+        done: u64,
+    },
     /// No space left on the target file system; the temporary file was removed.
     #[error("artifact {artifact}: no space left in {dir}")]
     DiskFull {
@@ -87,9 +99,10 @@ impl FetchError {
     /// The condition reason for this error.
     pub fn reason(&self) -> Reason {
         match self {
-            FetchError::Http { .. } | FetchError::Transport { .. } | FetchError::Io { .. } => {
-                Reason::DownloadFailed
-            }
+            FetchError::Http { .. }
+            | FetchError::Transport { .. }
+            | FetchError::DeadlineExceeded { .. }
+            | FetchError::Io { .. } => Reason::DownloadFailed,
             FetchError::RedirectRefused { .. } => Reason::PolicyDenied,
             FetchError::HashMismatch { .. } => Reason::HashMismatch,
             FetchError::SizeMismatch { .. } => Reason::SizeMismatch,
@@ -707,9 +720,19 @@ impl Fetcher for HttpFetcher {
             done: 0,
             validator: None,
         };
-        let result = self
-            .fetch_into(artifact, &mut partial, limit, progress)
-            .await;
+        let deadline = self.settings.artifact_deadline;
+        let result = tokio::time::timeout(
+            deadline,
+            self.fetch_into(artifact, &mut partial, limit, progress),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(FetchError::DeadlineExceeded {
+                artifact: name.clone(),
+                deadline,
+                done: partial.done,
+            })
+        });
         match result {
             Ok(()) => Ok(partial.path),
             Err(mut e) => {

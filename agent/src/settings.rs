@@ -98,6 +98,7 @@ struct DownloadFragment {
     connect_timeout: Option<Duration>,
     stall_timeout: Option<Duration>,
     min_speed: Option<u64>,
+    artifact_deadline: Option<Duration>,
     initial_backoff: Option<Duration>,
     max_backoff: Option<Duration>,
 }
@@ -160,6 +161,7 @@ impl Fragment {
         over(&mut d.connect_timeout, o.connect_timeout);
         over(&mut d.stall_timeout, o.stall_timeout);
         over(&mut d.min_speed, o.min_speed);
+        over(&mut d.artifact_deadline, o.artifact_deadline);
         over(&mut d.initial_backoff, o.initial_backoff);
         over(&mut d.max_backoff, o.max_backoff);
         let (a, o) = (&mut self.activation, other.activation);
@@ -236,6 +238,10 @@ pub struct DownloadSettings {
     /// window (a server that sends one byte now and then is no stall, and would keep
     /// staging alive forever); 0 turns the check off.
     pub min_speed: u64,
+    /// Give up on one artifact when it is not downloaded this long after its first
+    /// request, retries and backoff included: a steady transfer just over `min_speed`
+    /// would otherwise keep a multi-GiB download (and the rollout) going for days.
+    pub artifact_deadline: StdDuration,
     /// First retry delay; doubled per attempt, with jitter.
     pub initial_backoff: StdDuration,
     /// Longest delay between attempts, `Retry-After` included.
@@ -479,11 +485,16 @@ fn build(
         connect_timeout: duration(d.connect_timeout, StdDuration::from_secs(10)),
         stall_timeout: duration(d.stall_timeout, StdDuration::from_secs(30)),
         min_speed: d.min_speed.unwrap_or(1024),
+        // 8 GiB (the default max_artifact_size) at 400 KiB/s.
+        artifact_deadline: duration(d.artifact_deadline, StdDuration::from_secs(6 * 3600)),
         initial_backoff: duration(d.initial_backoff, StdDuration::from_secs(1)),
         max_backoff: duration(d.max_backoff, StdDuration::from_secs(60)),
     };
     if download.attempts == 0 {
         return Err(invalid("download.attempts", "must be at least 1"));
+    }
+    if download.artifact_deadline.is_zero() {
+        return Err(invalid("download.artifact_deadline", "must be positive"));
     }
     if download.stall_timeout.is_zero() || download.connect_timeout.is_zero() {
         return Err(invalid(
@@ -717,6 +728,10 @@ mod tests {
                 "policy.trusted_keys_dir",
             ),
             ("[download]\nattempts = 0", "download.attempts"),
+            (
+                "[download]\nartifact_deadline = \"0s\"",
+                "download.artifact_deadline",
+            ),
             ("[metrics]\nsocket = \"metrics.sock\"", "metrics.socket"),
             ("[metrics]\nlisten = \"0.0.0.0:9477\"", "metrics.listen"),
             ("[metrics]\nlisten = \"[::]:9477\"", "metrics.listen"),

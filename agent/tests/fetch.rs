@@ -21,6 +21,8 @@ enum After {
     Endless,
     /// One byte every 100 ms: never a stall, far under any sensible speed.
     Trickle,
+    /// 4 KiB every 50 ms (80 KiB/s): steady and well over `min_speed`, but slow.
+    Steady,
 }
 
 #[derive(Clone)]
@@ -103,6 +105,12 @@ async fn serve(handler: Arc<Handler>) -> (String, Arc<Mutex<Vec<String>>>) {
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
+                    After::Steady => {
+                        let chunk = vec![b'x'; 4096];
+                        while socket.write_all(&chunk).await.is_ok() {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
                     After::Endless => {
                         let chunk = vec![b'x'; 64 * 1024];
                         while socket.write_all(&chunk).await.is_ok() {}
@@ -128,9 +136,14 @@ fn fetcher_with(base: &str, attempts: u32, max_artifact_size: u64, min_speed: u6
         connect_timeout: Duration::from_secs(5),
         stall_timeout: Duration::from_millis(500),
         min_speed,
+        artifact_deadline: Duration::from_secs(60),
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(20),
     };
+    fetcher_from(base, &settings, max_artifact_size)
+}
+
+fn fetcher_from(base: &str, settings: &DownloadSettings, max_artifact_size: u64) -> HttpFetcher {
     let policy = Policy {
         allowed_url_prefixes: vec![format!("{base}/ok/").parse().unwrap()],
         allow_http: true,
@@ -142,7 +155,7 @@ fn fetcher_with(base: &str, attempts: u32, max_artifact_size: u64, min_speed: u6
         require_signatures: false,
         trusted_keys_dir: "/etc/inplace/keys".into(),
     };
-    HttpFetcher::new(&settings, &policy).unwrap()
+    HttpFetcher::new(settings, &policy).unwrap()
 }
 
 fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
@@ -662,4 +675,60 @@ async fn a_trickling_transfer_is_too_slow_and_retried() {
     let text = err.to_string();
     assert!(text.contains("too slow: under 1024 bytes/s"), "{text}");
     assert!(seen.lock().unwrap().len() >= 2, "retried");
+}
+
+/// A steady transfer well over `min_speed` passes every window, however long it takes;
+/// `artifact_deadline` ends it, and the message names the artifact and the setting.
+#[tokio::test]
+async fn a_steady_but_slow_transfer_ends_at_the_artifact_deadline() {
+    let (base, _) = serve(Arc::new(|_, _| {
+        let mut r = reply("200 OK", b"");
+        r.headers = vec![("Content-Length".into(), "200000".into())];
+        r.then(After::Steady)
+    }))
+    .await;
+    let mut settings = DownloadSettings {
+        attempts: 3,
+        connect_timeout: Duration::from_secs(5),
+        stall_timeout: Duration::from_millis(300),
+        min_speed: 1024,
+        artifact_deadline: Duration::from_millis(1500),
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(20),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let err = run(
+        &fetcher_from(&base, &settings, 1 << 20),
+        &artifact(&base, BODY, None),
+        dir.path(),
+    )
+    .await
+    .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, FetchError::DeadlineExceeded { .. }), "{err}");
+    assert_eq!(err.reason(), inplace_proto::Reason::DownloadFailed);
+    let text = err.to_string();
+    assert!(text.starts_with("artifact kubernetes: "), "{text}");
+    assert!(
+        text.contains("[download] artifact_deadline of 1.5s"),
+        "{text}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "ended at the deadline: {took:?}"
+    );
+
+    // The same transfer with a deadline out of reach is not too slow: only the deadline
+    // ended it (it ends here at the body's declared size, with the wrong digest).
+    settings.artifact_deadline = Duration::from_secs(60);
+    settings.attempts = 1;
+    let err = run(
+        &fetcher_from(&base, &settings, 1 << 20),
+        &artifact(&base, BODY, None),
+        dir.path(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, FetchError::HashMismatch { .. }), "{err}");
 }

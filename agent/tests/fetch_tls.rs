@@ -74,6 +74,7 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
         connect_timeout: Duration::from_secs(5),
         stall_timeout: Duration::from_secs(2),
         min_speed: 0,
+        artifact_deadline: Duration::from_secs(3600),
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(20),
     };

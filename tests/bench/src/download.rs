@@ -32,6 +32,7 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         connect_timeout: Duration::from_secs(5),
         stall_timeout: Duration::from_secs(30),
         min_speed: 0,
+        artifact_deadline: Duration::from_secs(3600),
         initial_backoff: Duration::from_millis(100),
         max_backoff: Duration::from_secs(1),
     };
