@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use inplace_proto::{Reason, UpdateContent};
 use serde::{Deserialize, Serialize};
 
-use crate::links::{self, Prior};
+use crate::links::{self, DurableOps, Prior, StdFs};
 
 /// Failed revisions remembered (the oldest are forgotten first).
 const MAX_FAILED: usize = 16;
@@ -576,16 +577,31 @@ pub enum JournalError {
 }
 
 /// The journal file under the state directory.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct JournalFile {
     path: PathBuf,
+    ops: Arc<dyn DurableOps>,
+}
+
+impl std::fmt::Debug for JournalFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JournalFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl JournalFile {
     /// The journal at `<state_dir>/journal.json`.
     pub fn new(state_dir: &Path) -> Self {
+        Self::with_ops(state_dir, Arc::new(StdFs))
+    }
+
+    /// The journal at `<state_dir>/journal.json`, written through `ops`.
+    pub fn with_ops(state_dir: &Path, ops: Arc<dyn DurableOps>) -> Self {
         JournalFile {
             path: state_dir.join("journal.json"),
+            ops,
         }
     }
 
@@ -628,10 +644,13 @@ impl JournalFile {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
+        let ops = self.ops.clone();
         run_blocking(move || {
-            links::write_atomically(&path, &bytes).map_err(|source| JournalError::Io {
-                path: path.clone(),
-                source,
+            links::write_atomically_with(ops.as_ref(), &path, &bytes).map_err(|source| {
+                JournalError::Io {
+                    path: path.clone(),
+                    source,
+                }
             })
         })
         .await

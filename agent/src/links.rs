@@ -44,17 +44,58 @@ pub fn swap_symlink(link: &Path, target: &Path) -> io::Result<()> {
     fsync_dir(dir)
 }
 
+/// The file-system steps a durable replacement is made of, so a test can record their
+/// order (a missing fsync loses nothing until the power fails, so only the order shows it).
+pub trait DurableOps: Send + Sync {
+    /// Creates or truncates `path` and writes `bytes` to it.
+    fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Flushes `path`'s data and metadata to the disk.
+    fn fsync_file(&self, path: &Path) -> io::Result<()>;
+    /// Renames `from` over `to` (atomic on one file system).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Flushes `dir`, making a rename in it durable.
+    fn fsync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// The real file system, through plain `std::fs`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StdFs;
+
+impl DurableOps for StdFs {
+    fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        File::create(path)?.write_all(bytes)
+    }
+
+    fn fsync_file(&self, path: &Path) -> io::Result<()> {
+        // fsync flushes the file's dirty pages whichever descriptor asks.
+        File::open(path)?.sync_all()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn fsync_dir(&self, dir: &Path) -> io::Result<()> {
+        fsync_dir(dir)
+    }
+}
+
 /// Writes `bytes` to `path` atomically (temp + fsync + rename + fsync dir).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically_with(&StdFs, path, bytes)
+}
+
+/// [`write_atomically`] through `ops`: the content is on disk before the rename makes it
+/// the file (or a power loss could leave the new name on empty data), and the rename is on
+/// disk before this returns (or the old version could come back).
+pub fn write_atomically_with(ops: &dyn DurableOps, path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = parent(path)?;
     fs::create_dir_all(dir)?;
     let temp = temp_sibling(path)?;
-    let mut file = File::create(&temp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&temp, path)?;
-    fsync_dir(dir)
+    ops.write(&temp, bytes)?;
+    ops.fsync_file(&temp)?;
+    ops.rename(&temp, path)?;
+    ops.fsync_dir(dir)
 }
 
 /// Removes `path` (a link or file) durably; absent is fine.

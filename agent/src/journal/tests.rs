@@ -64,6 +64,67 @@ async fn crash_before_rename_keeps_the_old_journal() {
     assert_eq!(file.load().await.unwrap(), Journal::default());
 }
 
+/// The steps of a durable write as they reach the file system, done for real by `StdFs`.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<String>>);
+
+impl Recorder {
+    fn note(&self, step: &str, path: &std::path::Path) {
+        let name = path.file_name().unwrap().to_string_lossy();
+        self.0.lock().unwrap().push(format!("{step} {name}"));
+    }
+}
+
+impl crate::links::DurableOps for Recorder {
+    fn write(&self, path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.note("write", path);
+        crate::links::StdFs.write(path, bytes)
+    }
+    fn fsync_file(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.note("fsync", path);
+        crate::links::StdFs.fsync_file(path)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        self.note("rename", from);
+        self.note("  to", to);
+        crate::links::StdFs.rename(from, to)
+    }
+    fn fsync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        self.note("fsync-dir", dir);
+        crate::links::StdFs.fsync_dir(dir)
+    }
+}
+
+/// A save is durable only in this order: the content reaches the disk before the rename
+/// names it (else a power loss can leave journal.json empty), and the rename reaches the
+/// disk before `save` returns (else the old journal can come back after a step was acted
+/// on). Removing any fsync, or moving it after the rename, fails here.
+#[tokio::test]
+async fn a_save_writes_fsyncs_renames_then_fsyncs_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let file = JournalFile::with_ops(&state, recorder.clone());
+    let journal = Journal {
+        in_flight: Some(flight("r1")),
+        ..Default::default()
+    };
+    file.save(&journal).await.unwrap();
+    let steps = recorder.0.lock().unwrap().clone();
+    assert_eq!(
+        steps,
+        vec![
+            "write .journal.json.inplace-new",
+            "fsync .journal.json.inplace-new",
+            "rename .journal.json.inplace-new",
+            "  to journal.json",
+            "fsync-dir state",
+        ],
+    );
+    assert_eq!(JournalFile::new(&state).load().await.unwrap(), journal);
+}
+
 #[tokio::test]
 async fn corrupt_journal_is_moved_aside() {
     let dir = tempfile::tempdir().unwrap();
