@@ -10,6 +10,7 @@
 //! coordinates them.
 
 pub mod archive;
+pub mod beneath;
 pub mod check_config;
 pub mod failpoints;
 pub mod fetch;

@@ -346,6 +346,36 @@ async fn invalid_and_denied_plans_are_refused_before_any_io() {
     assert!(!bed.settings.state_dir.join("store").exists());
 }
 
+/// `<root>/opt/bin/sub` is a symlink to a directory the agent may write (`<root>/etc`
+/// here; on a node `/etc/extensions` or its own state would do): a plan putting a binary
+/// at `<root>/opt/bin/sub/kubectl` is refused naming both paths, before any download, and
+/// nothing appears where the symlink points.
+#[tokio::test]
+async fn a_target_reached_through_a_symlinked_subdirectory_is_refused() {
+    let bed = Bed::new();
+    let mut agent = bed.agent().await;
+    let elsewhere = bed.root().join("etc");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::create_dir_all(bed.root().join("opt/bin")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, bed.root().join("opt/bin/sub")).unwrap();
+    let mut plan = bed.plan("OK v1", "kubectl v1", "Active");
+    let target = bed.root().join("opt/bin/sub/kubectl");
+    plan.spec.content.artifacts[1].path = Some(target.display().to_string());
+    agent.handle(Some(&plan)).await.unwrap();
+    let (_, reason, message) = bed.ready();
+    assert_eq!(reason, "TargetThroughSymlink", "{message}");
+    for name in [
+        "spec.artifacts[1].path".to_owned(),
+        target.display().to_string(),
+        bed.root().join("opt/bin/sub").display().to_string(),
+    ] {
+        assert!(message.contains(&name), "{name} not in {message}");
+    }
+    assert_eq!(bed.last().phase, Some(Phase::Failed));
+    assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
 #[tokio::test]
 async fn plan_for_another_node_is_ignored() {
     let bed = Bed::new();

@@ -84,6 +84,9 @@ reasons! {
     InvalidPlan,
     /// The plan asks for something this node's local policy forbids; nothing was done.
     PolicyDenied,
+    /// A binary's or archive member's directory is reached through a symlink below an
+    /// allowed target directory (the message names it); nothing was changed.
+    TargetThroughSymlink,
     /// An artifact could not be downloaded (the message names it and the HTTP status).
     DownloadFailed,
     /// A downloaded artifact's sha256 differs from the one in the plan; it was deleted.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use chrono::Utc;
-use inplace_proto::{Artifact, ArtifactType, Reason};
+use inplace_proto::{Artifact, ArtifactType, Reason, UpdateContent};
 
 use super::report::Report;
 use super::{Agent, AgentError, blocking};
@@ -83,6 +83,10 @@ impl Agent {
             self.save().await?;
         }
         self.failpoint("stage.begin");
+        if let Err(failure) = self.refuse_symlinked_targets(&view.content).await {
+            self.deny(view, failure, None).await?;
+            return Ok(Staging::Failed);
+        }
         self.report(Some(view), Report::downloading(view));
         let mut staged_links = Vec::new();
         let mut plans = self.plans.clone();
@@ -111,6 +115,58 @@ impl Agent {
         self.save().await?;
         self.failpoint("stage.done");
         Ok(Staging::Done)
+    }
+
+    /// Refuses, before any download, a binary or archive member whose directory is
+    /// reached through a symlink below its allowed target directory. (The swap opens each
+    /// directory with `O_NOFOLLOW` too; this check names the field before anything changed.)
+    async fn refuse_symlinked_targets(&self, content: &UpdateContent) -> Result<(), Failure> {
+        let targets: Vec<(String, PathBuf)> = content
+            .artifacts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| {
+                let at = format!("spec.artifacts[{i}]");
+                let binary = a.path.iter().map(move |p| (format!("{at}.path"), p));
+                let at = format!("spec.artifacts[{i}]");
+                let members = a
+                    .members
+                    .iter()
+                    .enumerate()
+                    .map(move |(j, m)| (format!("{at}.members[{j}].to"), &m.to));
+                binary.chain(members)
+            })
+            .map(|(field, path)| (field, PathBuf::from(path)))
+            .collect();
+        let allowed = self.settings.policy.allowed_target_dirs.clone();
+        let found = blocking(move || {
+            for (field, path) in &targets {
+                let base = crate::beneath::base_of(path, &allowed);
+                let dir = path.parent().unwrap_or(path);
+                if let Some(symlink) = crate::beneath::symlink_below(base, dir)? {
+                    return Ok(Some(format!(
+                        "{field}: {} is reached through {}, a symlink; links are never \
+                         made through one below {}",
+                        path.display(),
+                        symlink.display(),
+                        base.display()
+                    )));
+                }
+            }
+            Ok(None)
+        })
+        .await;
+        match found {
+            Ok(None) => Ok(()),
+            Ok(Some(message)) => Err(Failure {
+                reason: Reason::TargetThroughSymlink,
+                message,
+            }),
+            Err(e) => Err(Failure {
+                reason: Reason::StagingFailed,
+                message: format!("cannot check the target directories: {e}"),
+            }),
+        }
     }
 
     /// The revision failed before anything that runs was touched: it is denied (journal

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use inplace_proto::{ArtifactType, Reason, UpdateContent};
 
 use super::{Agent, blocking};
+use crate::beneath;
 use crate::health;
 use crate::journal::{Failure, InFlight, Link};
 use crate::links;
@@ -26,9 +27,11 @@ impl Agent {
         let swaps = targets.to_vec();
         let dropped = removals.to_vec();
         let lock = self.settings.paths.lock_file.clone();
+        let allowed = self.settings.policy.allowed_target_dirs.clone();
         blocking(move || {
             for link in &swaps {
-                links::swap_symlink(&link.path, &link.target)?;
+                let base = beneath::base_of(&link.path, &allowed);
+                beneath::swap_symlink(base, &link.path, &link.target)?;
                 crate::failpoints::hit(&lock, "activate.swap");
             }
             for path in &dropped {
