@@ -86,6 +86,22 @@ pub fn is_downgrade(current: &str, target: &str) -> bool {
     }
 }
 
+/// Whether `target` leaves `current`'s major version or lands more than one minor version
+/// above it: Kubernetes moves a node one minor version at a time (kubelet skew policy, and
+/// kubeadm upgrades minor by minor). Versions that do not parse never count.
+pub fn skips_a_minor(current: &str, target: &str) -> bool {
+    match (
+        KubernetesVersion::parse(current),
+        KubernetesVersion::parse(target),
+    ) {
+        (Some(current), Some(target)) => {
+            let minor = |v: &KubernetesVersion| v.core[1].parse::<u128>().unwrap_or(u128::MAX);
+            current.core[0] != target.core[0] || minor(&target) > minor(&current).saturating_add(1)
+        }
+        _ => false,
+    }
+}
+
 fn is_digits(text: &str) -> bool {
     !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
@@ -133,6 +149,19 @@ mod tests {
         assert_eq!(order("v01.031.2", "v1.31.2"), Ordering::Equal);
         let huge = format!("v1.{}.0", "9".repeat(40));
         assert_eq!(order(&huge, "v1.31.0"), Ordering::Greater);
+    }
+
+    #[test]
+    fn minor_skips() {
+        assert!(skips_a_minor("v1.31.2", "v1.33.0"));
+        assert!(skips_a_minor("v1.31.2", "v2.0.0"));
+        assert!(!skips_a_minor("v1.31.2", "v1.32.0"));
+        assert!(!skips_a_minor("v1.31.2", "v1.31.3"));
+        assert!(
+            !skips_a_minor("v1.31.2", "v1.30.0"),
+            "a downgrade, not a skip"
+        );
+        assert!(!skips_a_minor("v1.31.2", "1.33.0"));
     }
 
     #[test]

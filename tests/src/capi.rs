@@ -1,6 +1,7 @@
-//! Cluster API's own CRDs for the management cluster of the suites: read from its official
-//! Go module at the version `tests/capi/go.mod` pins (downloaded and checked against
-//! `tests/capi/go.sum` by the go command), never written by hand.
+//! Cluster API at the version `tests/capi/go.mod` pins (downloaded and checked against
+//! `tests/capi/go.sum` by the go command), never written by hand: its own CRDs for the
+//! management cluster of the suites, and `hookcheck`, the Go harness that calls the extension
+//! with Cluster API's own types the way Cluster API's runtime client does.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -45,4 +46,37 @@ fn module_dir() -> anyhow::Result<PathBuf> {
         .as_str()
         .map(PathBuf::from)
         .context("go mod download named no module directory")
+}
+
+/// The `hookcheck` harness (`tests/capi/hookcheck`), built once per test process into
+/// `target/capi/bin`; Go's build cache makes a rebuild with nothing changed take seconds.
+pub fn hookcheck() -> anyhow::Result<PathBuf> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| build_hookcheck().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn build_hookcheck() -> anyhow::Result<PathBuf> {
+    let root = crate::apiserver::repo_root();
+    let binary = root.join("target/capi/bin/hookcheck");
+    let output = Command::new("go")
+        .args(["build", "-trimpath", "-o"])
+        .arg(&binary)
+        .arg("./hookcheck")
+        .current_dir(root.join("tests").join("capi"))
+        // go.mod and go.sum are the pins: a build never rewrites them (and stamps no VCS
+        // state, which a fresh clone's ownership may refuse).
+        .env("GOFLAGS", "-mod=readonly -buildvcs=false")
+        .output()
+        .context("running go build in tests/capi (is Go installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "go build ./hookcheck failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(binary)
 }

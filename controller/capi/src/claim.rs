@@ -3,11 +3,13 @@
 //!
 //! What can be done in place: the Kubernetes version (`spec.version` of a Machine,
 //! `spec.template.spec.version` of a MachineSet), when one valid NodeRelease brings the
-//! desired version. Everything else (infrastructure, bootstrap, other Machine fields) is left
+//! desired version and the step is one Kubernetes supports on a node: no downgrade, no
+//! skipped minor version. Everything else (infrastructure, bootstrap, other Machine fields) is left
 //! unclaimed, so Cluster API replaces the machine when anything else changes. The claim is a
 //! JSON Patch over the *current* object that sets exactly the claimed fields to their desired
 //! values.
 
+use inplace_proto::version::{is_downgrade, skips_a_minor};
 use serde_json::{Value, json};
 
 use crate::catalog::ReleaseLookup;
@@ -54,6 +56,22 @@ pub fn version_change(current: &Value, desired: &Value, pointer: &str) -> Option
         .and_then(Value::as_str)
         .map(str::to_owned);
     (from.as_deref() != Some(to.as_str())).then_some(VersionChange { from, to })
+}
+
+impl VersionChange {
+    /// Why this change cannot be done on a running node, if it cannot.
+    pub fn unsupported_step(&self) -> Option<String> {
+        let from = self.from.as_deref()?;
+        if is_downgrade(from, &self.to) {
+            Some("a downgrade: Kubernetes does not support downgrading a node".into())
+        } else if skips_a_minor(from, &self.to) {
+            Some(
+                "skips a minor version: Kubernetes moves a node one minor version at a time".into(),
+            )
+        } else {
+            None
+        }
+    }
 }
 
 /// Every leaf path (JSON pointer) where `current` and `desired` differ, depth first.
@@ -137,6 +155,16 @@ pub fn claim(
     let mut said = Vec::new();
     match (&change, lookup) {
         (None, _) => {}
+        (Some(change), _) if change.unsupported_step().is_some() => {
+            said.push(format!(
+                "not claimed: {} {} {} -> {}: {}",
+                main.label,
+                pointer_to_field(version_pointer),
+                change.from.as_deref().unwrap_or("(none)"),
+                change.to,
+                change.unsupported_step().unwrap_or_default()
+            ));
+        }
         (Some(change), Some(ReleaseLookup::Found(release))) => {
             let op = if change.from.is_some() {
                 "replace"
@@ -388,6 +416,26 @@ mod tests {
         let (main, others) = pairs(&current, &desired, &i1, &i2);
         let claim = claim(main, &others, MACHINE_VERSION, Some(&found()));
         assert_eq!(claim.operations[0]["op"], "add");
+    }
+
+    #[test]
+    fn a_downgrade_or_a_skipped_minor_is_not_claimed_even_with_a_release() {
+        for (to, why) in [
+            ("v1.31.0", "a downgrade"),
+            ("v1.33.0", "skips a minor version"),
+        ] {
+            let (current, desired) = (machine("v1.31.1"), machine(to));
+            let lookup = select_release(&[release("r", to)], to);
+            let (main, others) = pairs(&current, &desired, &Value::Null, &Value::Null);
+            let claim = claim(main, &others, MACHINE_VERSION, Some(&lookup));
+            assert!(claim.operations.is_empty(), "{to}");
+            assert!(!claim.covers_everything);
+            assert!(claim.message.contains(why), "{}", claim.message);
+        }
+        let (current, desired) = (machine("v1.31.1"), machine("v1.32.0"));
+        let lookup = select_release(&[release("r", "v1.32.0")], "v1.32.0");
+        let (main, others) = pairs(&current, &desired, &Value::Null, &Value::Null);
+        assert!(claim(main, &others, MACHINE_VERSION, Some(&lookup)).covers_everything);
     }
 
     #[test]

@@ -80,8 +80,23 @@ pub struct MachineTarget {
 }
 
 impl MachineTarget {
-    /// Reads the target from a full Machine object, or says what is missing.
+    /// Reads the target from a full Machine object as the management cluster holds it, or
+    /// says what is missing.
     pub fn from_machine(machine: &Value) -> Result<Self, Error> {
+        let target = Self::from_request(machine)?;
+        if target.node.is_empty() {
+            return Err(Error::BadRequest(format!(
+                "Machine {} has no status.nodeRef.name: the node has not joined the workload cluster, so there is nothing to update in place",
+                target.name
+            )));
+        }
+        Ok(target)
+    }
+
+    /// Reads what an `UpdateMachine` request asks for. Cluster API sends the Machine
+    /// without its status, so `node` is empty unless the request names one: the node acted
+    /// on is always the stored Machine's (see `machines::verify_request`).
+    pub fn from_request(machine: &Value) -> Result<Self, Error> {
         if !machine.is_object() {
             return Err(Error::BadRequest(
                 "the request carries no desired.machine object".into(),
@@ -109,15 +124,12 @@ impl MachineTarget {
                     "label {CLUSTER_NAME_LABEL} (nor spec.clusterName)"
                 ))
             })?;
-        let node = text("/status/nodeRef/name").ok_or_else(|| {
-            missing("status.nodeRef.name: the node has not joined the workload cluster, so there is nothing to update in place")
-        })?;
         let version = text("/spec/version").ok_or_else(|| missing("spec.version"))?;
         Ok(MachineTarget {
             namespace,
             name,
             cluster,
-            node,
+            node: text("/status/nodeRef/name").unwrap_or_default(),
             version,
         })
     }
@@ -446,7 +458,7 @@ impl Extension {
     /// API is updating it in place and it wants what the request says, in an existing
     /// Cluster (see `machines.rs`).
     async fn verified_target(&self, requested: &Value) -> Result<MachineTarget, Error> {
-        let requested = MachineTarget::from_machine(requested)?;
+        let requested = MachineTarget::from_request(requested)?;
         let stored = self
             .machines
             .machine(&requested.namespace, &requested.name)

@@ -166,7 +166,7 @@ async fn a_version_without_a_release_is_not_claimed() {
     let infra = fixture("vspheremachine.json");
     let request = can_update_machine_request(
         &machine("v1.31.1", Some("node-1")),
-        &machine("v1.40.0", Some("node-1")),
+        &machine("v1.32.0", Some("node-1")),
         &infra,
         &infra,
     );
@@ -182,7 +182,7 @@ async fn a_version_without_a_release_is_not_claimed() {
         answer["message"]
             .as_str()
             .unwrap()
-            .contains("no NodeRelease with kubernetesVersion v1.40.0"),
+            .contains("no NodeRelease with kubernetesVersion v1.32.0"),
         "{answer}"
     );
     bed.stop().await;

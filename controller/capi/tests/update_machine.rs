@@ -242,7 +242,11 @@ async fn missing_kubeconfig_nodes_and_versions_give_clear_failures() {
         "{answer}"
     );
 
-    let answer = bed.update_machine(&machine("v1.31.2", None)).await;
+    // A Machine whose node has not joined (the stored Machine has no nodeRef; Cluster
+    // API's request never carries one).
+    let mut not_joined = machine("v1.31.2", None);
+    not_joined["metadata"]["name"] = json!("not-joined");
+    let answer = bed.update_machine(&not_joined).await;
     assert_eq!(answer["status"], "Failure");
     assert!(
         message(&answer).contains("has no status.nodeRef.name"),

@@ -76,6 +76,18 @@ pub fn release_object(name: &str, kubernetes_version: &str) -> Value {
     })
 }
 
+/// Creates a valid release `name` for `kubernetes_version` in the management cluster.
+pub async fn create_release(management: &kube::Client, name: &str, kubernetes_version: &str) {
+    let releases: Api<NodeRelease> = Api::all(management.clone());
+    releases
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(release_object(name, kubernetes_version)).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
 /// Applies one CRD file to `api` (and waits until a real server serves it).
 pub async fn apply_crd_file(api: &TestApi, file: &Path) {
     match api {
@@ -169,18 +181,11 @@ impl Bed {
         )
         .await;
         create_cluster(&management_client, CLUSTER).await;
-        let releases: Api<NodeRelease> = Api::all(management_client.clone());
         for (name, version) in [
             ("kubernetes-v1.31.1", "v1.31.1"),
             ("kubernetes-v1.31.2", "v1.31.2"),
         ] {
-            releases
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(release_object(name, version)).unwrap(),
-                )
-                .await
-                .unwrap();
+            create_release(&management_client, name, version).await;
         }
 
         // Workload cluster: the nodes.

@@ -1,0 +1,152 @@
+//! The extension against Cluster API itself: `hookcheck` (tests/capi, Go, Cluster API's own
+//! types at the pinned release) discovers the extension and calls every handler exactly as
+//! Cluster API's runtime client does, applies the returned patches as Cluster API does and
+//! checks its conclusions, then drives UpdateMachine to done while a simulated agent
+//! finishes the plan and a simulated kubelet lets evicted pods go, with drain on.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use inplace_capi::CordonAndEvict;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+/// Releases the harness's cases need beyond the bed's v1.31.1 and v1.31.2: the update's
+/// target, and one a minor version skip would land on.
+const EXTRA_RELEASES: [(&str, &str); 2] = [
+    ("kubernetes-v1.31.3", "v1.31.3"),
+    ("kubernetes-v1.33.0", "v1.33.0"),
+];
+
+async fn add_releases(bed: &Bed) {
+    for (name, version) in EXTRA_RELEASES {
+        create_release(&bed.management_client, name, version).await;
+    }
+}
+
+/// A pod of a workload on the node, for the drain to evict.
+async fn put_pod(bed: &Bed, node: &str) {
+    let pods: Api<Pod> = Api::namespaced(bed.workload_client.clone(), "default");
+    let pod = json!({"metadata": {"name": "web-1", "namespace": "default"},
+                     "spec": {"nodeName": node, "containers": [{"name": "web", "image": "web:1"}]}});
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+/// What a kubelet does for evicted pods: removes them once they are marked for deletion.
+async fn let_evicted_pods_go(bed: &Bed) {
+    let pods: Api<Pod> = Api::all(bed.workload_client.clone());
+    for pod in pods.list(&ListParams::default()).await.unwrap().items {
+        if pod.metadata.deletion_timestamp.is_some() {
+            let ns: Api<Pod> = Api::namespaced(
+                bed.workload_client.clone(),
+                pod.metadata.namespace.as_deref().unwrap(),
+            );
+            let _ = ns
+                .delete(
+                    pod.metadata.name.as_deref().unwrap(),
+                    &DeleteParams::default().grace_period(0),
+                )
+                .await;
+        }
+    }
+}
+
+async fn unschedulable(bed: &Bed, node: &str) -> bool {
+    let nodes: Api<Node> = Api::all(bed.workload_client.clone());
+    let node = nodes.get(node).await.unwrap();
+    node.spec.and_then(|s| s.unschedulable).unwrap_or(false)
+}
+
+/// The Machine the harness asks UpdateMachine for, as Cluster API leaves it in the
+/// management cluster during an in-place update.
+async fn machine_from_harness(harness: &std::path::Path) -> Value {
+    let output = tokio::process::Command::new(harness)
+        .args([
+            "-print-machine",
+            "-namespace",
+            NAMESPACE,
+            "-cluster",
+            CLUSTER,
+        ])
+        .args(["-node", "node-1"])
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn cluster_api_s_own_client_and_types_accept_every_answer() {
+    let harness = inplace_tests::capi::hookcheck().unwrap();
+    let drainer = Arc::new(CordonAndEvict::new(Duration::from_secs(60)));
+    let bed = Bed::start_with(true, drainer, 30).await;
+    add_releases(&bed).await;
+    put_pod(&bed, "node-1").await;
+    bed.store_machine(&machine_from_harness(&harness).await)
+        .await;
+
+    let mut run = tokio::process::Command::new(&harness)
+        .arg("-url")
+        .arg(format!("https://localhost:{}", bed.addr.port()))
+        .arg("-ca")
+        .arg(&bed.cert_file)
+        .args([
+            "-namespace",
+            NAMESPACE,
+            "-cluster",
+            CLUSTER,
+            "-node",
+            "node-1",
+        ])
+        .args(["-until-done", "-poll", "200ms", "-deadline", "90s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let agent = SimAgent::new(bed.workload_client.clone());
+    let mut seen_cordoned = false;
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        seen_cordoned |= unschedulable(&bed, "node-1").await;
+        let_evicted_pods_go(&bed).await;
+        agent.step().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let output = run.wait_with_output().await.unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("{said}");
+    assert!(status.success(), "hookcheck failed:\n{said}");
+    assert!(said.contains("ok   update-machine: done"), "{said}");
+    assert!(seen_cordoned, "the node was never cordoned:\n{said}");
+    assert!(!unschedulable(&bed, "node-1").await, "left cordoned");
+    let pods: Api<Pod> = Api::all(bed.workload_client.clone());
+    assert!(
+        pods.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "the pod was not evicted"
+    );
+    bed.stop().await;
+}
