@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::decision::{
     CORDONED_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION, GRANTED_ANNOTATION, PlanIntent, PlanReport,
-    PlanView, ROLLOUT_LABEL,
+    PlanView, READY_SINCE_ANNOTATION, ROLLOUT_LABEL,
 };
 use crate::error::{Error, Result};
 
@@ -34,6 +34,7 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
         revision: plan.spec.revision.clone(),
         desired_state: plan.spec.desired_state,
         granted_at: annotation(GRANTED_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
+        ready_since: annotation(READY_SINCE_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
         cordoned: inplace_drain::cordon::is_recorded(annotations),
         drain_timeout: annotation(DRAIN_TIMEOUT_ANNOTATION).cloned(),
         allow_downgrade: plan.spec.allow_downgrade,
@@ -91,6 +92,9 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> Result<V
     let mut annotations = BTreeMap::new();
     if let Some(at) = intent.granted_at {
         annotations.insert(GRANTED_ANNOTATION, at.to_string());
+    }
+    if let Some(at) = intent.ready_since {
+        annotations.insert(READY_SINCE_ANNOTATION, at.to_string());
     }
     if intent.cordoned {
         annotations.insert(CORDONED_ANNOTATION, "true".to_owned());
@@ -153,6 +157,7 @@ fn same_controller_fields(a: &PlanView, b: &PlanView) -> bool {
     a.revision == b.revision
         && a.desired_state == b.desired_state
         && a.granted_at == b.granted_at
+        && a.ready_since == b.ready_since
         && a.cordoned == b.cordoned
         && a.drain_timeout == b.drain_timeout
         && a.allow_downgrade == b.allow_downgrade
@@ -248,6 +253,7 @@ mod tests {
             revision: "abc".into(),
             desired_state: DesiredState::Active,
             granted_at: Some("2026-11-22T03:00:00Z".parse().unwrap()),
+            ready_since: Some("2026-11-22T03:10:00Z".parse().unwrap()),
             cordoned: true,
             drain_timeout: None,
             allow_downgrade: true,
@@ -274,6 +280,7 @@ mod tests {
         let plan: NodeUpdatePlan = serde_json::from_value(body).unwrap();
         let view = plan_view(&plan);
         assert_eq!(view.granted_at, intent().granted_at);
+        assert_eq!(view.ready_since, intent().ready_since);
         assert!(view.cordoned);
         assert_eq!(view.desired_state, DesiredState::Active);
         assert!(

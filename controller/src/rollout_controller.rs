@@ -206,8 +206,11 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         %now,
         "reconciled"
     );
+    // A wake-up days away (the next maintenance window) never stretches the resync.
     Ok(Action::requeue(
-        decision.requeue_after.unwrap_or(ctx.settings.resync),
+        decision
+            .requeue_after
+            .map_or(ctx.settings.resync, |after| after.min(ctx.settings.resync)),
     ))
 }
 

@@ -162,6 +162,7 @@ mod tests {
             revision: Some(REV.into()),
             desired_state: desired,
             granted_at: Some("2026-11-25T09:00:00Z".parse().unwrap()),
+            ready_since: None,
             cordoned,
             drain_timeout: None,
             allow_downgrade: false,

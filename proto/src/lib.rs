@@ -7,6 +7,7 @@ pub mod condition;
 pub mod content;
 pub mod crd;
 pub mod duration;
+pub mod maintenance_window;
 pub mod outcome;
 pub mod plan;
 pub mod reason;
@@ -22,6 +23,7 @@ pub use content::{
     Activation, ArchiveMember, Artifact, ArtifactType, HealthChecks, HttpCheck, UpdateContent,
 };
 pub use duration::Duration;
+pub use maintenance_window::{MaintenanceWindow, Weekday};
 pub use outcome::{AgentReport, Outcome};
 pub use plan::{
     ArtifactProgress, DesiredState, NodeUpdatePlan, NodeUpdatePlanSpec, NodeUpdatePlanStatus, Phase,

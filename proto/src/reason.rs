@@ -143,6 +143,15 @@ reasons! {
     DrainTimeout,
     /// A node is already owned by another rollout and was left out.
     NodeOwnedByOtherRollout,
+    /// The rollout has `maintenanceWindows` and none is open: no new activation starts
+    /// (staging goes on); the message says when the next window opens.
+    OutsideMaintenanceWindow,
+    /// A maintenance window cannot be read (the message names the field, e.g. an unknown
+    /// time zone); no new activation starts until it is fixed.
+    InvalidMaintenanceWindow,
+    /// A node held its activation slot longer than `progressDeadline` without reaching a
+    /// final phase; counted as failed, its slot released, the node left cordoned.
+    ProgressDeadlineExceeded,
 }
 
 impl fmt::Display for Reason {

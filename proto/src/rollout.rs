@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Duration;
+use crate::maintenance_window::MaintenanceWindow;
 
 /// Rolls a NodeRelease out to the nodes a selector picks, a few activation slots at a
 /// time, and halts itself when too many nodes fail.
@@ -30,6 +31,9 @@ use crate::duration::Duration;
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Progressing\")].message"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.progressDeadline) || duration(self.progressDeadline) > duration(self.drainTimeout)", "message": "progressDeadline must be longer than drainTimeout: it counts from the grant, drain included", "fieldPath": ".progressDeadline"},
+]))]
 pub struct NodeRolloutSpec {
     /// The NodeRelease to roll out.
     #[schemars(length(min = 1, max = 253))]
@@ -72,6 +76,30 @@ pub struct NodeRolloutSpec {
     /// every plan the rollout writes). Without it such nodes refuse with `DowngradeDenied`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_downgrade: bool,
+
+    /// When new activations may start. Empty (the default): at any time. Otherwise only
+    /// inside one of these windows; staging goes on and an activation already started
+    /// finishes. Outside every window `Progressing` is False with reason
+    /// `OutsideMaintenanceWindow` and says when the next one opens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub maintenance_windows: Vec<MaintenanceWindow>,
+
+    /// How long a node must have run the release (as seen by the controller) before its
+    /// activation slot goes to the next node: a soak between nodes. 0 (the default): at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub min_ready_seconds: i32,
+
+    /// How long a node may hold its activation slot, from the grant (drain included), before
+    /// it is counted as failed with reason `ProgressDeadlineExceeded`: its slot goes to the
+    /// next node and it counts toward `maxFailures`. Unset (the default): no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline: Option<Duration>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 fn default_max_unavailable() -> IntOrString {

@@ -130,6 +130,7 @@ fn view_of(intent: &PlanIntent) -> PlanView {
         revision: Some(intent.revision.clone()),
         desired_state: intent.desired_state,
         granted_at: intent.granted_at,
+        ready_since: intent.ready_since,
         cordoned: intent.cordoned,
         drain_timeout: intent.drain_timeout.clone(),
         allow_downgrade: intent.allow_downgrade,
@@ -145,6 +146,7 @@ fn plan_differs(plan: Option<&PlanView>, intent: &PlanIntent) -> bool {
     plan.revision.as_deref() != Some(intent.revision.as_str())
         || plan.desired_state != intent.desired_state
         || plan.granted_at != intent.granted_at
+        || plan.ready_since != intent.ready_since
         || plan.cordoned != intent.cordoned
         || plan.drain_timeout != intent.drain_timeout
         || plan.allow_downgrade != intent.allow_downgrade

@@ -63,9 +63,12 @@ pub(crate) fn busy_elsewhere(plan: &PlanView) -> bool {
     plan.report.phase.is_some_and(Phase::is_disruptive)
 }
 
-/// Whether a failure leaves the node needing a person, in which case it stays cordoned.
+/// Whether a failure leaves the node needing a person, in which case it stays cordoned: a
+/// failed rollback, or a node past its progress deadline (it may be mid-swap or gone).
 pub(crate) fn keeps_cordon(state: &NodeState) -> bool {
-    matches!(state, NodeState::Failed { reason, .. } if reason == Reason::RollbackFailed.as_str())
+    matches!(state, NodeState::Failed { reason, .. }
+        if reason == Reason::RollbackFailed.as_str()
+            || reason == Reason::ProgressDeadlineExceeded.as_str())
 }
 
 /// Every owned node's state and plan intent, in the order of the owned nodes.
@@ -76,6 +79,10 @@ pub(super) struct Classified {
     pub intents: Vec<PlanIntent>,
     /// How soon each drain still in progress wants to be looked at again.
     pub drains_pending: Vec<StdDuration>,
+    /// Succeeded nodes still soaking (`minReadySeconds`): they keep their slot.
+    pub soaking: usize,
+    /// When a soak ends or a progress deadline passes: the rollout is looked at again then.
+    pub wake_at: Vec<Timestamp>,
 }
 
 /// Classifies every owned node for `revision` and settles the drains of granted nodes
@@ -90,6 +97,8 @@ pub(super) fn classify_nodes(
         states: Vec::with_capacity(owned.len()),
         intents: Vec::with_capacity(owned.len()),
         drains_pending: Vec::new(),
+        soaking: 0,
+        wake_at: Vec::new(),
     };
     for node in owned {
         let plan = node.plan.as_ref();
@@ -100,6 +109,13 @@ pub(super) fn classify_nodes(
             state = NodeState::Updating;
         }
         let mut intent = intent_for(input, plan, revision);
+        if let Some(failed) = past_progress_deadline(input, node, &state, &intent, &mut classified)
+        {
+            state = failed;
+        }
+        if state == NodeState::Succeeded && soaks(input, &mut intent, &mut classified) {
+            classified.soaking += 1;
+        }
         if state == NodeState::Updating
             && let Some(granted_at) = intent.granted_at
             && intent.desired_state == DesiredState::Staged
@@ -133,10 +149,66 @@ fn intent_for(input: &RolloutInput<'_>, plan: Option<&PlanView>, revision: &str)
         revision: revision.to_owned(),
         desired_state: current.map_or(DesiredState::Staged, |p| p.desired_state),
         granted_at: current.and_then(|p| p.granted_at),
+        ready_since: current.and_then(|p| p.ready_since),
         cordoned: plan.is_some_and(|p| p.cordoned),
         drain_timeout: current.and_then(|p| p.drain_timeout.clone()),
         allow_downgrade: input.spec.allow_downgrade,
     }
+}
+
+/// The failure of a node that holds a slot for this revision past `progressDeadline`,
+/// counted from its grant ([`super::GRANTED_ANNOTATION`], which survives restarts). A
+/// node before its deadline asks to be looked at again when it passes.
+fn past_progress_deadline(
+    input: &RolloutInput<'_>,
+    node: &NodeView,
+    state: &NodeState,
+    intent: &PlanIntent,
+    classified: &mut Classified,
+) -> Option<NodeState> {
+    let deadline = input.spec.progress_deadline.as_ref()?;
+    let granted_at = intent
+        .granted_at
+        .filter(|_| *state == NodeState::Updating)?;
+    let length = SignedDuration::try_from(deadline.get()).unwrap_or(SignedDuration::MAX);
+    let passes_at = granted_at.saturating_add(length).unwrap_or(granted_at);
+    if input.now < passes_at {
+        classified.wake_at.push(passes_at);
+        return None;
+    }
+    let phase = node
+        .plan
+        .as_ref()
+        .and_then(|p| p.report.phase)
+        .map_or_else(|| "no report".to_owned(), |p| format!("phase {p:?}"));
+    Some(NodeState::Failed {
+        reason: Reason::ProgressDeadlineExceeded.as_str().to_owned(),
+        message: format!(
+            "node {} did not finish within progressDeadline {} of its grant at {granted_at} \
+             (agent: {phase}); its slot is released and it stays cordoned",
+            node.name,
+            deadline.as_str()
+        ),
+    })
+}
+
+/// Whether a node that runs the revision after a grant is still soaking
+/// (`minReadySeconds` from when the controller first saw it so, recorded on the plan as
+/// [`super::READY_SINCE_ANNOTATION`]); a soak that has yet to end asks for a look then.
+fn soaks(input: &RolloutInput<'_>, intent: &mut PlanIntent, classified: &mut Classified) -> bool {
+    let min_ready = i64::from(input.spec.min_ready_seconds);
+    if min_ready <= 0 || intent.granted_at.is_none() {
+        return false;
+    }
+    let since = *intent.ready_since.get_or_insert(input.now);
+    let ends_at = since
+        .saturating_add(SignedDuration::from_secs(min_ready))
+        .unwrap_or(since);
+    if input.now < ends_at {
+        classified.wake_at.push(ends_at);
+        return true;
+    }
+    false
 }
 
 /// Where the drain of a granted node stands after this round's pass.

@@ -1,6 +1,7 @@
 //! Phases 2 and 3 of the decision: the halt rule (more failed nodes than `maxFailures`)
 //! and the activation slots (control-plane nodes first, one at a time and alone, then the
-//! other nodes by name; only Staged nodes; none while paused or halted).
+//! other nodes by name; only Staged nodes; none while paused, halted or outside every
+//! maintenance window; a node soaking for `minReadySeconds` still holds its slot).
 
 use inplace_proto::{DesiredState, Disruption, NodeFailure, NodeRolloutSpec};
 use k8s_openapi::jiff::Timestamp;
@@ -28,11 +29,20 @@ pub(super) fn is_halted(spec: &NodeRolloutSpec, failures: &[NodeFailure]) -> boo
     failures.len() > usize::try_from(spec.max_failures).unwrap_or(0)
 }
 
+/// What may be granted this round besides the free slots.
+pub(super) struct Gate {
+    /// Whether new activations may start: not paused, not halted, inside a maintenance
+    /// window (or none set).
+    pub open: bool,
+    /// Succeeded nodes still soaking: each holds its slot until its soak ends.
+    pub soaking: usize,
+}
+
 /// This round's grants.
 pub(super) struct Grants {
     /// The activation slots.
     pub slots: usize,
-    /// Nodes holding a slot before this round's grants.
+    /// Nodes holding a slot before this round's grants (soaking ones included).
     pub holders: usize,
     /// For each owned node, its rank among this round's grants (1-based), if granted now.
     pub rank: Vec<Option<usize>>,
@@ -42,15 +52,16 @@ pub(super) struct Grants {
 /// records each grant in the node's state and intent.
 pub(super) fn grant_slots(
     spec: &NodeRolloutSpec,
-    halted: bool,
+    gate: &Gate,
     now: Timestamp,
     owned: &[&NodeView],
     states: &mut [NodeState],
     intents: &mut [PlanIntent],
 ) -> Grants {
     let slots = inplace_proto::rollout_slots::activation_slots(&spec.max_unavailable, owned.len());
-    let holders = states.iter().filter(|s| **s == NodeState::Updating).count();
-    let granted = if spec.paused || halted || holders >= slots {
+    let updating = states.iter().filter(|s| **s == NodeState::Updating).count();
+    let holders = updating + gate.soaking;
+    let granted = if !gate.open || holders >= slots {
         Vec::new()
     } else {
         who_gets_a_slot(owned, states, slots - holders, holders)

@@ -39,6 +39,7 @@ mod actions;
 mod classify;
 mod grant;
 mod status;
+mod window;
 
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon};
 
@@ -46,6 +47,9 @@ pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon};
 pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";
 /// Annotation on a plan: when the node was granted an activation slot (RFC 3339).
 pub const GRANTED_ANNOTATION: &str = "inplace.dev/activation-granted";
+/// Annotation on a plan: when the controller first saw the node run the revision after its
+/// grant (RFC 3339), written only under `minReadySeconds`: the soak counts from it.
+pub const READY_SINCE_ANNOTATION: &str = "inplace.dev/ready-since";
 /// Annotation on a plan: `"true"` while the controller holds the node cordoned — the one
 /// cordon record of every inplace drain (`inplace_drain::cordon`). A node a person
 /// cordoned never carries it, so the controller never uncordons it.
@@ -156,6 +160,8 @@ pub struct PlanView {
     pub desired_state: DesiredState,
     /// [`GRANTED_ANNOTATION`].
     pub granted_at: Option<Timestamp>,
+    /// [`READY_SINCE_ANNOTATION`].
+    pub ready_since: Option<Timestamp>,
     /// [`CORDONED_ANNOTATION`].
     pub cordoned: bool,
     /// [`DRAIN_TIMEOUT_ANNOTATION`].
@@ -214,6 +220,8 @@ pub struct PlanIntent {
     pub desired_state: DesiredState,
     /// [`GRANTED_ANNOTATION`].
     pub granted_at: Option<Timestamp>,
+    /// [`READY_SINCE_ANNOTATION`].
+    pub ready_since: Option<Timestamp>,
     /// [`CORDONED_ANNOTATION`].
     pub cordoned: bool,
     /// [`DRAIN_TIMEOUT_ANNOTATION`].
@@ -392,9 +400,14 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     let mut nodes = classify::classify_nodes(input, &owned, revision, &mut decision.events);
     let failures = grant::failures(&owned, &nodes.states);
     let halted = grant::is_halted(input.spec, &failures);
+    let window = window::window_verdict(&input.spec.maintenance_windows, input.now);
+    let gate = grant::Gate {
+        open: !input.spec.paused && !halted && window.allows_grants(),
+        soaking: nodes.soaking,
+    };
     let grants = grant::grant_slots(
         input.spec,
-        halted,
+        &gate,
         input.now,
         &owned,
         &mut nodes.states,
@@ -408,13 +421,23 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
         states: &nodes.states,
         failures,
         halted,
+        window: &window,
+        soaking: nodes.soaking,
         any_refused: !refused.is_empty(),
         refused: refused_condition,
     };
     status::report_status(input, found, &mut decision);
+    // A window that opens or closes, a soak that ends and a deadline that passes change
+    // nothing the watches would see: the rollout asks to be looked at again then.
+    let wake = nodes
+        .wake_at
+        .into_iter()
+        .chain(window.changes_at())
+        .filter_map(|at| at.duration_since(input.now).try_into().ok());
     decision.requeue_after = nodes
         .drains_pending
         .into_iter()
+        .chain(wake)
         .chain(staging_deferred.then_some(STAGING_REQUEUE))
         .min();
     decision

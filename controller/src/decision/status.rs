@@ -1,5 +1,6 @@
 //! Phase 5 of the decision: the rollout's status — node counts, active and failed nodes,
-//! the conditions `Progressing`, `Complete`, `Halted` and `NodesRefused` (through proto's
+//! the conditions `Progressing` (which also says why no activation starts: paused, a
+//! maintenance window), `Complete`, `Halted` and `NodesRefused` (through proto's
 //! one condition setter, which keeps `lastTransitionTime` while a status holds) — and the
 //! Events for nodes that finished and conditions that changed.
 
@@ -10,6 +11,7 @@ use inplace_proto::reason::{Reason, rollout_condition};
 use inplace_proto::{NodeCounts, NodeFailure};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
+use super::window::WindowVerdict;
 use super::{
     Decision, EventKind, EventNote, NodeState, NodeView, Ownership, ReleaseState, RolloutInput,
     count, event,
@@ -70,6 +72,10 @@ pub(super) struct Found<'a> {
     pub failures: Vec<NodeFailure>,
     /// Whether the rollout halts.
     pub halted: bool,
+    /// What the maintenance windows say.
+    pub window: &'a WindowVerdict,
+    /// Succeeded nodes still soaking for `minReadySeconds`.
+    pub soaking: usize,
     /// Whether selected nodes were left out (owned by another rollout).
     pub any_refused: bool,
     /// The `NodesRefused` condition.
@@ -111,7 +117,7 @@ fn rollout_conditions(
     counts: &NodeCounts,
 ) -> Vec<ConditionUpdate> {
     let spec = input.spec;
-    let summary = format!(
+    let mut summary = format!(
         "{} of {} nodes updated, {} activating, {} staged, {} pending, {} failed",
         counts.succeeded,
         counts.total,
@@ -120,6 +126,12 @@ fn rollout_conditions(
         counts.pending,
         counts.failed
     );
+    if found.soaking > 0 {
+        summary.push_str(&format!(
+            ", {} soaking for minReadySeconds {}",
+            found.soaking, spec.min_ready_seconds
+        ));
+    }
     let (progressing, complete, reason, message) = if counts.total == 0 {
         let message = if found.any_refused {
             "every node the selector matches is owned by another rollout: nothing to do"
@@ -162,9 +174,18 @@ fn rollout_conditions(
             spec.max_failures
         );
         (false, false, Reason::RollingOut, message)
+    } else if let WindowVerdict::Invalid { message } = found.window {
+        let message = format!("{message}; no new activations: {summary}");
+        (false, false, Reason::InvalidMaintenanceWindow, message)
     } else if spec.paused {
         let message = format!("paused: {summary}; staging goes on, no new activations");
         (false, false, Reason::Paused, message)
+    } else if let WindowVerdict::Closed { opens_at, local } = found.window {
+        let message = format!(
+            "outside every maintenance window until {opens_at} ({local}): {summary}; \
+             staging goes on, activations already started finish"
+        );
+        (false, false, Reason::OutsideMaintenanceWindow, message)
     } else {
         (true, false, Reason::RollingOut, summary)
     };
@@ -258,6 +279,12 @@ fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Opti
         }
         (rollout_condition::PROGRESSING, false, Reason::Paused) => {
             Some(note(EventKind::Normal, "Paused"))
+        }
+        (rollout_condition::PROGRESSING, false, Reason::OutsideMaintenanceWindow) => {
+            Some(note(EventKind::Normal, reason.as_str()))
+        }
+        (rollout_condition::PROGRESSING, false, Reason::InvalidMaintenanceWindow) => {
+            Some(note(EventKind::Warning, reason.as_str()))
         }
         (rollout_condition::PROGRESSING, true, Reason::RollingOut) => {
             let resumed = before.is_some_and(|c| c.reason == Reason::Paused.as_str());

@@ -20,6 +20,9 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
         drain_timeout: Duration::from_secs(60),
         paused: false,
         allow_downgrade: false,
+        maintenance_windows: Vec::new(),
+        min_ready_seconds: 0,
+        progress_deadline: None,
     }
 }
 
@@ -55,6 +58,7 @@ fn plan(desired: DesiredState, report: PlanReport) -> PlanView {
         revision: Some(REV.into()),
         desired_state: desired,
         granted_at: None,
+        ready_since: None,
         cordoned: false,
         drain_timeout: None,
         allow_downgrade: false,
@@ -584,6 +588,7 @@ fn a_new_revision_restages_and_drops_the_old_grant() {
             revision: REV.into(),
             desired_state: DesiredState::Staged,
             granted_at: None,
+            ready_since: None,
             cordoned: false,
             drain_timeout: None,
             allow_downgrade: false,
@@ -1118,3 +1123,5 @@ proptest! {
         prop_assert_eq!(counts.total as usize, workers + cps);
     }
 }
+
+mod timing;
