@@ -1,0 +1,353 @@
+//! The timing fields of a NodeRollout end to end, on the real kube-apiserver with simulated
+//! agents: the API server's CEL refusals of bad windows and deadlines, a rollout held
+//! outside its maintenance window (and by an unknown time zone) then let go, a node past
+//! its progress deadline failed and its slot reused across a controller restart, and the
+//! soak of `minReadySeconds` between two nodes. The clock is the real one: each case is
+//! built around "now" (a window opening in six hours, one open since an hour ago).
+// Helpers outside #[test] functions: a failed setup step should fail the test loudly.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use inplace_proto::{DesiredState, NodeRollout};
+use jiff::{Timestamp, ToSpan};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use support::sim_agent::SimConfig;
+use support::*;
+
+const EVERY_DAY: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// A window on every day of the week starting `from_now` hours from now (UTC, HH:MM).
+fn daily_window(from_now: i64, duration: &str, zone: &str) -> Value {
+    let start = Timestamp::now()
+        .checked_add(from_now.hours())
+        .unwrap()
+        .strftime("%H:%M")
+        .to_string();
+    json!({"days": EVERY_DAY, "start": start, "duration": duration, "timeZone": zone})
+}
+
+/// The API server's answer to creating a rollout with `spec`: the refusal's message.
+async fn refusal(client: &kube::Client, name: &str, spec: Value) -> Option<String> {
+    let rollout: NodeRollout = serde_json::from_value(json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    match Api::<NodeRollout>::all(client.clone())
+        .create(&PostParams::default(), &rollout)
+        .await
+    {
+        Ok(_) => None,
+        Err(kube::Error::Api(status)) => Some(status.message),
+        Err(other) => panic!("{other}"),
+    }
+}
+
+/// A bed with the controller, simulated agents (`config`) on `nodes` and release `rel`.
+async fn bed_with(nodes: &[&str], config: SimConfig) -> (Bed, support::sim_agent::Fleet) {
+    let bed = Bed::start().await;
+    let fleet = bed.fleet(config);
+    for name in nodes {
+        create_node(&bed.client, name, &[]).await;
+    }
+    create_release(&bed.client, "rel", "v2").await;
+    (bed, fleet)
+}
+
+/// The reasons of the Events on rollout `ro`.
+async fn event_reasons(client: &kube::Client) -> Vec<String> {
+    events_for(client, "ro")
+        .await
+        .into_iter()
+        .map(|(reason, _)| reason)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_refuses_bad_windows_and_deadlines() {
+    let (_api, client) = cluster().await;
+    let window = |start: &str, duration: &str, days: Value, zone: &str| {
+        json!({"release": "rel", "maintenanceWindows": [
+            {"days": days, "start": start, "duration": duration, "timeZone": zone}]})
+    };
+    let rows: Vec<(&str, Value, Option<&str>)> = vec![
+        (
+            "ok",
+            window("22:00", "6h", json!(["Saturday"]), "Europe/Berlin"),
+            None,
+        ),
+        (
+            "hour",
+            window("24:00", "1h", json!(["Monday"]), "UTC"),
+            Some("spec.maintenanceWindows[0].start"),
+        ),
+        (
+            "shape",
+            window("2:00", "1h", json!(["Monday"]), "UTC"),
+            Some("spec.maintenanceWindows[0].start"),
+        ),
+        (
+            "short",
+            window("02:00", "30s", json!(["Monday"]), "UTC"),
+            Some("duration must be from 1m to 168h"),
+        ),
+        (
+            "long",
+            window("02:00", "169h", json!(["Monday"]), "UTC"),
+            Some("duration must be from 1m to 168h"),
+        ),
+        (
+            "nodays",
+            window("02:00", "1h", json!([]), "UTC"),
+            Some("spec.maintenanceWindows[0].days"),
+        ),
+        (
+            "twice",
+            window("02:00", "1h", json!(["Monday", "Monday"]), "UTC"),
+            Some("spec.maintenanceWindows[0].days[1]"),
+        ),
+        (
+            "zone",
+            window("02:00", "1h", json!(["Monday"]), "Europe/Berlin; rm"),
+            Some("spec.maintenanceWindows[0].timeZone"),
+        ),
+        (
+            "soak",
+            json!({"release": "rel", "minReadySeconds": 90000}),
+            Some("spec.minReadySeconds"),
+        ),
+        (
+            "deadline",
+            json!({"release": "rel", "drainTimeout": "10m", "progressDeadline": "5m"}),
+            Some("progressDeadline must be longer than drainTimeout"),
+        ),
+        (
+            "deadline-default-drain",
+            json!({"release": "rel", "progressDeadline": "10m"}),
+            Some("progressDeadline must be longer than drainTimeout"),
+        ),
+        (
+            "deadline-ok",
+            json!({"release": "rel", "drainTimeout": "1m", "progressDeadline": "30m"}),
+            None,
+        ),
+    ];
+    for (name, spec, want) in rows {
+        let got = refusal(&client, name, spec).await;
+        match (want, &got) {
+            (None, None) => {}
+            (Some(want), Some(message)) => {
+                assert!(message.contains(want), "{name}: {message}");
+            }
+            _ => panic!("{name}: wanted {want:?}, the server said {got:?}"),
+        }
+    }
+    // The defaults keep today's behaviour: none of the new fields is written back.
+    let stored = Api::<NodeRollout>::all(client.clone())
+        .get("deadline-ok")
+        .await
+        .unwrap();
+    assert!(stored.spec.maintenance_windows.is_empty());
+    assert_eq!(stored.spec.min_ready_seconds, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_waits_for_its_maintenance_window_then_goes_on() {
+    let (bed, fleet) = bed_with(&["worker-1", "worker-2"], SimConfig::default()).await;
+
+    // A time zone the controller's database does not know: held, the field named.
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 2,
+               "maintenanceWindows": [daily_window(0, "1h", "Mars/Olympus_Mons")]}),
+    )
+    .await;
+    let rollout = rollout_when(&bed.client, "ro", "InvalidMaintenanceWindow", |r| {
+        has_condition(r, "Progressing", "False", "InvalidMaintenanceWindow")
+    })
+    .await;
+    let (_, _, message) = condition(&rollout, "Progressing").unwrap();
+    assert!(
+        message.starts_with("spec.maintenanceWindows[0].timeZone: unknown time zone"),
+        "{message}"
+    );
+
+    // Every window closed (daily, opening in six hours): staged everywhere, nobody activated.
+    patch_rollout(
+        &bed.client,
+        "ro",
+        json!({"maintenanceWindows": [daily_window(6, "1h", "UTC")]}),
+    )
+    .await;
+    let rollout = rollout_when(&bed.client, "ro", "staged outside the window", |r| {
+        has_condition(r, "Progressing", "False", "OutsideMaintenanceWindow")
+            && r.status.as_ref().is_some_and(|s| s.nodes.staged == 2)
+    })
+    .await;
+    let (_, _, message) = condition(&rollout, "Progressing").unwrap();
+    assert!(
+        message.starts_with("outside every maintenance window until "),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for plan in bed.plans().list(&Default::default()).await.unwrap() {
+        assert_eq!(plan.spec.desired_state, DesiredState::Staged);
+        let annotations = plan.metadata.annotations.unwrap_or_default();
+        assert!(!annotations.contains_key("inplace.dev/activation-granted"));
+    }
+    assert_eq!(fleet.max_activating(), 0);
+
+    // A window open since an hour ago: the rollout goes on.
+    patch_rollout(
+        &bed.client,
+        "ro",
+        json!({"maintenanceWindows": [daily_window(-1, "3h", "UTC")]}),
+    )
+    .await;
+    rollout_when(&bed.client, "ro", "Complete=True", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    let reasons = event_reasons(&bed.client).await;
+    for wanted in ["InvalidMaintenanceWindow", "OutsideMaintenanceWindow"] {
+        assert!(
+            reasons.iter().any(|r| r == wanted),
+            "{wanted} in {reasons:?}"
+        );
+    }
+}
+
+fn annotations(plan: &inplace_proto::NodeUpdatePlan) -> BTreeMap<String, String> {
+    plan.metadata.annotations.clone().unwrap_or_default()
+}
+
+fn annotated_time(plan: &inplace_proto::NodeUpdatePlan, key: &str) -> Timestamp {
+    annotations(plan)[key].parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_past_its_progress_deadline_fails_and_frees_its_slot_across_a_restart() {
+    let mut config = SimConfig::default();
+    // worker-1's agent never finishes its activation (a node that died mid-swap).
+    config
+        .slow
+        .insert("worker-1".into(), Duration::from_secs(3600));
+    let (mut bed, _fleet) = bed_with(&["worker-1"], config).await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 1, "maxFailures": 1,
+               "disruption": "Cordon", "drainTimeout": "1s", "progressDeadline": "6s"}),
+    )
+    .await;
+    rollout_when(&bed.client, "ro", "worker-1 activating", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.active_nodes == ["worker-1"])
+    })
+    .await;
+    // Two more nodes join while worker-1 holds the one slot.
+    for name in ["worker-2", "worker-3"] {
+        create_node(&bed.client, name, &[]).await;
+    }
+
+    // The controller goes away before the deadline and comes back after it: the deadline
+    // counts from the grant recorded on the plan, not from the new controller's start.
+    bed.stop_controller().await;
+    let granted = annotated_time(
+        &bed.plans().get("worker-1").await.unwrap(),
+        "inplace.dev/activation-granted",
+    );
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let config = bed.api.admin_config().await.unwrap();
+    let (_metrics, _stop, _controller) = start_controller(config, test_settings());
+
+    let rollout = rollout_when(&bed.client, "ro", "every node final", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.nodes.succeeded == 2 && s.nodes.failed == 1)
+    })
+    .await;
+    let status = rollout.status.unwrap();
+    assert_eq!(status.failed_nodes[0].node, "worker-1");
+    assert_eq!(status.failed_nodes[0].reason, "ProgressDeadlineExceeded");
+    assert!(
+        status.failed_nodes[0].message.contains(&format!(
+            "within progressDeadline 6s of its grant at {granted}"
+        )),
+        "{}",
+        status.failed_nodes[0].message
+    );
+    assert!(!has_condition(
+        &bed.rollouts().get("ro").await.unwrap(),
+        "Halted",
+        "True",
+        "TooManyFailures"
+    ));
+    // Both later nodes were granted only once worker-1's slot was released, past its deadline.
+    for other in ["worker-2", "worker-3"] {
+        let at = annotated_time(
+            &bed.plans().get(other).await.unwrap(),
+            "inplace.dev/activation-granted",
+        );
+        assert!(
+            at >= granted.checked_add(6.seconds()).unwrap(),
+            "{other} granted at {at}, worker-1 at {granted}"
+        );
+    }
+    let node = bed.nodes().get("worker-1").await.unwrap();
+    assert_eq!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "a node past its deadline stays cordoned"
+    );
+    let reasons = event_reasons(&bed.client).await;
+    assert!(
+        reasons.iter().any(|r| r == "ProgressDeadlineExceeded"),
+        "{reasons:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_ready_seconds_keeps_the_slot_between_two_nodes() {
+    let (bed, fleet) = bed_with(&["worker-1", "worker-2"], SimConfig::default()).await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 1, "minReadySeconds": 3}),
+    )
+    .await;
+    rollout_when(&bed.client, "ro", "Complete=True", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    assert_eq!(fleet.max_activating(), 1);
+    let order = fleet.stats.activation_order.lock().unwrap().clone();
+    let (first, second) = (&order[0], &order[1]);
+    let ready_since = annotated_time(
+        &bed.plans().get(first).await.unwrap(),
+        "inplace.dev/ready-since",
+    );
+    let next_granted = annotated_time(
+        &bed.plans().get(second).await.unwrap(),
+        "inplace.dev/activation-granted",
+    );
+    assert!(
+        next_granted >= ready_since.checked_add(3.seconds()).unwrap(),
+        "{second} granted at {next_granted}, {first} ready since {ready_since}"
+    );
+}
