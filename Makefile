@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kube-smoke
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kube-smoke capi-golden
 
 ## Every check CI runs: formatting, lints, and every test.
 test: deps lint kube-smoke unit fuzz-short
@@ -57,6 +57,11 @@ fuzz-short:
 ## Regenerate the committed CRDs from the Rust types.
 crds:
 	$(CARGO) run -q -p inplace-controller -- crds --out packaging/kubernetes/crds
+
+## Regenerate controller/capi/tests/golden: what Cluster API's own client (tests/capi/hookcheck)
+## sends to the extension and accepts from it; the Rust suites are built on these files.
+capi-golden: kube
+	INPLACE_CAPI_GOLDEN=write $(CARGO) nextest run -p inplace-capi --test capi_contract
 
 # Replaces what lies between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in FILE with stdin.
 REPLACE_BETWEEN_MARKERS = python3 -c 'import sys,re; p,n=sys.argv[1:3]; s=open(p).read(); t=sys.stdin.read(); \

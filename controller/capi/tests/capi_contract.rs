@@ -2,12 +2,16 @@
 //! types at the pinned release) discovers the extension and calls every handler exactly as
 //! Cluster API's runtime client does, applies the returned patches as Cluster API does and
 //! checks its conclusions, then drives UpdateMachine to done while a simulated agent
-//! finishes the plan and a simulated kubelet lets evicted pods go, with drain on.
+//! finishes the plan and a simulated kubelet lets evicted pods go, with drain on. Every
+//! exchange it records must equal the golden files the Rust suites are built on
+//! (`tests/golden`); `make capi-golden` rewrites them.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use std::collections::BTreeSet;
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,19 +21,6 @@ use inplace_capi::CordonAndEvict;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-
-/// Releases the harness's cases need beyond the bed's v1.31.1 and v1.31.2: the update's
-/// target, and one a minor version skip would land on.
-const EXTRA_RELEASES: [(&str, &str); 2] = [
-    ("kubernetes-v1.31.3", "v1.31.3"),
-    ("kubernetes-v1.33.0", "v1.33.0"),
-];
-
-async fn add_releases(bed: &Bed) {
-    for (name, version) in EXTRA_RELEASES {
-        create_release(&bed.management_client, name, version).await;
-    }
-}
 
 /// A pod of a workload on the node, for the drain to evict.
 async fn put_pod(bed: &Bed, node: &str) {
@@ -93,7 +84,7 @@ async fn cluster_api_s_own_client_and_types_accept_every_answer() {
     let harness = inplace_tests::capi::hookcheck().unwrap();
     let drainer = Arc::new(CordonAndEvict::new(Duration::from_secs(60)));
     let bed = Bed::start_with(true, drainer, 30).await;
-    add_releases(&bed).await;
+    let recorded = tempfile::tempdir().unwrap();
     put_pod(&bed, "node-1").await;
     bed.store_machine(&machine_from_harness(&harness).await)
         .await;
@@ -112,6 +103,8 @@ async fn cluster_api_s_own_client_and_types_accept_every_answer() {
             "node-1",
         ])
         .args(["-until-done", "-poll", "200ms", "-deadline", "90s"])
+        .arg("-golden")
+        .arg(recorded.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -149,4 +142,47 @@ async fn cluster_api_s_own_client_and_types_accept_every_answer() {
         "the pod was not evicted"
     );
     bed.stop().await;
+    check_golden(recorded.path());
+}
+
+/// Set to `write` (by `make capi-golden`) to rewrite the golden files from this run.
+const GOLDEN_ENV: &str = "INPLACE_CAPI_GOLDEN";
+
+/// Fails when what Cluster API's client exchanged differs from the golden files (or, with
+/// `INPLACE_CAPI_GOLDEN=write`, makes the golden files what it exchanged).
+fn check_golden(recorded: &Path) {
+    let names = |dir: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".json"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let golden = golden_dir();
+    if std::env::var(GOLDEN_ENV).as_deref() == Ok("write") {
+        std::fs::create_dir_all(&golden).unwrap();
+        for stale in names(&golden) {
+            std::fs::remove_file(golden.join(stale)).unwrap();
+        }
+        for name in names(recorded) {
+            std::fs::copy(recorded.join(&name), golden.join(&name)).unwrap();
+        }
+        return;
+    }
+    let (seen, kept) = (names(recorded), names(&golden));
+    assert_eq!(
+        seen, kept,
+        "the exchanges differ from the golden files: run `make capi-golden`"
+    );
+    for name in seen {
+        let read = |dir: &Path| std::fs::read_to_string(dir.join(&name)).unwrap();
+        assert!(
+            read(recorded) == read(&golden),
+            "{name} differs from the golden file (run `make capi-golden` and review the diff):\n{}",
+            read(recorded)
+        );
+    }
 }

@@ -55,7 +55,7 @@ async fn discovery_announces_the_three_in_place_hooks() {
 #[tokio::test]
 async fn a_version_bump_is_claimed_with_a_patch_for_spec_version_only() {
     let bed = Bed::start().await;
-    let infra = fixture("vspheremachine.json");
+    let infra = update_machine_object("infrastructureMachine");
     let request = can_update_machine_request(
         &machine("v1.31.1", Some("node-1")),
         &machine("v1.31.2", Some("node-1")),
@@ -92,7 +92,7 @@ async fn a_version_bump_is_claimed_with_a_patch_for_spec_version_only() {
 #[tokio::test]
 async fn an_unrelated_change_is_not_claimed() {
     let bed = Bed::start().await;
-    let infra = fixture("vspheremachine.json");
+    let infra = update_machine_object("infrastructureMachine");
     let mut bigger = infra.clone();
     bigger["spec"]["memoryMiB"] = json!(16384);
     let request = can_update_machine_request(
@@ -127,7 +127,7 @@ async fn an_unrelated_change_is_not_claimed() {
 #[tokio::test]
 async fn a_mixed_change_claims_only_the_version() {
     let bed = Bed::start().await;
-    let infra = fixture("vspheremachine.json");
+    let infra = update_machine_object("infrastructureMachine");
     let mut bigger = infra.clone();
     bigger["spec"]["memoryMiB"] = json!(16384);
     let request = can_update_machine_request(
@@ -163,7 +163,7 @@ async fn a_mixed_change_claims_only_the_version() {
 #[tokio::test]
 async fn a_version_without_a_release_is_not_claimed() {
     let bed = Bed::start().await;
-    let infra = fixture("vspheremachine.json");
+    let infra = update_machine_object("infrastructureMachine");
     let request = can_update_machine_request(
         &machine("v1.31.1", Some("node-1")),
         &machine("v1.32.0", Some("node-1")),
@@ -199,7 +199,7 @@ async fn a_version_bump_for_a_cluster_that_cannot_take_plans_is_not_claimed() {
         &admin_kubeconfig_yaml(&bed.management),
     )
     .await;
-    let infra = fixture("vspheremachine.json");
+    let infra = update_machine_object("infrastructureMachine");
     for (cluster, expected) in [
         (
             "c6",
@@ -236,16 +236,17 @@ async fn a_version_bump_for_a_cluster_that_cannot_take_plans_is_not_claimed() {
 #[tokio::test]
 async fn a_machine_set_template_version_bump_is_claimed() {
     let bed = Bed::start().await;
-    let current = fixture("machineset.json");
+    let mut current = machine_set_object("machineSet");
+    current["spec"]["template"]["spec"]["version"] = json!("v1.31.1");
     let mut desired = current.clone();
     desired["spec"]["template"]["spec"]["version"] = json!("v1.31.2");
     let request = json!({
         "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
         "kind": "CanUpdateMachineSetRequest",
-        "current": {"machineSet": current, "infrastructureMachineTemplate": fixture("vspheremachinetemplate.json"),
-                    "bootstrapConfigTemplate": fixture("kubeadmconfigtemplate.json")},
-        "desired": {"machineSet": desired, "infrastructureMachineTemplate": fixture("vspheremachinetemplate.json"),
-                    "bootstrapConfigTemplate": fixture("kubeadmconfigtemplate.json")},
+        "current": {"machineSet": current, "infrastructureMachineTemplate": machine_set_object("infrastructureMachineTemplate"),
+                    "bootstrapConfigTemplate": machine_set_object("bootstrapConfigTemplate")},
+        "desired": {"machineSet": desired, "infrastructureMachineTemplate": machine_set_object("infrastructureMachineTemplate"),
+                    "bootstrapConfigTemplate": machine_set_object("bootstrapConfigTemplate")},
     });
     let (status, answer) = bed
         .post(
@@ -261,7 +262,7 @@ async fn a_machine_set_template_version_bump_is_claimed() {
     );
 
     // Memory in the infrastructure template only: nothing claimed.
-    let mut template = fixture("vspheremachinetemplate.json");
+    let mut template = machine_set_object("infrastructureMachineTemplate");
     template["spec"]["template"]["spec"]["memoryMiB"] = json!(16384);
     let mut request = request;
     request["desired"]["machineSet"] = request["current"]["machineSet"].clone();

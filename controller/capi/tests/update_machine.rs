@@ -95,7 +95,7 @@ async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
     assert!(managers.iter().any(|m| m == "inplace-capi"), "{managers:?}");
     assert_eq!(
         plan.metadata.annotations.as_ref().unwrap()["inplace.dev/capi-machine"],
-        "tenant-a/c1-md-0-7b9f8-xk2lp"
+        "tenant-a/workers-7d9f8-x2k4p"
     );
 
     // Much later, Cluster API asks again: still done, nothing written.
@@ -113,7 +113,7 @@ async fn the_cluster_api_sequence_claim_then_update_to_done() {
     let agent = SimAgent::new(bed.workload_client.clone());
     let current = machine("v1.31.1", Some("node-2"));
     let desired = machine("v1.31.2", Some("node-2"));
-    let infra = fixture("vspheremachine.json");
+    let infra = update_machine_object("infrastructureMachine");
 
     // 1. The MachineDeployment/KCP controller asks; the version is claimed.
     let (_, claim) = bed

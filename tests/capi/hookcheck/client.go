@@ -89,11 +89,12 @@ func (c *runtimeClient) gvh(hook runtimecatalog.Hook) runtimecatalog.GroupVersio
 // Cluster API would refuse.
 func (c *runtimeClient) discover(ctx context.Context) error {
 	gvh := c.gvh(runtimehooksv1.Discovery)
+	request := &runtimehooksv1.DiscoveryRequest{}
 	response := &runtimehooksv1.DiscoveryResponse{}
-	if err := c.post(ctx, gvh, "", discoveryTimeout, &runtimehooksv1.DiscoveryRequest{}, response); err != nil {
+	if err := c.post(ctx, gvh, "", discoveryTimeout, request, response); err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
-	c.record("discovery", &runtimehooksv1.DiscoveryRequest{}, response)
+	c.record("discovery", request, response)
 	if response.Status != runtimehooksv1.ResponseStatusSuccess {
 		return fmt.Errorf("discovery answered %q: %s", response.Status, response.Message)
 	}

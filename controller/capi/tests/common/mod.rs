@@ -1,7 +1,7 @@
 //! The test bed: two API servers (management and workload cluster; the real kube-apiserver,
 //! or the emulator where a case injects faults into the workload cluster), the hook server
 //! over real HTTPS with a self-signed certificate, a reqwest client that trusts it, Cluster
-//! API request builders from the fixtures, and a simulated agent for the workload cluster.
+//! API request builders from the golden files (what Cluster API's own client sent), and a simulated agent for the workload cluster.
 
 #![allow(clippy::unwrap_used, dead_code)]
 
@@ -20,12 +20,38 @@ pub const NAMESPACE: &str = "tenant-a";
 pub const CLUSTER: &str = "c1";
 pub const HOOKS: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1";
 
-pub fn fixture(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let text = std::fs::read_to_string(&path).unwrap();
+/// The NodeReleases of the management cluster: v1.32.0 has none, and v1.33.0 is there so
+/// that a skipped minor version is refused for the skip, not for a missing release.
+pub const RELEASES: [(&str, &str); 4] = [
+    ("kubernetes-v1.31.1", "v1.31.1"),
+    ("kubernetes-v1.31.2", "v1.31.2"),
+    ("kubernetes-v1.31.3", "v1.31.3"),
+    ("kubernetes-v1.33.0", "v1.33.0"),
+];
+
+/// Where the golden files are: what Cluster API's own client sent and accepted, recorded by
+/// `hookcheck` (tests/capi; regenerate with `make capi-golden`).
+pub fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+/// One golden file, `<exchange>.request` or `<exchange>.response` (without `.json`).
+pub fn golden(name: &str) -> Value {
+    let path = golden_dir().join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
+}
+
+/// The objects of Cluster API's UpdateMachine request: `machine`, `infrastructureMachine`
+/// (a VSphereMachine) or `bootstrapConfig` (a KubeadmConfig).
+pub fn update_machine_object(which: &str) -> Value {
+    golden("update-machine.request")["desired"][which].clone()
+}
+
+/// The objects of Cluster API's CanUpdateMachineSet request (current side): `machineSet`,
+/// `infrastructureMachineTemplate` or `bootstrapConfigTemplate`.
+pub fn machine_set_object(which: &str) -> Value {
+    golden("can-update-machineset-patch-version.request")["current"][which].clone()
 }
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, as PEM (cert, key).
@@ -181,10 +207,7 @@ impl Bed {
         )
         .await;
         create_cluster(&management_client, CLUSTER).await;
-        for (name, version) in [
-            ("kubernetes-v1.31.1", "v1.31.1"),
-            ("kubernetes-v1.31.2", "v1.31.2"),
-        ] {
+        for (name, version) in RELEASES {
             create_release(&management_client, name, version).await;
         }
 
@@ -392,15 +415,13 @@ pub async fn put_kubeconfig_secret(management: &kube::Client, cluster: &str, kub
         .unwrap();
 }
 
-/// The full Machine from the fixture, at `version`, on `node` (None: no nodeRef).
+/// The Machine Cluster API sends to UpdateMachine, at `version`, with the status the
+/// management cluster holds: on `node` (None: no nodeRef).
 pub fn machine(version: &str, node: Option<&str>) -> Value {
-    let mut machine = fixture("machine.json");
+    let mut machine = update_machine_object("machine");
     machine["spec"]["version"] = json!(version);
-    match node {
-        Some(node) => machine["status"]["nodeRef"]["name"] = json!(node),
-        None => {
-            machine["status"].as_object_mut().unwrap().remove("nodeRef");
-        }
+    if let Some(node) = node {
+        machine["status"] = json!({"nodeRef": {"name": node}});
     }
     machine
 }
@@ -423,8 +444,8 @@ pub fn can_update_machine_request(
         "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
         "kind": "CanUpdateMachineRequest",
         "settings": {},
-        "current": {"machine": strip(current), "infrastructureMachine": strip(infra_current), "bootstrapConfig": fixture("kubeadmconfig.json")},
-        "desired": {"machine": strip(desired), "infrastructureMachine": strip(infra_desired), "bootstrapConfig": fixture("kubeadmconfig.json")},
+        "current": {"machine": strip(current), "infrastructureMachine": strip(infra_current), "bootstrapConfig": update_machine_object("bootstrapConfig")},
+        "desired": {"machine": strip(desired), "infrastructureMachine": strip(infra_desired), "bootstrapConfig": update_machine_object("bootstrapConfig")},
     })
 }
 
@@ -432,7 +453,7 @@ pub fn update_machine_request(machine: &Value) -> Value {
     json!({
         "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
         "kind": "UpdateMachineRequest",
-        "desired": {"machine": machine, "infrastructureMachine": fixture("vspheremachine.json"), "bootstrapConfig": fixture("kubeadmconfig.json")},
+        "desired": {"machine": machine, "infrastructureMachine": update_machine_object("infrastructureMachine"), "bootstrapConfig": update_machine_object("bootstrapConfig")},
     })
 }
 
