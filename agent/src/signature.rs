@@ -17,6 +17,7 @@ use minisign_verify::{PublicKey, Signature};
 
 use crate::fetch::Fetcher;
 use crate::journal::Failure;
+use crate::settings::Policy;
 
 /// Largest signature file accepted. A minisign signature is about 300 bytes plus its
 /// trusted comment.
@@ -38,6 +39,18 @@ pub enum SignatureError {
         comment: String,
         /// What it gets wrong.
         problem: String,
+    },
+    /// With `require_signatures`, the trusted comment names no version while the plan has a
+    /// `kubernetesVersion`: a signature without one fits every release of the file name,
+    /// so an old signed release could be installed as the new one (a downgrade).
+    #[error(
+        "the signature's trusted comment {comment:?} does not name the version (version:{version}), which [policy] require_signatures requires"
+    )]
+    VersionMissing {
+        /// The trusted comment.
+        comment: String,
+        /// The plan's kubernetesVersion.
+        version: String,
     },
     /// No trusted key has the signature's key id.
     #[error("signed with key {key_id}, which is not a trusted key of this node ({trusted})")]
@@ -69,6 +82,7 @@ impl SignatureError {
         match self {
             SignatureError::Malformed(_) => "Malformed",
             SignatureError::WrongSubject { .. } => "WrongSubject",
+            SignatureError::VersionMissing { .. } => "VersionMissing",
             SignatureError::UntrustedKey { .. } => "UntrustedKey",
             SignatureError::Keys(_) => "Keys",
             SignatureError::Mismatch { .. } => "Mismatch",
@@ -141,19 +155,29 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedSignature, SignatureError> {
     Ok(ParsedSignature { signature, key_id })
 }
 
+/// What a signature must vouch for.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    /// The artifact's file name (the last segment of its URL).
+    pub file: &'a str,
+    /// The plan's kubernetesVersion.
+    pub version: Option<&'a str>,
+    /// Whether the comment must name `version` when there is one (`require_signatures`).
+    pub version_required: bool,
+}
+
 /// Checks the trusted comment against the artifact it is for: a `file:` token must name
-/// `file` (and every `file:` token must), and every `version:` token must equal `version`.
+/// `file` (and every `file:` token must), and every `version:` token must equal `version`;
+/// when `version_required` and the plan has a version, one `version:` token must be there.
 /// Tokens are separated by whitespace, as minisign writes `timestamp:… file:…`.
-pub fn check_trusted_comment(
-    comment: &str,
-    file: &str,
-    version: Option<&str>,
-) -> Result<(), SignatureError> {
+pub fn check_trusted_comment(comment: &str, subject: Subject<'_>) -> Result<(), SignatureError> {
+    let Subject { file, version, .. } = subject;
     let wrong = |problem: String| SignatureError::WrongSubject {
         comment: comment.to_owned(),
         problem,
     };
     let mut names_file = false;
+    let mut names_version = false;
     for token in comment.split_whitespace() {
         if let Some(named) = token.strip_prefix("file:") {
             if named != file {
@@ -162,7 +186,7 @@ pub fn check_trusted_comment(
             names_file = true;
         } else if let Some(named) = token.strip_prefix("version:") {
             match version {
-                Some(version) if named == version => {}
+                Some(version) if named == version => names_version = true,
                 Some(version) => {
                     return Err(wrong(format!(
                         "is for version {named:?}, not the plan's kubernetesVersion {version:?}"
@@ -176,10 +200,17 @@ pub fn check_trusted_comment(
             }
         }
     }
-    if names_file {
-        Ok(())
-    } else {
-        Err(wrong(format!("does not name the file (file:{file})")))
+    if !names_file {
+        return Err(wrong(format!("does not name the file (file:{file})")));
+    }
+    match version {
+        Some(version) if subject.version_required && !names_version => {
+            Err(SignatureError::VersionMissing {
+                comment: comment.to_owned(),
+                version: version.to_owned(),
+            })
+        }
+        _ => Ok(()),
     }
 }
 
@@ -240,11 +271,10 @@ pub struct CheckedSignature {
 }
 
 /// Parses `bytes`, finds the trusted key that made it, and checks the trusted comment
-/// against `file` and `version`.
+/// against `subject`.
 pub fn check(
     bytes: &[u8],
-    file: &str,
-    version: Option<&str>,
+    subject: Subject<'_>,
     keys: &[TrustedKey],
     keys_dir: &Path,
 ) -> Result<CheckedSignature, SignatureError> {
@@ -265,7 +295,7 @@ pub fn check(
     };
     // Only authenticated once the bytes are verified; checked now so that a signature for
     // another file or version costs no download.
-    check_trusted_comment(parsed.trusted_comment(), file, version)?;
+    check_trusted_comment(parsed.trusted_comment(), subject)?;
     Ok(CheckedSignature {
         key: key.clone(),
         parsed,
@@ -305,7 +335,7 @@ pub async fn prepare(
     fetcher: &dyn Fetcher,
     artifact: &Artifact,
     kubernetes_version: Option<&str>,
-    keys_dir: &Path,
+    policy: &Policy,
 ) -> Result<Option<Arc<CheckedSignature>>, Failure> {
     let Some(url) = &artifact.signature_url else {
         return Ok(None);
@@ -327,10 +357,16 @@ pub async fn prepare(
         .and_then(|u| inplace_proto::validate::url_basename(&u).map(str::to_owned))
         .unwrap_or_default();
     let version = kubernetes_version.map(str::to_owned);
-    let keys_dir = keys_dir.to_path_buf();
+    let keys_dir = policy.trusted_keys_dir.clone();
+    let version_required = policy.require_signatures;
     let checked = tokio::task::spawn_blocking(move || {
         let keys = load_trusted_keys(&keys_dir)?;
-        check(&bytes, &file, version.as_deref(), &keys, &keys_dir)
+        let subject = Subject {
+            file: &file,
+            version: version.as_deref(),
+            version_required,
+        };
+        check(&bytes, subject, &keys, &keys_dir)
     })
     .await
     .unwrap_or_else(|e| Err(SignatureError::Io(e.to_string())));
@@ -399,9 +435,41 @@ mod tests {
         (dir, keys)
     }
 
+    fn subject<'a>(file: &'a str, version: Option<&'a str>, required: bool) -> Subject<'a> {
+        Subject {
+            file,
+            version,
+            version_required: required,
+        }
+    }
+
+    /// minisign's default comment names no version. Under `require_signatures` that is
+    /// refused for a plan with a kubernetesVersion (it would vouch for any release of the
+    /// file name); without it, it is accepted, as the docs say.
+    #[test]
+    fn a_comment_without_a_version_is_refused_only_where_signatures_are_required() {
+        let default = "timestamp:1\tfile:k.raw\thashed";
+        let err = check_trusted_comment(default, subject("k.raw", Some("v1.31.2"), true))
+            .expect_err("no version under require_signatures");
+        assert_eq!(err.kind(), "VersionMissing");
+        assert!(
+            err.to_string()
+                .contains("does not name the version (version:v1.31.2)"),
+            "{err}"
+        );
+        check_trusted_comment(default, subject("k.raw", Some("v1.31.2"), false))
+            .expect("no version, signatures not required");
+        check_trusted_comment(default, subject("k.raw", None, true)).expect("no version to name");
+        check_trusted_comment(
+            "file:k.raw version:v1.31.2",
+            subject("k.raw", Some("v1.31.2"), true),
+        )
+        .expect("file and version");
+    }
+
     #[test]
     fn trusted_comment_must_name_the_file_and_the_version_when_it_has_one() {
-        let ok = |c: &str| check_trusted_comment(c, "k.raw", Some("v1.31.2"));
+        let ok = |c: &str| check_trusted_comment(c, subject("k.raw", Some("v1.31.2"), false));
         ok("file:k.raw").expect("file only");
         ok("timestamp:1\tfile:k.raw\thashed").expect("minisign's default");
         ok("file:k.raw version:v1.31.2").expect("file and version");
@@ -418,7 +486,7 @@ mod tests {
             let err = ok(bad).expect_err(bad);
             assert_eq!(err.kind(), "WrongSubject", "{bad}");
         }
-        let err = check_trusted_comment("file:k.raw version:v1.31.2", "k.raw", None)
+        let err = check_trusted_comment("file:k.raw version:v1.31.2", subject("k.raw", None, true))
             .expect_err("a version the plan does not name");
         assert!(
             err.to_string().contains("names no kubernetesVersion"),
@@ -468,8 +536,7 @@ mod tests {
         let signature = sign(&pair, b"the artifact", "file:k.raw version:v1.31.2");
         let checked = check(
             signature.as_bytes(),
-            "k.raw",
-            Some("v1.31.2"),
+            subject("k.raw", Some("v1.31.2"), true),
             &keys,
             dir.path(),
         )
@@ -483,14 +550,24 @@ mod tests {
         assert_eq!(err.kind(), "Mismatch");
 
         let stranger = sign(&keypair(), b"the artifact", "file:k.raw");
-        let err = check(stranger.as_bytes(), "k.raw", None, &keys, dir.path())
-            .err()
-            .expect("an untrusted key");
+        let err = check(
+            stranger.as_bytes(),
+            subject("k.raw", None, false),
+            &keys,
+            dir.path(),
+        )
+        .err()
+        .expect("an untrusted key");
         assert_eq!(err.kind(), "UntrustedKey");
         assert!(err.to_string().contains("release.pub"), "{err}");
-        let err = check(stranger.as_bytes(), "k.raw", None, &[], dir.path())
-            .err()
-            .expect("no keys");
+        let err = check(
+            stranger.as_bytes(),
+            subject("k.raw", None, false),
+            &[],
+            dir.path(),
+        )
+        .err()
+        .expect("no keys");
         assert!(err.to_string().contains("no *.pub key in"), "{err}");
     }
 
@@ -500,8 +577,13 @@ mod tests {
         let (dir, keys) = trusted(&pair);
         let signature = sign(&pair, b"bytes", "file:old.raw");
         let forged = signature.replace("file:old.raw", "file:k.raw");
-        let checked = check(forged.as_bytes(), "k.raw", None, &keys, dir.path())
-            .expect("passes the checks that need no bytes");
+        let checked = check(
+            forged.as_bytes(),
+            subject("k.raw", None, false),
+            &keys,
+            dir.path(),
+        )
+        .expect("passes the checks that need no bytes");
         let err = checked.verify_reader(&b"bytes"[..]).expect_err("forged");
         assert_eq!(err.kind(), "Mismatch");
     }
@@ -548,11 +630,18 @@ mod tests {
         let bytes = std::fs::read(dir.join(file)).expect("the fixture file");
         for signature in [format!("{file}.minisig"), "default-comment.minisig".into()] {
             let text = std::fs::read(dir.join(&signature)).expect("the fixture signature");
-            let checked = check(&text, file, Some("v1.31.2"), &keys, &dir).expect(&signature);
+            let checked =
+                check(&text, subject(file, Some("v1.31.2"), false), &keys, &dir).expect(&signature);
             checked.verify_reader(&bytes[..]).expect(&signature);
             let mut tampered = bytes.clone();
             tampered[0] ^= 1;
             assert!(checked.verify_reader(&tampered[..]).is_err(), "{signature}");
         }
+        // Under require_signatures minisign's default comment names no version.
+        let text = std::fs::read(dir.join("default-comment.minisig")).expect("the fixture");
+        let err = check(&text, subject(file, Some("v1.31.2"), true), &keys, &dir)
+            .err()
+            .expect("the default comment under require_signatures");
+        assert_eq!(err.kind(), "VersionMissing");
     }
 }

@@ -198,7 +198,7 @@ impl Agent {
             self.host.fetcher.as_ref(),
             artifact,
             view.content.kubernetes_version.as_deref(),
-            &self.settings.policy.trusted_keys_dir,
+            &self.settings.policy,
         )
         .await?;
         let job = Job {
