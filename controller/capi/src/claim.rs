@@ -23,6 +23,24 @@ pub const MACHINE_SPEC: &str = "/spec";
 /// The part of a MachineSet (and of the templates) whose changes Cluster API asks about.
 pub const TEMPLATE_SPEC: &str = "/spec/template/spec";
 
+/// The Machine spec fields (relative to the compared spec) that Cluster API leaves out of its
+/// "current + patches == desired" comparison: they never change, are not an in-place
+/// extension's business (the references to the provider objects, which are compared
+/// themselves), or Cluster API changes them in place itself. A difference there is no
+/// reason to replace a machine, so it is neither claimed nor reported as unclaimed.
+const LEFT_TO_CLUSTER_API: [&str; 10] = [
+    "/clusterName",
+    "/bootstrap",
+    "/infrastructureRef",
+    "/providerID",
+    "/minReadySeconds",
+    "/readinessGates",
+    "/deletion/nodeDrainTimeoutSeconds",
+    "/deletion/nodeVolumeDetachTimeoutSeconds",
+    "/deletion/nodeDeletionTimeoutSeconds",
+    "/taints",
+];
+
 /// How many differing fields a message names before it says "and N more".
 const LISTED_DIFFERENCES: usize = 8;
 
@@ -77,6 +95,14 @@ impl VersionChange {
 /// Every leaf path (JSON pointer) where `current` and `desired` differ, depth first.
 /// Arrays that differ are reported as a whole.
 pub fn differences(current: &Value, desired: &Value, at: &str, out: &mut Vec<String>) {
+    // An absent object differs from a present one in each of its fields (Cluster API's
+    // typed comparison sees an empty struct, not a missing one).
+    let empty = Value::Object(serde_json::Map::new());
+    let (current, desired) = match (current, desired) {
+        (Value::Null, Value::Object(_)) => (&empty, desired),
+        (Value::Object(_), Value::Null) => (current, &empty),
+        pair => pair,
+    };
     match (current, desired) {
         (Value::Object(a), Value::Object(b)) => {
             let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
@@ -141,6 +167,7 @@ pub fn claim(
     let mut unclaimed: Vec<String> = pair_differences(&main)
         .into_iter()
         .filter(|path| change.is_none() || path != version_pointer)
+        .filter(|path| !left_to_cluster_api(path, main.compared))
         .map(|path| format!("{}{path}", main.label))
         .collect();
     for pair in others {
@@ -218,6 +245,18 @@ pub fn claim(
         operations,
         message: said.join("; "),
     }
+}
+
+/// Whether `path` (under the Machine spec at `compared`) is one Cluster API does not compare.
+fn left_to_cluster_api(path: &str, compared: &str) -> bool {
+    let Some(field) = path.strip_prefix(compared) else {
+        return false;
+    };
+    LEFT_TO_CLUSTER_API.iter().any(|ignored| {
+        field
+            .strip_prefix(ignored)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
 }
 
 /// The differing paths within the compared part of one object pair.
@@ -436,6 +475,30 @@ mod tests {
         let lookup = select_release(&[release("r", "v1.32.0")], "v1.32.0");
         let (main, others) = pairs(&current, &desired, &Value::Null, &Value::Null);
         assert!(claim(main, &others, MACHINE_VERSION, Some(&lookup)).covers_everything);
+    }
+
+    #[test]
+    fn fields_cluster_api_does_not_compare_are_not_reported() {
+        let mut desired = machine("v1.31.2");
+        desired["spec"]["infrastructureRef"]["name"] = json!("w-2");
+        desired["spec"]["deletion"] = json!({"nodeDrainTimeoutSeconds": 60});
+        desired["spec"]["taints"] = json!([{"key": "k", "effect": "NoSchedule"}]);
+        let current = machine("v1.31.1");
+        let (main, others) = pairs(&current, &desired, &Value::Null, &Value::Null);
+        let all = claim(main, &others, MACHINE_VERSION, Some(&found()));
+        assert!(all.covers_everything, "{}", all.message);
+        assert!(!all.message.contains("not claimed"), "{}", all.message);
+
+        // A field next to an ignored one, with a common prefix, still counts.
+        desired["spec"]["failureDomain"] = json!("zone-b");
+        let (main, others) = pairs(&current, &desired, &Value::Null, &Value::Null);
+        let claim = claim(main, &others, MACHINE_VERSION, Some(&found()));
+        assert!(!claim.covers_everything);
+        assert!(
+            claim.message.contains("machine spec.failureDomain"),
+            "{}",
+            claim.message
+        );
     }
 
     #[test]
