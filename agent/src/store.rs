@@ -4,7 +4,8 @@
 //!   `/opt/extensions/<name>/...`), linked as `<extensions_dir>/<name>.raw`. When that file
 //!   name is taken by different bytes (the same URL name re-published), the image is stored
 //!   as `<digest[..16]>-<file>` instead, so a file a link points at is never overwritten.
-//! - Binary files and archive members: `<state>/store/sha256/<digest>`, mode 0755.
+//! - Binary files and archive members: `<state>/store/sha256/<digest>`, mode 0755, in
+//!   directories of mode 0711 (run by every user through their links, listed by none).
 //! - Downloads in progress: dot-files ending in `.partial` in the target directory.
 
 use std::collections::HashSet;
@@ -100,9 +101,16 @@ pub fn place_sysext(temp: &Path, dir: &Path, file: &str, sha256: &str) -> io::Re
     Ok(target)
 }
 
+/// The store's directories: other users may reach a file by name (the links in
+/// `/opt/bin` name them), never list them. Set whatever the umask (the unit's is 0077).
+const CAS_DIR_MODE: u32 = 0o711;
+
 /// Moves a verified file into the content-addressed store (mode 0755) and returns its path.
 pub fn place_cas(temp: &Path, cas: &Path, sha256: &str) -> io::Result<PathBuf> {
     fs::create_dir_all(cas)?;
+    for dir in [Some(cas), cas.parent()].into_iter().flatten() {
+        fs::set_permissions(dir, fs::Permissions::from_mode(CAS_DIR_MODE))?;
+    }
     let target = cas.join(sha256);
     if is_verified(&target, sha256) {
         fs::remove_file(temp)?;
@@ -188,6 +196,8 @@ mod tests {
             assert!(!temp.exists());
             let mode = fs::metadata(&placed).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o755);
+            let mode = fs::metadata(&cas).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o711);
         }
     }
 
