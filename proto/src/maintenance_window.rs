@@ -2,10 +2,13 @@
 //! may start. Types only; the controller reads them against its clock
 //! (`controller/src/decision/window.rs`), with the time zone database it bundles.
 
+use std::time::Duration as StdDuration;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Duration;
+use crate::validate::Collector;
 
 /// The pattern of a window's start time: `HH:MM`, 24-hour clock.
 pub const START_PATTERN: &str = r"^([01][0-9]|2[0-3]):[0-5][0-9]$";
@@ -46,6 +49,46 @@ pub struct MaintenanceWindow {
     #[schemars(length(min = 1, max = 64))]
     #[schemars(regex(pattern = TIME_ZONE_PATTERN))]
     pub time_zone: String,
+}
+
+/// The shortest and the longest window (the CEL rule on `duration` says the same).
+pub const DURATION_BOUNDS: (StdDuration, StdDuration) = (
+    StdDuration::from_secs(60),
+    StdDuration::from_secs(168 * 3600),
+);
+
+impl MaintenanceWindow {
+    /// `start` as (hour, minute), if it is `HH:MM` on the 24-hour clock.
+    pub fn start_hour_minute(&self) -> Option<(i8, i8)> {
+        let (hour, minute) = self.start.split_once(':')?;
+        if hour.len() != 2 || minute.len() != 2 {
+            return None;
+        }
+        let hour: i8 = hour.parse().ok()?;
+        let minute: i8 = minute.parse().ok()?;
+        ((0..24).contains(&hour) && (0..60).contains(&minute)).then_some((hour, minute))
+    }
+
+    /// What the CRD schema refuses, for objects that never met an API server (`at` is the
+    /// window's field path). Whether the time zone exists is the controller's to say.
+    pub(crate) fn check(&self, at: &str, out: &mut Collector) {
+        if self.days.is_empty() {
+            out.invalid(format!("{at}.days"), "at least one day");
+        }
+        if self.start_hour_minute().is_none() {
+            out.invalid(
+                format!("{at}.start"),
+                format!("{:?} is not HH:MM", self.start),
+            );
+        }
+        let (shortest, longest) = DURATION_BOUNDS;
+        if !(shortest..=longest).contains(&self.duration.get()) {
+            out.invalid(format!("{at}.duration"), "duration must be from 1m to 168h");
+        }
+        if self.time_zone.is_empty() || self.time_zone.len() > 64 {
+            out.invalid(format!("{at}.timeZone"), "1 to 64 characters");
+        }
+    }
 }
 
 fn default_time_zone() -> String {

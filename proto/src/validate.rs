@@ -529,6 +529,20 @@ impl crate::NodeRollout {
             out.invalid("spec.drainTimeout", "must be positive");
         }
         check_label_selector(&self.spec.node_selector, "spec.nodeSelector", &mut out);
+        for (i, window) in self.spec.maintenance_windows.iter().enumerate() {
+            window.check(&format!("spec.maintenanceWindows[{i}]"), &mut out);
+        }
+        if !(0..=86_400).contains(&self.spec.min_ready_seconds) {
+            out.invalid("spec.minReadySeconds", "must be from 0 to 86400");
+        }
+        if let Some(deadline) = &self.spec.progress_deadline
+            && deadline.get() <= self.spec.drain_timeout.get()
+        {
+            out.invalid(
+                "spec.progressDeadline",
+                "progressDeadline must be longer than drainTimeout: it counts from the grant, drain included",
+            );
+        }
         out.finish()
     }
 }

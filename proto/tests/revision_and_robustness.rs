@@ -80,6 +80,47 @@ fn releases_and_rollouts_validate() {
         problems.has("spec.nodeSelector.matchExpressions[0].operator"),
         "{problems}"
     );
+    let window = |start: &str, duration: &str, days: &str| {
+        format!(
+            "  maintenanceWindows: [{{days: {days}, start: \"{start}\", duration: {duration}, timeZone: Europe/Berlin}}]\n"
+        )
+    };
+    rollout(&window("02:30", "4h", "[Sunday]"))
+        .validate()
+        .unwrap();
+    for (extra, field) in [
+        (
+            window("24:00", "4h", "[Sunday]"),
+            "spec.maintenanceWindows[0].start",
+        ),
+        (
+            window("2:30", "4h", "[Sunday]"),
+            "spec.maintenanceWindows[0].start",
+        ),
+        (
+            window("02:30", "30s", "[Sunday]"),
+            "spec.maintenanceWindows[0].duration",
+        ),
+        (
+            window("02:30", "169h", "[Sunday]"),
+            "spec.maintenanceWindows[0].duration",
+        ),
+        (
+            window("02:30", "4h", "[]"),
+            "spec.maintenanceWindows[0].days",
+        ),
+        ("  minReadySeconds: -1\n".to_owned(), "spec.minReadySeconds"),
+        (
+            "  progressDeadline: 10m\n".to_owned(),
+            "spec.progressDeadline",
+        ),
+    ] {
+        let problems = rollout(&extra).validate().unwrap_err();
+        assert!(problems.has(field), "{extra}: {problems}");
+    }
+    rollout("  minReadySeconds: 60\n  drainTimeout: 1m\n  progressDeadline: 30m\n")
+        .validate()
+        .unwrap();
     let mut bad_release = rollout("");
     bad_release.spec.release = "Not_A_Name".into();
     assert!(bad_release.validate().unwrap_err().has("spec.release"));

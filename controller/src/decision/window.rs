@@ -94,7 +94,9 @@ impl<'a> ReadWindow<'a> {
                 window.time_zone
             )
         })?;
-        let start = parse_start(&window.start)
+        let start = window
+            .start_hour_minute()
+            .and_then(|(hour, minute)| Time::new(hour, minute, 0, 0).ok())
             .ok_or_else(|| format!("{}: {:?} is not HH:MM", field("start"), window.start))?;
         let length = SignedDuration::try_from(window.duration.get())
             .map_err(|_| format!("{}: too long", field("duration")))?;
@@ -143,14 +145,6 @@ impl<'a> ReadWindow<'a> {
             self.window.time_zone
         )
     }
-}
-
-fn parse_start(text: &str) -> Option<Time> {
-    let (hour, minute) = text.split_once(':')?;
-    if hour.len() != 2 || minute.len() != 2 {
-        return None;
-    }
-    Time::new(hour.parse().ok()?, minute.parse().ok()?, 0, 0).ok()
 }
 
 #[cfg(test)]
