@@ -12,16 +12,32 @@ use anyhow::{Context, bail};
 /// The Cluster and Machine CRDs (`cluster.x-k8s.io`, v1beta1 and v1beta2) of the pinned
 /// Cluster API release.
 pub fn crd_files() -> anyhow::Result<Vec<PathBuf>> {
+    module_files(&[
+        "core/config/crd/bases/cluster.x-k8s.io_clusters.yaml",
+        "core/config/crd/bases/cluster.x-k8s.io_machines.yaml",
+    ])
+}
+
+/// The CRDs of the other objects Cluster API's in-place hooks involve: MachineSet,
+/// ExtensionConfig, KubeadmConfig and KubeadmConfigTemplate (installed only where a suite
+/// stores such objects: each CRD adds to a bed's start).
+pub fn hook_object_crd_files() -> anyhow::Result<Vec<PathBuf>> {
+    module_files(&[
+        "core/config/crd/bases/cluster.x-k8s.io_machinesets.yaml",
+        "core/config/crd/bases/runtime.cluster.x-k8s.io_extensionconfigs.yaml",
+        "bootstrap/kubeadm/config/crd/bases/bootstrap.cluster.x-k8s.io_kubeadmconfigs.yaml",
+        "bootstrap/kubeadm/config/crd/bases/bootstrap.cluster.x-k8s.io_kubeadmconfigtemplates.yaml",
+    ])
+}
+
+/// `paths` inside the pinned module.
+fn module_files(paths: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let module = DIR
         .get_or_init(|| module_dir().map_err(|e| format!("{e:#}")))
         .clone()
         .map_err(anyhow::Error::msg)?;
-    let bases = module.join("core/config/crd/bases");
-    Ok(["clusters", "machines"]
-        .iter()
-        .map(|kind| bases.join(format!("cluster.x-k8s.io_{kind}.yaml")))
-        .collect())
+    Ok(paths.iter().map(|path| module.join(path)).collect())
 }
 
 /// Where the go command keeps the pinned `sigs.k8s.io/cluster-api` module.

@@ -1,5 +1,6 @@
 //! The extension against Cluster API itself: `hookcheck` (tests/capi, Go, Cluster API's own
-//! types at the pinned release) discovers the extension and calls every handler exactly as
+//! types at the pinned release; its ExtensionConfig, Machine, MachineSet and KubeadmConfig
+//! objects stored in the management cluster under Cluster API's own CRDs) discovers the extension and calls every handler exactly as
 //! Cluster API's runtime client does, applies the returned patches as Cluster API does and
 //! checks its conclusions, then drives UpdateMachine to done while a simulated agent
 //! finishes the plan and a simulated kubelet lets evicted pods go, with drain on. Every
@@ -19,8 +20,40 @@ use std::time::Duration;
 use common::*;
 use inplace_capi::CordonAndEvict;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::discovery::{Scope, pinned_kind};
 use serde_json::{Value, json};
+
+/// The harness's ExtensionConfig, KubeadmConfig, KubeadmConfigTemplate and MachineSet,
+/// created in the management cluster: Cluster API's own CRDs must accept them.
+async fn store_hook_objects(bed: &Bed, harness: &Path, url: &str) {
+    for file in inplace_tests::capi::hook_object_crd_files().unwrap() {
+        apply_crd_file(&bed.management, &file).await;
+    }
+    let output = tokio::process::Command::new(harness)
+        .args(["-print-objects", "-url", url, "-ca"])
+        .arg(&bed.cert_file)
+        .args(["-namespace", NAMESPACE, "-cluster", CLUSTER])
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let objects: Vec<DynamicObject> = serde_json::from_slice(&output.stdout).unwrap();
+    for object in objects {
+        let types = object.types.clone().unwrap();
+        let gvk = GroupVersionKind::try_from(&types).unwrap();
+        let (resource, capabilities) = pinned_kind(&bed.management_client, &gvk).await.unwrap();
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Cluster => Api::all_with(bed.management_client.clone(), &resource),
+            Scope::Namespaced => {
+                Api::namespaced_with(bed.management_client.clone(), NAMESPACE, &resource)
+            }
+        };
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("Cluster API's CRD refuses {}: {e}", types.kind));
+    }
+}
 
 /// A pod of a workload on the node, for the drain to evict.
 async fn put_pod(bed: &Bed, node: &str) {
@@ -88,10 +121,11 @@ async fn cluster_api_s_own_client_and_types_accept_every_answer() {
     put_pod(&bed, "node-1").await;
     bed.store_machine(&machine_from_harness(&harness).await)
         .await;
+    let url = format!("https://localhost:{}", bed.addr.port());
+    store_hook_objects(&bed, &harness, &url).await;
 
     let mut run = tokio::process::Command::new(&harness)
-        .arg("-url")
-        .arg(format!("https://localhost:{}", bed.addr.port()))
+        .args(["-url", &url])
         .arg("-ca")
         .arg(&bed.cert_file)
         .args([

@@ -19,6 +19,7 @@ import (
 
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 )
 
 // Cluster API waits this long for a discovery answer.
@@ -33,7 +34,8 @@ type registration struct {
 }
 
 // runtimeClient behaves as Cluster API's runtime client towards one ExtensionConfig
-// (clientConfig.url plus caBundle): discovery first, then calls to the registered handlers.
+// (clientConfig.url, verified against clientConfig.caBundle): discovery first, then calls
+// to the registered handlers.
 type runtimeClient struct {
 	base     *url.URL
 	http     *http.Client
@@ -43,16 +45,17 @@ type runtimeClient struct {
 	record func(name string, request, response runtime.Object)
 }
 
-func newRuntimeClient(baseURL string, caBundle []byte) (*runtimeClient, error) {
-	base, err := url.Parse(baseURL)
+func newRuntimeClient(config *runtimev1.ExtensionConfig) (*runtimeClient, error) {
+	clientConfig := config.Spec.ClientConfig
+	base, err := url.Parse(clientConfig.URL)
 	if err != nil {
 		return nil, err
 	}
 	if base.Scheme != "https" {
-		return nil, fmt.Errorf("extension URL %s: Cluster API calls extensions over https only", baseURL)
+		return nil, fmt.Errorf("extension URL %s: Cluster API calls extensions over https only", clientConfig.URL)
 	}
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caBundle) {
+	if !roots.AppendCertsFromPEM(clientConfig.CABundle) {
 		return nil, errors.New("caBundle holds no PEM certificate")
 	}
 	catalog := runtimecatalog.New()

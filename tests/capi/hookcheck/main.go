@@ -23,6 +23,7 @@ func main() {
 	cluster := flag.String("cluster", "c1", "the Cluster's name")
 	node := flag.String("node", "node-1", "the workload node of the Machine")
 	printMachine := flag.Bool("print-machine", false, "print the Machine UpdateMachine is called for, as the management cluster must hold it, and exit")
+	printObjects := flag.Bool("print-objects", false, "print the ExtensionConfig and the other Cluster API objects of the cases, for the management cluster, and exit")
 	untilDone := flag.Bool("until-done", false, "call UpdateMachine until retryAfterSeconds is 0")
 	poll := flag.Duration("poll", time.Second, "longest wait between UpdateMachine calls (Cluster API waits retryAfterSeconds)")
 	deadline := flag.Duration("deadline", 90*time.Second, "give up after this long")
@@ -40,7 +41,14 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	client, err := newRuntimeClient(*extensionURL, ca)
+	config := extensionConfig(*extensionURL, ca)
+	if *printObjects {
+		if err := json.NewEncoder(os.Stdout).Encode(t.managementObjects(config)); err != nil {
+			fail(err)
+		}
+		return
+	}
+	client, err := newRuntimeClient(config)
 	if err != nil {
 		fail(err)
 	}

@@ -189,3 +189,26 @@ func (t target) machineSet(name, version, bootstrapTemplate, infraTemplate strin
 		},
 	}
 }
+
+// extensionConfig registers the extension with Cluster API: its URL and the CA its serving
+// certificate is verified against.
+func extensionConfig(extensionURL string, caBundle []byte) *runtimev1.ExtensionConfig {
+	return &runtimev1.ExtensionConfig{
+		TypeMeta:   metav1.TypeMeta{APIVersion: runtimev1.GroupVersion.String(), Kind: "ExtensionConfig"},
+		ObjectMeta: metav1.ObjectMeta{Name: "inplace"},
+		Spec: runtimev1.ExtensionConfigSpec{
+			ClientConfig: runtimev1.ClientConfig{URL: extensionURL, CABundle: caBundle},
+		},
+	}
+}
+
+// managementObjects are the Cluster API objects of the cases, for the test bed to store in
+// the management cluster, where Cluster API's own CRDs validate them.
+func (t target) managementObjects(config *runtimev1.ExtensionConfig) []interface{} {
+	return []interface{}{
+		config,
+		t.kubeadmConfig(),
+		t.kubeadmConfigTemplate("workers-v1"),
+		t.machineSet("workers-7d9f8", fromVersion, "workers-v1", "workers-v1"),
+	}
+}
