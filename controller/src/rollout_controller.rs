@@ -237,7 +237,11 @@ async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
             })
         })
         .collect();
-    let teardown = decide_teardown(&nodes);
+    let teardown = decide_teardown(
+        &nodes,
+        rollout.spec.progress_deadline.as_ref(),
+        Timestamp::now(),
+    );
     // A node's writes in order (uncordon, then forget); nodes in parallel.
     let groups = by_node(teardown.actions.iter().cloned(), TeardownAction::node);
     let written = run_per_node(groups, ctx, |action| async move {

@@ -7,15 +7,20 @@
 //! `inplace.dev/cordoned` annotation, written *before* the cordon is made
 //! ([`crate::decision`]); a node a person cordoned never carries it and is never uncordoned.
 //! A node whose agent is still swapping stays cordoned until the agent reports a final
-//! phase, so a deletion never opens a node to pods mid-swap. `docs/design/controller.md`
+//! phase, so a deletion never opens a node to pods mid-swap — or, when the rollout has a
+//! `progressDeadline`, until that passes since its grant: then the node stays cordoned for
+//! a person and the rollout goes. `docs/design/controller.md`
 //! (§ Deleting a rollout) describes the rules.
 
 use std::time::Duration;
 
-use inplace_proto::DesiredState;
+use inplace_proto::reason::Reason;
+use inplace_proto::{DesiredState, Duration as ApiDuration};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::decision::{
     EventKind, EventNote, NodeState, PlanView, busy_elsewhere, classify, event, keeps_cordon,
+    progress_deadline_at,
 };
 
 /// The finalizer every NodeRollout carries until the nodes it cordoned are uncordoned.
@@ -79,8 +84,13 @@ impl Teardown {
     }
 }
 
-/// Decides the teardown of a deleted rollout over the plans it owns, in any order.
-pub fn decide_teardown(nodes: &[TeardownNode]) -> Teardown {
+/// Decides the teardown of a deleted rollout over the plans it owns, in any order, at
+/// `now`, under the rollout's `progressDeadline`.
+pub fn decide_teardown(
+    nodes: &[TeardownNode],
+    progress_deadline: Option<&ApiDuration>,
+    now: Timestamp,
+) -> Teardown {
     let mut nodes: Vec<&TeardownNode> = nodes.iter().collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let mut teardown = Teardown::default();
@@ -93,9 +103,16 @@ pub fn decide_teardown(nodes: &[TeardownNode]) -> Teardown {
             continue;
         };
         let revision = plan.revision.as_deref().unwrap_or_default();
-        let state = classify(plan, revision);
-        let activating = busy_elsewhere(plan)
-            || (state == Some(NodeState::Updating) && plan.desired_state == DesiredState::Active);
+        let state = classify(plan, revision)
+            .map(|state| past_deadline(plan, state, progress_deadline, now));
+        let past_deadline = state.as_ref().is_some_and(|s| {
+            matches!(s, NodeState::Failed { reason, .. }
+                if reason == Reason::ProgressDeadlineExceeded.as_str())
+        });
+        let activating = !past_deadline
+            && (busy_elsewhere(plan)
+                || (state == Some(NodeState::Updating)
+                    && plan.desired_state == DesiredState::Active));
         if activating {
             teardown.waiting.push(node.name.clone());
             teardown.events.push(event(
@@ -148,6 +165,29 @@ pub fn decide_teardown(nodes: &[TeardownNode]) -> Teardown {
     teardown
 }
 
+/// A granted node still activating past `progressDeadline` is failed, as during the
+/// rollout ([`crate::decision`]): it stays cordoned, and nobody waits for it any longer.
+fn past_deadline(
+    plan: &PlanView,
+    state: NodeState,
+    deadline: Option<&ApiDuration>,
+    now: Timestamp,
+) -> NodeState {
+    let (Some(deadline), Some(granted_at)) = (deadline, plan.granted_at) else {
+        return state;
+    };
+    if state != NodeState::Updating || now < progress_deadline_at(deadline, granted_at) {
+        return state;
+    }
+    NodeState::Failed {
+        reason: Reason::ProgressDeadlineExceeded.as_str().to_owned(),
+        message: format!(
+            "not finished within progressDeadline {} of its grant at {granted_at}",
+            deadline.as_str()
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +222,47 @@ mod tests {
         }
     }
 
+    fn decide_teardown_now(nodes: &[TeardownNode]) -> Teardown {
+        decide_teardown(nodes, None, Timestamp::now())
+    }
+
+    #[test]
+    fn a_node_mid_activation_past_the_progress_deadline_stays_cordoned_and_is_not_waited_for() {
+        let deadline = ApiDuration::from_secs(600);
+        let granted: Timestamp = "2026-11-25T09:00:00Z".parse().unwrap();
+        let nodes = [node(
+            "w1",
+            Some(true),
+            plan(DesiredState::Active, Some(Phase::Activating), true),
+        )];
+        // (now, still waited for)
+        for (now, waits) in [(599, true), (600, false)] {
+            let now = granted
+                .checked_add(jiff::SignedDuration::from_secs(now))
+                .unwrap();
+            let t = decide_teardown(&nodes, Some(&deadline), now);
+            assert_eq!(t.finished(), !waits, "at {now}");
+            assert!(t.actions.is_empty(), "never uncordoned mid-swap");
+            if !waits {
+                let kept = &t.events[0];
+                assert_eq!(
+                    (kept.kind, kept.reason.as_str()),
+                    (EventKind::Warning, "KeptCordoned")
+                );
+                assert!(
+                    kept.note.contains("ProgressDeadlineExceeded"),
+                    "{}",
+                    kept.note
+                );
+            }
+        }
+        // Without a deadline (today's behaviour) it is waited for, however long.
+        let later = granted
+            .checked_add(jiff::SignedDuration::from_hours(48))
+            .unwrap();
+        assert!(!decide_teardown(&nodes, None, later).finished());
+    }
+
     fn uncordon_and_forget(node: &str) -> Vec<TeardownAction> {
         vec![
             TeardownAction::Uncordon { node: node.into() },
@@ -192,7 +273,7 @@ mod tests {
     #[test]
     fn a_node_the_rollout_cordoned_is_uncordoned_once_final() {
         for phase in [Phase::Succeeded, Phase::RolledBack, Phase::Failed] {
-            let t = decide_teardown(&[node(
+            let t = decide_teardown_now(&[node(
                 "w1",
                 Some(true),
                 plan(DesiredState::Active, Some(phase), true),
@@ -205,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_node_a_person_cordoned_is_never_touched() {
-        let t = decide_teardown(&[node(
+        let t = decide_teardown_now(&[node(
             "w1",
             Some(true),
             plan(DesiredState::Active, Some(Phase::Succeeded), false),
@@ -224,7 +305,7 @@ mod tests {
             // Busy with another revision's swap, whatever the plan says now.
             (DesiredState::Staged, Some(Phase::Activating)),
         ] {
-            let t = decide_teardown(&[node("w1", Some(true), plan(desired, phase, true))]);
+            let t = decide_teardown_now(&[node("w1", Some(true), plan(desired, phase, true))]);
             assert!(t.actions.is_empty(), "{desired:?} {phase:?}");
             assert_eq!(t.waiting, ["w1"]);
             assert!(!t.finished());
@@ -236,7 +317,7 @@ mod tests {
     fn a_node_still_waiting_for_its_drain_is_uncordoned_at_once() {
         // Drain mode: granted and cordoned, the plan stays Staged until the node is drained;
         // without the rollout nobody drains it, and it was never activated.
-        let t = decide_teardown(&[node(
+        let t = decide_teardown_now(&[node(
             "w1",
             Some(true),
             plan(DesiredState::Staged, Some(Phase::Staged), true),
@@ -250,7 +331,7 @@ mod tests {
         let mut p = plan(DesiredState::Active, Some(Phase::Failed), true);
         p.report.reason = Some(Reason::RollbackFailed.as_str().into());
         p.report.message = Some("kubelet.service did not come back".into());
-        let t = decide_teardown(&[node("w1", Some(true), p)]);
+        let t = decide_teardown_now(&[node("w1", Some(true), p)]);
         assert!(t.actions.is_empty());
         assert!(t.finished());
         assert_eq!(t.events[0].reason, "KeptCordoned");
@@ -264,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_cordon_someone_else_undid_is_only_forgotten() {
-        let t = decide_teardown(&[node(
+        let t = decide_teardown_now(&[node(
             "w1",
             Some(false),
             plan(DesiredState::Active, Some(Phase::Succeeded), true),
@@ -278,7 +359,7 @@ mod tests {
 
     #[test]
     fn a_deleted_node_needs_nothing() {
-        let t = decide_teardown(&[node(
+        let t = decide_teardown_now(&[node(
             "w1",
             None,
             plan(DesiredState::Active, Some(Phase::Activating), true),
@@ -288,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_fleet_is_torn_down_node_by_node_in_name_order() {
-        let t = decide_teardown(&[
+        let t = decide_teardown_now(&[
             node(
                 "w3",
                 Some(true),

@@ -239,6 +239,18 @@ fn annotated_time(plan: &inplace_proto::NodeUpdatePlan, key: &str) -> Timestamp 
     annotations(plan)[key].parse().unwrap()
 }
 
+/// Once `node` alone holds rollout `ro`'s slot: when it was granted (its plan's annotation).
+async fn granted_when_activating(bed: &Bed, node: &str) -> Timestamp {
+    rollout_when(&bed.client, "ro", &format!("{node} activating"), |r| {
+        r.status.as_ref().is_some_and(|s| s.active_nodes == [node])
+    })
+    .await;
+    annotated_time(
+        &bed.plans().get(node).await.unwrap(),
+        "inplace.dev/activation-granted",
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_past_its_progress_deadline_fails_and_frees_its_slot_across_a_restart() {
     let mut config = SimConfig::default();
@@ -254,12 +266,7 @@ async fn a_node_past_its_progress_deadline_fails_and_frees_its_slot_across_a_res
                "disruption": "Cordon", "drainTimeout": "1s", "progressDeadline": "6s"}),
     )
     .await;
-    rollout_when(&bed.client, "ro", "worker-1 activating", |r| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.active_nodes == ["worker-1"])
-    })
-    .await;
+    let granted = granted_when_activating(&bed, "worker-1").await;
     // Two more nodes join while worker-1 holds the one slot.
     for name in ["worker-2", "worker-3"] {
         create_node(&bed.client, name, &[]).await;
@@ -268,10 +275,6 @@ async fn a_node_past_its_progress_deadline_fails_and_frees_its_slot_across_a_res
     // The controller goes away before the deadline and comes back after it: the deadline
     // counts from the grant recorded on the plan, not from the new controller's start.
     bed.stop_controller().await;
-    let granted = annotated_time(
-        &bed.plans().get("worker-1").await.unwrap(),
-        "inplace.dev/activation-granted",
-    );
     tokio::time::sleep(Duration::from_secs(7)).await;
     let config = bed.api.admin_config().await.unwrap();
     let (_metrics, _stop, _controller) = start_controller(config, test_settings());
@@ -350,4 +353,43 @@ async fn min_ready_seconds_keeps_the_slot_between_two_nodes() {
         next_granted >= ready_since.checked_add(3.seconds()).unwrap(),
         "{second} granted at {next_granted}, {first} ready since {ready_since}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_rollout_stops_waiting_for_a_node_past_its_progress_deadline() {
+    let mut config = SimConfig::default();
+    config
+        .slow
+        .insert("worker-1".into(), Duration::from_secs(3600));
+    let (bed, _fleet) = bed_with(&["worker-1"], config).await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "disruption": "Cordon", "drainTimeout": "1s",
+               "progressDeadline": "5s"}),
+    )
+    .await;
+    let granted = granted_when_activating(&bed, "worker-1").await;
+    bed.rollouts()
+        .delete("ro", &Default::default())
+        .await
+        .unwrap();
+    eventually("rollout ro removed", || async {
+        let gone = bed.rollouts().get_opt("ro").await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+    assert!(
+        Timestamp::now() >= granted.checked_add(5.seconds()).unwrap(),
+        "the rollout went before worker-1's deadline"
+    );
+    let node = bed.nodes().get("worker-1").await.unwrap();
+    assert_eq!(node.spec.and_then(|s| s.unschedulable), Some(true));
+    let kept = events_for(&bed.client, "ro")
+        .await
+        .into_iter()
+        .any(|(reason, note)| {
+            reason == "KeptCordoned" && note.contains("ProgressDeadlineExceeded")
+        });
+    assert!(kept, "no KeptCordoned event naming the deadline");
 }

@@ -5,7 +5,7 @@
 use std::time::Duration as StdDuration;
 
 use inplace_proto::reason::Reason;
-use inplace_proto::{DesiredState, Disruption, Outcome, Phase};
+use inplace_proto::{DesiredState, Disruption, Duration, Outcome, Phase};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{
@@ -170,8 +170,7 @@ fn past_progress_deadline(
     let granted_at = intent
         .granted_at
         .filter(|_| *state == NodeState::Updating)?;
-    let length = SignedDuration::try_from(deadline.get()).unwrap_or(SignedDuration::MAX);
-    let passes_at = granted_at.saturating_add(length).unwrap_or(granted_at);
+    let passes_at = progress_deadline_at(deadline, granted_at);
     if input.now < passes_at {
         classified.wake_at.push(passes_at);
         return None;
@@ -190,6 +189,13 @@ fn past_progress_deadline(
             deadline.as_str()
         ),
     })
+}
+
+/// When a node granted at `granted_at` passes `deadline` (`spec.progressDeadline`); the
+/// rollout's rule above and the teardown of a deleted rollout both count so.
+pub(crate) fn progress_deadline_at(deadline: &Duration, granted_at: Timestamp) -> Timestamp {
+    let length = SignedDuration::try_from(deadline.get()).unwrap_or(SignedDuration::MAX);
+    granted_at.saturating_add(length).unwrap_or(granted_at)
 }
 
 /// Whether a node that runs the revision after a grant is still soaking

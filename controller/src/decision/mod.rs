@@ -41,7 +41,7 @@ mod grant;
 mod status;
 mod window;
 
-pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon};
+pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
 pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";
