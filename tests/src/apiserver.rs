@@ -33,10 +33,14 @@ pub fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("INPLACE_KUBE_BIN_DIR") {
         return PathBuf::from(dir);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    target_dir().join("kube").join("bin")
+}
+
+/// The cargo target directory: `$CARGO_TARGET_DIR`, else `target` at the repository root.
+pub(crate) fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    target.join("kube").join("bin")
+        .unwrap_or_else(|| repo_root().join("target"))
 }
 
 /// The `kube-testbed` binary, built first if it is missing or older than its sources

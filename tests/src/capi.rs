@@ -65,7 +65,7 @@ fn module_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// The `hookcheck` harness (`tests/capi/hookcheck`), built once per test process into
-/// `target/capi/bin`; Go's build cache makes a rebuild with nothing changed take seconds.
+/// `capi/bin` under the cargo target directory; Go's build cache makes a rebuild with nothing changed take seconds.
 pub fn hookcheck() -> anyhow::Result<PathBuf> {
     static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BINARY
@@ -76,7 +76,7 @@ pub fn hookcheck() -> anyhow::Result<PathBuf> {
 
 fn build_hookcheck() -> anyhow::Result<PathBuf> {
     let root = crate::apiserver::repo_root();
-    let binary = root.join("target/capi/bin/hookcheck");
+    let binary = crate::apiserver::target_dir().join("capi/bin/hookcheck");
     let output = Command::new("go")
         .args(["build", "-trimpath", "-o"])
         .arg(&binary)
