@@ -1,6 +1,7 @@
 use super::*;
 use inplace_proto::Duration;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::SignedDuration;
 use proptest::prelude::*;
 
 const REV: &str = "aaaaaaaaaaaa";
@@ -864,6 +865,7 @@ fn carry_out(v: &mut NodeView, action: &NodeAction) {
             p.revision = Some(intent.revision.clone());
             p.desired_state = intent.desired_state;
             p.granted_at = intent.granted_at;
+            p.ready_since = intent.ready_since;
             p.cordoned = intent.cordoned;
             p.drain_timeout = intent.drain_timeout.clone();
         }
@@ -881,6 +883,48 @@ struct SimNode {
     /// Steps left in the current agent phase.
     timer: u32,
     fails: bool,
+    /// The agent never gets past `Activating` (a node that died mid-swap).
+    stalls: bool,
+}
+
+/// How a simulated rollout disrupts and times its nodes (a round is one second).
+#[derive(Clone, Debug, Default)]
+struct SimPolicy {
+    disruption: Disruption,
+    min_ready_seconds: i32,
+    /// `progressDeadline` in seconds.
+    deadline: Option<u64>,
+    /// Nodes whose agent stalls (a stalled node needs a deadline to free its slot).
+    stalled: BTreeSet<usize>,
+}
+
+impl SimPolicy {
+    fn disrupting(disruption: Disruption) -> SimPolicy {
+        SimPolicy {
+            disruption,
+            ..SimPolicy::default()
+        }
+    }
+
+    /// Whether `plan` holds a slot at `now` by the timing rules: granted and not past its
+    /// deadline while not final, or soaking after success.
+    fn holds_slot(&self, plan: &PlanView, now: Timestamp) -> bool {
+        let Some(granted) = plan.granted_at else {
+            return false;
+        };
+        let within = |secs: u64, since: Timestamp| {
+            now < since
+                .checked_add(SignedDuration::from_secs(i64::try_from(secs).unwrap()))
+                .unwrap()
+        };
+        if plan.report.phase == Some(Phase::Succeeded) {
+            let soak = u64::try_from(self.min_ready_seconds).unwrap();
+            return plan.ready_since.is_some_and(|since| within(soak, since));
+        }
+        plan.desired_state == DesiredState::Active
+            && !plan.report.phase.is_some_and(Phase::is_final)
+            && self.deadline.is_none_or(|d| within(d, granted))
+    }
 }
 
 fn simulate(
@@ -889,11 +933,13 @@ fn simulate(
     max_unavailable: IntOrString,
     max_failures: i32,
     failing: &BTreeSet<usize>,
-    disruption: Disruption,
+    policy: &SimPolicy,
     step_time: u32,
 ) -> NodeCounts {
     let mut s = spec(max_unavailable.clone(), max_failures);
-    s.disruption = disruption;
+    s.disruption = policy.disruption;
+    s.min_ready_seconds = policy.min_ready_seconds;
+    s.progress_deadline = policy.deadline.map(Duration::from_secs);
     let mut nodes: Vec<SimNode> = (0..n_workers + n_cp)
         .map(|i| SimNode {
             view: if i < n_cp {
@@ -903,6 +949,7 @@ fn simulate(
             },
             timer: 0,
             fails: failing.contains(&i),
+            stalls: policy.stalled.contains(&i),
         })
         .collect();
     let total = nodes.len();
@@ -920,6 +967,9 @@ fn simulate(
                 continue;
             }
             let r = &mut plan.report;
+            if n.stalls && r.phase == Some(Phase::Activating) {
+                continue;
+            }
             let next = match (r.phase, plan.desired_state) {
                 (None, _) => Some(Phase::Downloading),
                 (Some(Phase::Downloading), _) => Some(Phase::Staged),
@@ -961,21 +1011,31 @@ fn simulate(
             let n = nodes.iter_mut().find(|n| &n.view.name == name).unwrap();
             carry_out(&mut n.view, action);
         }
-        // Invariants after the round's writes.
-        let activating: Vec<&SimNode> = nodes
+        // Invariants after the round's writes: the slot holders (activating within their
+        // deadline, or soaking) never outnumber the slots.
+        let holders: Vec<&SimNode> = nodes
             .iter()
             .filter(|n| {
-                n.view.plan.as_ref().is_some_and(|p| {
-                    p.desired_state == DesiredState::Active
-                        && !p.report.phase.is_some_and(Phase::is_final)
-                })
+                n.view
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| policy.holds_slot(p, t(round)))
             })
             .collect();
         assert!(
-            activating.len() <= slots,
+            holders.len() <= slots,
             "round {round}: {} > {slots}",
-            activating.len()
+            holders.len()
         );
+        let activating: Vec<&&SimNode> = holders
+            .iter()
+            .filter(|n| {
+                n.view
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.report.phase != Some(Phase::Succeeded))
+            })
+            .collect();
         let cp_active = activating.iter().filter(|n| n.view.control_plane).count();
         assert!(cp_active <= 1);
         if cp_active == 1 {
@@ -984,8 +1044,10 @@ fn simulate(
         let workers_started = nodes.iter().any(|n| {
             !n.view.control_plane && n.view.plan.as_ref().is_some_and(|p| p.granted_at.is_some())
         });
+        let past_deadline = failed_past_deadline(Some(&d.status));
         let cp_unfinished = nodes.iter().any(|n| {
             n.view.control_plane
+                && !past_deadline.contains(n.view.name.as_str())
                 && !n
                     .view
                     .plan
@@ -1010,16 +1072,34 @@ fn simulate(
         previous = Some(d.status);
         if done {
             assert!(cp_done_before_worker_start);
-            if failing.len() as i32 <= max_failures {
+            if (failing.len() + policy.stalled.len()) as i32 <= max_failures {
                 assert_eq!(c.succeeded + c.failed, c.total, "all nodes final");
             }
+            let past_deadline: BTreeSet<&str> = failed_past_deadline(previous.as_ref());
             for n in &nodes {
-                assert!(!n.view.unschedulable, "{} left cordoned", n.view.name);
+                assert!(
+                    !n.view.unschedulable || past_deadline.contains(n.view.name.as_str()),
+                    "{} left cordoned",
+                    n.view.name
+                );
             }
             return c;
         }
     }
     panic!("rollout did not finish");
+}
+
+/// The nodes a status reports failed past their progress deadline (they stay cordoned).
+fn failed_past_deadline(status: Option<&NodeRolloutStatus>) -> BTreeSet<&str> {
+    status
+        .map(|s| {
+            s.failed_nodes
+                .iter()
+                .filter(|f| f.reason == "ProgressDeadlineExceeded")
+                .map(|f| f.node.as_str())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
@@ -1030,7 +1110,7 @@ fn simulated_rollout_without_failures_completes() {
         IntOrString::Int(4),
         0,
         &BTreeSet::new(),
-        Disruption::Drain,
+        &SimPolicy::disrupting(Disruption::Drain),
         1,
     );
     assert_eq!(counts.succeeded, 15);
@@ -1041,7 +1121,7 @@ fn simulated_rollout_without_failures_completes() {
         IntOrString::Int(2),
         1,
         &failing,
-        Disruption::Cordon,
+        &SimPolicy::disrupting(Disruption::Cordon),
         0,
     );
     assert_eq!(counts.failed, 2);
@@ -1104,6 +1184,18 @@ fn a_failure_reported_for_an_older_generation_of_the_plan_does_not_count() {
     assert_eq!(condition(&d, "Halted").status, "False");
 }
 
+#[test]
+fn a_simulated_stalled_node_fails_at_its_deadline_and_the_rest_soak_and_finish() {
+    let policy = SimPolicy {
+        disruption: Disruption::Cordon,
+        min_ready_seconds: 3,
+        deadline: Some(25),
+        stalled: BTreeSet::from([4]),
+    };
+    let counts = simulate(8, 1, IntOrString::Int(2), 1, &BTreeSet::new(), &policy, 1);
+    assert_eq!((counts.succeeded, counts.failed), (8, 1));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
     #[test]
@@ -1118,8 +1210,20 @@ proptest! {
         failing in proptest::collection::btree_set(0usize..30, 0..5),
         disruption in prop_oneof![Just(Disruption::None), Just(Disruption::Cordon), Just(Disruption::Drain)],
         step_time in 0u32..3,
+        min_ready_seconds in prop_oneof![Just(0i32), 1i32..6],
+        // Longer than any healthy activation here (about 3 × (step_time + 1) rounds), so
+        // only stalled nodes pass it.
+        deadline in proptest::option::of(20u64..40),
+        stalled in proptest::collection::btree_set(0usize..30, 0..3),
     ) {
-        let counts = simulate(workers, cps, max_unavailable, max_failures, &failing, disruption, step_time);
+        let policy = SimPolicy {
+            disruption,
+            min_ready_seconds,
+            deadline,
+            // A stalled node without a deadline holds its slot for ever, as it should.
+            stalled: if deadline.is_some() { stalled } else { BTreeSet::new() },
+        };
+        let counts = simulate(workers, cps, max_unavailable, max_failures, &failing, &policy, step_time);
         prop_assert_eq!(counts.total as usize, workers + cps);
     }
 }
