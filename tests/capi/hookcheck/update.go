@@ -26,7 +26,7 @@ func runUpdateMachine(ctx context.Context, c *runtimeClient, t target, untilDone
 		}
 		if resp.RetryAfterSeconds == 0 {
 			fmt.Printf("ok   update-machine: done after %d calls (%s)\n", call, resp.Message)
-			return nil
+			return callAgainWhenDone(ctx, c, desired)
 		}
 		if resp.RetryAfterSeconds < 0 {
 			return fmt.Errorf("UpdateMachine call %d: retryAfterSeconds %d", call, resp.RetryAfterSeconds)
@@ -42,6 +42,20 @@ func runUpdateMachine(ctx context.Context, c *runtimeClient, t target, untilDone
 		case <-time.After(wait):
 		}
 	}
+}
+
+// callAgainWhenDone calls UpdateMachine once more: Cluster API may (a requeue before it
+// records completion), and the answer must still be done.
+func callAgainWhenDone(ctx context.Context, c *runtimeClient, desired machineObjects) error {
+	resp := &runtimehooksv1.UpdateMachineResponse{}
+	if err := c.call(ctx, "", runtimehooksv1.UpdateMachine, updateMachineRequest(desired), resp); err != nil {
+		return fmt.Errorf("UpdateMachine after done: %w", err)
+	}
+	if resp.RetryAfterSeconds != 0 {
+		return fmt.Errorf("UpdateMachine after done: retry after %ds (%s)", resp.RetryAfterSeconds, resp.Message)
+	}
+	fmt.Printf("ok   update-machine: still done when called again (%s)\n", resp.Message)
+	return nil
 }
 
 // runForgedUpdateMachine asks to update a Machine the management cluster does not hold:
