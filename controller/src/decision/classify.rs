@@ -113,7 +113,7 @@ pub(super) fn classify_nodes(
         {
             state = failed;
         }
-        if state == NodeState::Succeeded && soaks(input, &mut intent, &mut classified) {
+        if state == NodeState::Succeeded && soaks(input, node, &mut intent, &mut classified) {
             classified.soaking += 1;
         }
         if state == NodeState::Updating
@@ -201,9 +201,23 @@ pub(crate) fn progress_deadline_at(deadline: &Duration, granted_at: Timestamp) -
 /// Whether a node that runs the revision after a grant is still soaking
 /// (`minReadySeconds` from when the controller first saw it so, recorded on the plan as
 /// [`super::READY_SINCE_ANNOTATION`]); a soak that has yet to end asks for a look then.
-fn soaks(input: &RolloutInput<'_>, intent: &mut PlanIntent, classified: &mut Classified) -> bool {
+fn soaks(
+    input: &RolloutInput<'_>,
+    node: &NodeView,
+    intent: &mut PlanIntent,
+    classified: &mut Classified,
+) -> bool {
     let min_ready = i64::from(input.spec.min_ready_seconds);
     if min_ready <= 0 || intent.granted_at.is_none() {
+        return false;
+    }
+    // A soak starts only for a node the last status showed holding a slot (it has just
+    // finished): turning minReadySeconds on mid-rollout neither soaks nor rewrites every
+    // node that finished long ago.
+    let just_finished = input
+        .previous
+        .is_some_and(|p| p.active_nodes.contains(&node.name));
+    if intent.ready_since.is_none() && !just_finished {
         return false;
     }
     let since = *intent.ready_since.get_or_insert(input.now);

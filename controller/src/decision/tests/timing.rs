@@ -211,10 +211,18 @@ fn the_deadline_counts_from_the_grant_annotation() {
     assert_eq!(d.status.failed_nodes.len(), 1);
 }
 
+/// Node "a" succeeded after its grant (the last status showed it holding its slot), "b"
+/// waits for one.
 fn soaked_input(s: &NodeRolloutSpec, ready_since: Option<i64>) -> Decision {
     let mut a = succeeded(node("a"));
     a.plan.as_mut().unwrap().ready_since = ready_since.map(t);
-    decide(&input(s, vec![a, staged(node("b"))]))
+    let previous = NodeRolloutStatus {
+        active_nodes: vec!["a".into()],
+        ..NodeRolloutStatus::default()
+    };
+    let mut i = input(s, vec![a, staged(node("b"))]);
+    i.previous = Some(&previous);
+    decide(&i)
 }
 
 #[test]
@@ -254,6 +262,19 @@ fn without_min_ready_seconds_nothing_is_recorded_and_the_slot_is_free_at_once() 
     let d = soaked_input(&s, None);
     assert_eq!(granted(&d), vec!["b"]);
     assert!(applies(&d).iter().all(|(n, _)| *n == "b"));
+}
+
+#[test]
+fn turning_min_ready_seconds_on_mid_rollout_soaks_no_node_that_finished_before() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.min_ready_seconds = 30;
+    // "a" succeeded rounds ago: the last status no longer shows it holding a slot.
+    let d = decide(&input(&s, vec![succeeded(node("a")), staged(node("b"))]));
+    assert_eq!(granted(&d), vec!["b"]);
+    assert!(
+        applies(&d).iter().all(|(n, _)| *n == "b"),
+        "nothing written to a"
+    );
 }
 
 #[test]
