@@ -19,7 +19,7 @@ pub fn crd_files() -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// The CRDs of the other objects Cluster API's in-place hooks involve: MachineSet,
-/// ExtensionConfig, KubeadmConfig and KubeadmConfigTemplate (installed only where a suite
+/// ExtensionConfig, KubeadmConfig, KubeadmConfigTemplate and KubeadmControlPlane (installed only where a suite
 /// stores such objects: each CRD adds to a bed's start).
 pub fn hook_object_crd_files() -> anyhow::Result<Vec<PathBuf>> {
     module_files(&[
@@ -27,6 +27,7 @@ pub fn hook_object_crd_files() -> anyhow::Result<Vec<PathBuf>> {
         "core/config/crd/bases/runtime.cluster.x-k8s.io_extensionconfigs.yaml",
         "bootstrap/kubeadm/config/crd/bases/bootstrap.cluster.x-k8s.io_kubeadmconfigs.yaml",
         "bootstrap/kubeadm/config/crd/bases/bootstrap.cluster.x-k8s.io_kubeadmconfigtemplates.yaml",
+        "controlplane/kubeadm/config/crd/bases/controlplane.cluster.x-k8s.io_kubeadmcontrolplanes.yaml",
     ])
 }
 

@@ -57,8 +57,18 @@ type machineSetCase struct {
 	want             outcome
 }
 
-func (t target) machineSide(version string, memoryMiB int64, config *bootstrapv1.KubeadmConfig) machineObjects {
+// workerSide is a MachineDeployment's Machine with its objects (what UpdateMachine is
+// called for in the cases).
+func (t target) workerSide(version string, memoryMiB int64, config *bootstrapv1.KubeadmConfig) machineObjects {
 	return machineObjects{machine: t.machine(version), bootstrap: config, infra: t.vsphereMachine(memoryMiB)}
+}
+
+// controlPlaneSide is a KubeadmControlPlane's Machine with its objects: KubeadmControlPlane
+// is the controller that asks CanUpdateMachine.
+func (t target) controlPlaneSide(version string, memoryMiB int64, config *bootstrapv1.KubeadmConfig) machineObjects {
+	infra := t.vsphereMachine(memoryMiB)
+	infra.SetName(controlPlaneMachine)
+	return machineObjects{machine: t.controlPlaneMachineAt(version), bootstrap: config, infra: infra}
 }
 
 // withChangedFile is `config` with different content in its one file.
@@ -69,11 +79,9 @@ func withChangedFile(config *bootstrapv1.KubeadmConfig) *bootstrapv1.KubeadmConf
 }
 
 func (t target) machineCases() []machineCase {
-	kc := t.kubeadmConfig()
-	from := t.machineSide(fromVersion, 8192, kc)
-	side := func(version string, memoryMiB int64, config *bootstrapv1.KubeadmConfig) machineObjects {
-		return t.machineSide(version, memoryMiB, config)
-	}
+	kc := t.controlPlaneKubeadmConfig()
+	from := t.controlPlaneSide(fromVersion, 8192, kc)
+	side := t.controlPlaneSide
 	return []machineCase{
 		{"can-update-machine-patch-version", from, side(toVersion, 8192, kc), inPlace},
 		{"can-update-machine-nothing-differs", from, side(fromVersion, 8192, kc), inPlace},

@@ -6,6 +6,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 )
@@ -208,7 +209,65 @@ func (t target) managementObjects(config *runtimev1.ExtensionConfig) []interface
 	return []interface{}{
 		config,
 		t.kubeadmConfig(),
+		t.controlPlaneKubeadmConfig(),
+		t.kubeadmControlPlane(),
 		t.kubeadmConfigTemplate("workers-v1"),
 		t.machineSet("workers-7d9f8", fromVersion, "workers-v1", "workers-v1"),
+	}
+}
+
+// The control plane's names: KubeadmControlPlane is who asks CanUpdateMachine.
+const (
+	controlPlaneName    = "c1-control-plane"
+	controlPlaneMachine = "c1-control-plane-x8v2k"
+)
+
+// controlPlaneMeta is a control-plane object's metadata: the control-plane label instead
+// of the MachineDeployment's.
+func (t target) controlPlaneMeta(name string) metav1.ObjectMeta {
+	meta := t.meta(name)
+	delete(meta.Labels, clusterv1.MachineDeploymentNameLabel)
+	meta.Labels[clusterv1.MachineControlPlaneLabel] = ""
+	return meta
+}
+
+// controlPlaneMachineAt is a control-plane Machine of the KubeadmControlPlane at `version`.
+func (t target) controlPlaneMachineAt(version string) *clusterv1.Machine {
+	m := t.machine(version)
+	m.ObjectMeta = t.controlPlaneMeta(controlPlaneMachine)
+	m.Spec.Bootstrap.ConfigRef.Name = controlPlaneMachine
+	m.Spec.Bootstrap.DataSecretName = ptr.To(controlPlaneMachine)
+	m.Spec.InfrastructureRef.Name = controlPlaneMachine
+	m.Spec.ProviderID = "vsphere://4231c1a0-0c1d-4e2f-8a9b-0c1d2e3f4a5b"
+	return m
+}
+
+// controlPlaneKubeadmConfig is the KubeadmConfig of a control-plane Machine that joined the
+// first one.
+func (t target) controlPlaneKubeadmConfig() *bootstrapv1.KubeadmConfig {
+	config := t.kubeadmConfig()
+	config.ObjectMeta = t.controlPlaneMeta(controlPlaneMachine)
+	config.Spec.JoinConfiguration.ControlPlane = &bootstrapv1.JoinControlPlane{}
+	return config
+}
+
+func (t target) kubeadmControlPlane() *controlplanev1.KubeadmControlPlane {
+	spec := kubeadmConfigSpec()
+	spec.JoinConfiguration.ControlPlane = &bootstrapv1.JoinControlPlane{}
+	return &controlplanev1.KubeadmControlPlane{
+		TypeMeta:   metav1.TypeMeta{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlane"},
+		ObjectMeta: metav1.ObjectMeta{Name: controlPlaneName, Namespace: t.namespace, Labels: map[string]string{clusterv1.ClusterNameLabel: t.cluster}},
+		Spec: controlplanev1.KubeadmControlPlaneSpec{
+			Replicas: ptr.To[int32](3),
+			Version:  fromVersion,
+			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{
+				Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereMachineTemplate", Name: controlPlaneName,
+					},
+				},
+			},
+			KubeadmConfigSpec: spec,
+		},
 	}
 }

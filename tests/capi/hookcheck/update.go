@@ -13,7 +13,7 @@ import (
 // bed stored (see -print-machine): until retryAfterSeconds is 0 when `untilDone`, once
 // otherwise, waiting retryAfterSeconds (at most `poll`) between calls.
 func runUpdateMachine(ctx context.Context, c *runtimeClient, t target, untilDone bool, poll time.Duration) error {
-	desired := t.machineSide(toVersion, 8192, t.kubeadmConfig())
+	desired := t.workerSide(toVersion, 8192, t.kubeadmConfig())
 	desired.machine = inPlaceMarked(desired.machine)
 	for call := 1; ; call++ {
 		name := "update-machine"
@@ -61,7 +61,7 @@ func callAgainWhenDone(ctx context.Context, c *runtimeClient, desired machineObj
 // runForgedUpdateMachine asks to update a Machine the management cluster does not hold:
 // the extension must answer Failure (Cluster API then reports the failure on the Machine).
 func runForgedUpdateMachine(ctx context.Context, c *runtimeClient, t target) error {
-	desired := t.machineSide(toVersion, 8192, t.kubeadmConfig())
+	desired := t.workerSide(toVersion, 8192, t.kubeadmConfig())
 	desired.machine = inPlaceMarked(desired.machine)
 	desired.machine.Name = "not-a-stored-machine"
 	resp := &runtimehooksv1.UpdateMachineResponse{}
