@@ -17,6 +17,9 @@ use sha2::{Digest, Sha256};
 
 use crate::settings::{DownloadSettings, Policy};
 
+mod resume;
+pub use resume::partial_names;
+
 /// Why a download failed. Each kind maps to a condition reason.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -117,9 +120,10 @@ pub type Progress<'a> = &'a (dyn Fn(u64) + Send + Sync);
 /// Downloads one artifact into a verified temporary file.
 #[async_trait]
 pub trait Fetcher: Send + Sync {
-    /// Downloads `artifact` into a new temporary file in `dir` and returns its path: the
-    /// file is complete, flushed and matches the plan's sha256 (and size, when given). On
-    /// error no temporary file is left behind.
+    /// Downloads `artifact` into a temporary file in `dir` and returns its path: the file
+    /// is complete, flushed and matches the plan's sha256 (and size, when given). A partial
+    /// download an earlier process left in `dir` is resumed ([`partial_names`]). On error
+    /// no temporary file is left behind.
     async fn fetch(
         &self,
         artifact: &Artifact,
@@ -261,6 +265,8 @@ impl Sink {
 /// The partial download carried between attempts.
 struct Partial {
     path: PathBuf,
+    /// Where `validator` is kept for a process that resumes after this one.
+    validator_path: PathBuf,
     /// `None` only while a blocking task holds it.
     sink: Option<Sink>,
     done: u64,
@@ -295,7 +301,7 @@ impl Partial {
         self.with_sink(Sink::truncate).await?;
         self.done = 0;
         self.validator = None;
-        Ok(())
+        self.remember_validator().await
     }
 
     /// Streams `body` into the sink: the writer thread writes and hashes one block while
@@ -424,11 +430,13 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     delta.to_std().ok()
 }
 
+/// The validator to resume with: the ETag, unless it is weak (`W/`: `If-Range` only
+/// works with a strong one), else Last-Modified.
 fn validator(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(header::ETAG)
-        .or_else(|| headers.get(header::LAST_MODIFIED))
-        .and_then(|v| v.to_str().ok())
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    text(header::ETAG)
+        .filter(|etag| !etag.starts_with("W/"))
+        .or_else(|| text(header::LAST_MODIFIED))
         .map(str::to_owned)
 }
 
@@ -515,6 +523,9 @@ impl HttpFetcher {
                     }
                 }
                 partial.validator = validator(&headers);
+                if let Err(e) = partial.remember_validator().await {
+                    return Attempt::Fail(io(e));
+                }
                 if let Some(length) = response.content_length() {
                     if let Some(size) = artifact.size
                         && length != size
@@ -696,30 +707,18 @@ impl Fetcher for HttpFetcher {
             }
         };
         tokio::fs::create_dir_all(dir).await.map_err(io)?;
-        let path = dir.join(format!(
-            ".{}.{:016x}.partial",
-            artifact.name,
-            rand::random::<u64>()
-        ));
-        let file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await
-            .map_err(io)?
-            .into_std()
-            .await;
-        let mut partial = Partial {
-            path,
-            sink: Some(Sink {
-                file,
-                hasher: Sha256::new(),
-                len: 0,
-                advised: 0,
-            }),
-            done: 0,
-            validator: None,
+        let mut partial = {
+            let (artifact, dir) = (artifact.clone(), dir.to_path_buf());
+            tokio::task::spawn_blocking(move || Partial::open(&artifact, &dir, limit))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|opened| opened)
+                .map_err(io)?
         };
+        if partial.done > 0 {
+            tracing::info!(artifact = %name, bytes = partial.done, "resuming the partial download of an earlier run");
+            progress(partial.done);
+        }
         let deadline = self.settings.artifact_deadline;
         let result = tokio::time::timeout(
             deadline,
@@ -733,6 +732,7 @@ impl Fetcher for HttpFetcher {
                 done: partial.done,
             })
         });
+        partial.forget_validator().await;
         match result {
             Ok(()) => Ok(partial.path),
             Err(mut e) => {

@@ -136,8 +136,9 @@ pub fn remove_unreferenced(candidates: &[PathBuf], keep: &HashSet<PathBuf>) {
     }
 }
 
-/// Removes leftover `.partial` downloads in `dirs` (from a crash or an abandoned staging).
-pub fn remove_partials(dirs: &[PathBuf]) {
+/// Removes leftover `.partial` downloads in `dirs` (from a crash or an abandoned staging),
+/// except those named in `keep`.
+pub fn remove_partials(dirs: &[PathBuf], keep: &std::collections::HashSet<String>) {
     for dir in dirs {
         let Ok(entries) = fs::read_dir(dir) else {
             continue;
@@ -145,7 +146,7 @@ pub fn remove_partials(dirs: &[PathBuf]) {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with('.') && name.ends_with(".partial") {
+            if name.starts_with('.') && name.ends_with(".partial") && !keep.contains(&*name) {
                 let _ = fs::remove_file(entry.path());
             }
         }
@@ -207,7 +208,7 @@ mod tests {
         fs::write(dir.path().join(".a.123.partial"), b"").unwrap();
         fs::write(dir.path().join("keep"), b"").unwrap();
         fs::write(dir.path().join("drop"), b"").unwrap();
-        remove_partials(&[dir.path().to_path_buf()]);
+        remove_partials(&[dir.path().to_path_buf()], &Default::default());
         let keep: HashSet<PathBuf> = [dir.path().join("keep")].into();
         remove_unreferenced(&[dir.path().join("keep"), dir.path().join("drop")], &keep);
         let names: Vec<_> = fs::read_dir(dir.path())

@@ -732,3 +732,138 @@ async fn a_steady_but_slow_transfer_ends_at_the_artifact_deadline() {
     .unwrap_err();
     assert!(matches!(err, FetchError::HashMismatch { .. }), "{err}");
 }
+
+/// A fetcher whose stall timeout outlasts the tests below: only the test ends a transfer.
+fn patient_fetcher(base: &str) -> HttpFetcher {
+    let settings = DownloadSettings {
+        attempts: 2,
+        connect_timeout: Duration::from_secs(5),
+        stall_timeout: Duration::from_secs(20),
+        min_speed: 0,
+        artifact_deadline: Duration::from_secs(60),
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(20),
+    };
+    fetcher_from(base, &settings, 64 << 20)
+}
+
+/// Runs a fetch of `a` until `at_least` bytes are in its partial file, then drops it
+/// mid-transfer, as a killed agent would stop: nothing is cleaned up.
+async fn fetch_until_killed(f: &HttpFetcher, a: &Artifact, dir: &Path, at_least: u64) {
+    let partial = dir.join(&inplace_agent::fetch::partial_names(a)[0]);
+    let fetch = f.fetch(a, dir, &|_| {});
+    let grown = async {
+        while std::fs::metadata(&partial).map_or(0, |m| m.len()) < at_least {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        result = fetch => panic!("the fetch ended before it was killed: {:?}", result.err()),
+        () = grown => {}
+    }
+}
+
+/// A body of `len` bytes that no shift of itself matches (so a wrong offset shows).
+fn patterned(len: usize) -> Arc<Vec<u8>> {
+    Arc::new((0..len as u32).map(|i| (i % 251) as u8).collect())
+}
+
+/// An agent killed mid-download leaves its partial file and the object's validator; the
+/// next process re-hashes the bytes on disk and asks only for the rest, with `Range` and
+/// `If-Range`, and the file ends complete and verified. (Before: every run started a new
+/// randomly named file, and the staging swept the old one.)
+#[tokio::test]
+async fn a_download_resumes_across_a_restart_from_the_bytes_on_disk() {
+    let body = patterned(3 << 20);
+    let served = body.clone();
+    let (base, seen) = serve(Arc::new(move |n, head: &str| {
+        let range = head
+            .lines()
+            .find_map(|l| l.strip_prefix("range: bytes="))
+            .and_then(|r| r.trim_end_matches('-').parse::<usize>().ok());
+        match (n, range) {
+            (1, _) => reply("200 OK", &served[..(2 << 20) + 100])
+                .header("Content-Length", &served.len().to_string())
+                .header("ETag", "\"big\"")
+                .then(After::Stall),
+            (_, Some(start)) => {
+                assert!(head.contains("if-range: \"big\""), "{head}");
+                reply("206 Partial Content", &served[start..])
+                    .header("ETag", "\"big\"")
+                    .header(
+                        "Content-Range",
+                        &format!("bytes {start}-{}/{}", served.len() - 1, served.len()),
+                    )
+            }
+            (_, None) => reply("200 OK", &served).header("ETag", "\"big\""),
+        }
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = artifact(&base, &body, Some(body.len() as u64));
+    fetch_until_killed(&patient_fetcher(&base), &a, dir.path(), 2 << 20).await;
+    // The writer thread of the dropped fetch may still be finishing its last block.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let on_disk = std::fs::metadata(dir.path().join(&inplace_agent::fetch::partial_names(&a)[0]))
+        .unwrap()
+        .len();
+    assert!(on_disk >= 2 << 20, "{on_disk} bytes on disk");
+
+    let got = run(&patient_fetcher(&base), &a, dir.path()).await;
+    assert!(
+        got.unwrap() == *body,
+        "the resumed file differs from the body"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        seen[1].contains(&format!("range: bytes={on_disk}-")),
+        "resumed where the first process left off ({on_disk}): {}",
+        seen[1]
+    );
+}
+
+/// The object changed while no agent ran: the server answers the `If-Range` with the
+/// whole new object (200), and the download starts again from zero. The bytes on disk of
+/// the old object are never stitched to the new one.
+#[tokio::test]
+async fn a_resume_after_a_restart_starts_again_when_the_validator_changed() {
+    let old = patterned(1 << 20);
+    let new: Arc<Vec<u8>> = Arc::new(old.iter().map(|b| b ^ 0xff).collect());
+    let served = new.clone();
+    let (base, seen) = serve(Arc::new(move |_, head: &str| {
+        // The server now has another object: an If-Range for the old one gets all of it.
+        assert!(head.contains("if-range: \"old\""), "{head}");
+        reply("200 OK", &served).header("ETag", "\"new\"")
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = artifact(&base, &new, Some(new.len() as u64));
+    // What a process killed while downloading the old object left behind.
+    let [data, validator] = inplace_agent::fetch::partial_names(&a);
+    std::fs::write(dir.path().join(data), &old[..300_000]).unwrap();
+    std::fs::write(dir.path().join(validator), "\"old\"").unwrap();
+
+    let got = run(&patient_fetcher(&base), &a, dir.path()).await;
+    assert!(got.unwrap() == *new, "the new object, from zero");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].contains("range: bytes=300000-"), "{}", seen[0]);
+}
+
+/// A partial file without a validator (the server gave none) cannot be resumed safely:
+/// the download starts from zero with no `Range`.
+#[tokio::test]
+async fn a_partial_without_a_validator_is_downloaded_again_whole() {
+    let body = patterned(100_000);
+    let served = body.clone();
+    let (base, seen) = serve(Arc::new(move |_, _| reply("200 OK", &served))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = artifact(&base, &body, Some(body.len() as u64));
+    let [data, _] = inplace_agent::fetch::partial_names(&a);
+    std::fs::write(dir.path().join(data), b"left by an earlier run").unwrap();
+    let got = run(&patient_fetcher(&base), &a, dir.path()).await;
+    assert!(got.unwrap() == *body);
+    let seen = seen.lock().unwrap();
+    assert!(!seen[0].contains("range:"), "{}", seen[0]);
+}

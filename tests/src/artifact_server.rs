@@ -650,8 +650,10 @@ async fn respond(
 
     // Which part of the body to send.
     let ignore_range = matches!(fault, Some(Fault::IgnoreRange));
+    // RFC 9110 13.1.5: a strong comparison (a weak ETag never matches) or the exact date.
     let if_range_ok = match req.header("if-range") {
         None => true,
+        Some(v) if v.starts_with("W/") => false,
         Some(v) => {
             artifact.etag.as_deref() == Some(v) || artifact.last_modified.as_deref() == Some(v)
         }

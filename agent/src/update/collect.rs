@@ -24,6 +24,16 @@ impl Agent {
 
     /// Removes those of `candidates` that no kept revision references, and leftovers.
     pub(super) async fn collect(&self, candidates: Vec<PathBuf>) {
+        self.collect_keeping(candidates, HashSet::new()).await;
+    }
+
+    /// [`Self::collect`], leaving the partial downloads named in `partials` (a staging is
+    /// about to resume them).
+    pub(super) async fn collect_keeping(
+        &self,
+        candidates: Vec<PathBuf>,
+        partials: HashSet<String>,
+    ) {
         let keep = referenced(&self.journal);
         // Our partial downloads: the state's temp dir and every sysext image directory.
         let mut partial_dirs = vec![store::tmp_dir(&self.settings)];
@@ -34,7 +44,7 @@ impl Agent {
         }
         let _ = tokio::task::spawn_blocking(move || {
             store::remove_unreferenced(&candidates, &keep);
-            store::remove_partials(&partial_dirs);
+            store::remove_partials(&partial_dirs, &partials);
         })
         .await;
     }

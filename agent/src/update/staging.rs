@@ -70,9 +70,15 @@ impl Agent {
             .journal
             .in_flight()
             .is_none_or(|f| f.revision() != view.revision);
-        // Partial downloads of an earlier run (a crash, a stopped staging) are never resumed
-        // across processes: sweep them.
-        self.collect(Vec::new()).await;
+        // Partial downloads of this revision's artifacts (an agent restarted mid-download)
+        // are resumed; those of anything else (a stopped staging) are swept.
+        let resumable = view
+            .content
+            .artifacts
+            .iter()
+            .flat_map(crate::fetch::partial_names)
+            .collect();
+        self.collect_keeping(Vec::new(), resumable).await;
         if fresh {
             self.journal.begin_staging(
                 &view.revision,
