@@ -10,13 +10,15 @@
 //! inherited by `nsenter`, so they are probed by an `ExecStartPre=` of a test drop-in,
 //! which systemd runs under the same sandbox as `ExecStart=`.
 //!
-//! `IPAddressDeny=` is not tested here: systemd-nspawn gives its nodes no BPF, and systemd
-//! silently ignores the setting without it (checked: a denied connection succeeds).
+//! The address allow list security-model.md documents runs on a node booted with BPF
+//! ([`real_node::with_bpf`]): without it systemd ignores `IPAddressDeny=` silently.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use inplace_proto::{NodeUpdatePlan, Phase};
+use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::sysext::sha256_hex;
+use inplace_tests::test_api::TestApi;
 use real_node::AgentNode;
 use serde_json::json;
 
@@ -146,6 +148,76 @@ async fn the_contained_agent_updates_and_what_it_cannot_do_on_a_real_node() {
         "Failed TargetThroughSymlink"
     );
 
+    bed.node.poweroff().await.unwrap();
+}
+
+/// The drop-in of security-model.md § Network with the test's addresses: the API server
+/// and the artifact server are on 127.0.0.1; 127.0.0.2 stands for any other host.
+const ALLOW_LIST: &str = "[Service]\nIPAddressDeny=any\nIPAddressAllow=127.0.0.1/32\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_allow_list_refuses_other_hosts_and_updates_still_commit_on_a_real_node() {
+    let test_api = TestApi::start().await.expect("the API server starts");
+    let bed = AgentNode::start_booting(
+        test_api,
+        "allowlist",
+        Some(ALLOW_LIST),
+        real_node::with_bpf(),
+    )
+    .await;
+    let other = ArtifactServer::start_on("127.0.0.2:0".parse().unwrap())
+        .await
+        .unwrap();
+    // Both hosts are allowed by the node's policy: only the unit stands in the way.
+    let config = format!(
+        "[policy]\nallowed_url_prefixes = [\"{}\", \"{}\"]\n\
+         [download]\nattempts = 2\nconnect_timeout = \"2s\"\ninitial_backoff = \"100ms\"\n",
+        bed.server.url("/"),
+        other.url("/")
+    );
+    bed.node
+        .write_file(
+            "/etc/inplace/agent.d/50-hosts.toml",
+            config.as_bytes(),
+            0o644,
+        )
+        .await
+        .unwrap();
+    bed.node
+        .systemctl(&["restart", "inplace-agent.service"])
+        .await
+        .unwrap();
+
+    let bytes = b"#!/bin/sh\necho elsewhere\n".to_vec();
+    other.put_bytes("/elsewhere", bytes.clone());
+    let mut plan = binary_plan(&bed, "unused", "/opt/bin/elsewhere");
+    plan.spec.content.artifacts[0] = serde_json::from_value(json!({
+        "name": "elsewhere", "type": "Binary", "url": other.url("/elsewhere"),
+        "sha256": sha256_hex(&bytes), "size": bytes.len(), "path": "/opt/bin/elsewhere"}))
+    .unwrap();
+    run(&bed, &plan, Phase::Failed).await;
+    let (reason, message) = bed.ready().await;
+    assert_eq!(reason, "DownloadFailed", "{message}");
+    assert!(message.contains("127.0.0.2"), "{message}");
+    assert!(
+        other.requests_for("/elsewhere").is_empty(),
+        "a request reached the denied host"
+    );
+
+    run(
+        &bed,
+        &binary_plan(&bed, "allowed", "/opt/bin/allowed"),
+        Phase::Succeeded,
+    )
+    .await;
+    assert_eq!(
+        bed.node
+            .exec_ok(&["/opt/bin/allowed"])
+            .await
+            .unwrap()
+            .trim(),
+        "allowed"
+    );
     bed.node.poweroff().await.unwrap();
 }
 

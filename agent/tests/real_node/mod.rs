@@ -51,6 +51,16 @@ impl AgentNode {
         prefix: &str,
         unit_drop_in: Option<&str>,
     ) -> AgentNode {
+        Self::start_booting(test_api, prefix, unit_drop_in, NodeOptions::default()).await
+    }
+
+    /// [`Self::start_on`] with a node booted with `options` (e.g. [`with_bpf`]).
+    pub async fn start_booting(
+        test_api: TestApi,
+        prefix: &str,
+        unit_drop_in: Option<&str>,
+        options: NodeOptions,
+    ) -> AgentNode {
         inplace_tests::prereq::require_nspawn().expect("prerequisites");
         inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
         test_api
@@ -65,9 +75,7 @@ impl AgentNode {
             .unwrap();
 
         let name = Node::unique_name(prefix);
-        let node = Node::boot(&name, NodeOptions::default())
-            .await
-            .expect("node boots");
+        let node = Node::boot(&name, options).await.expect("node boots");
         install_agent(
             &node,
             &test_api.node_kubeconfig_yaml(&name).unwrap(),
@@ -233,6 +241,19 @@ impl AgentNode {
             r#"jsonpath={.status.phase} {.status.conditions[?(@.type=="Ready")].reason}"#,
         ])
         .await
+    }
+}
+
+/// Options for a node whose systemd can enforce `IPAddressDeny=`: systemd-nspawn withholds
+/// the `bpf` system call and `CAP_BPF` by default, and systemd then ignores the setting
+/// without a word (a denied connection succeeds).
+pub fn with_bpf() -> NodeOptions {
+    NodeOptions {
+        extra_nspawn_args: vec![
+            "--capability=CAP_BPF,CAP_PERFMON".to_owned(),
+            "--system-call-filter=bpf".to_owned(),
+        ],
+        ..NodeOptions::default()
     }
 }
 
