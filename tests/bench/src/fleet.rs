@@ -34,22 +34,31 @@ async fn build_exe() -> Result<String> {
             "--bench",
             "scale",
             "--no-run",
+            "--message-format=json",
         ])
         .current_dir(repo_root())
         .output()
         .await
         .context("cargo bench --no-run")?;
-    let stderr = String::from_utf8_lossy(&build.stderr);
     if !build.status.success() {
-        bail!("building the scale bench failed: {stderr}");
+        bail!(
+            "building the scale bench failed: {}",
+            String::from_utf8_lossy(&build.stderr)
+        );
     }
-    let exe = stderr
+    scale_bench_executable(&String::from_utf8_lossy(&build.stdout))
+}
+
+/// The scale bench's executable from cargo's JSON messages: the `executable` of the
+/// `scale` bench artifact, an absolute path wherever the target directory is (cargo's human
+/// output names it relative to the workspace, which broke runs from another directory).
+fn scale_bench_executable(messages: &str) -> Result<String> {
+    messages
         .lines()
-        .find(|l| l.contains("benches/scale.rs"))
-        .and_then(|l| l.rsplit_once('(')?.1.strip_suffix(')'))
-        .context("cargo did not name the scale bench executable")?;
-    // cargo names it relative to the workspace root; the bench runs in controller/.
-    Ok(repo_root().join(exe).display().to_string())
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "scale")
+        .find_map(|m| m["executable"].as_str().map(str::to_owned))
+        .context("cargo's JSON messages name no executable for the scale bench")
 }
 
 /// Which API server a fleet run uses.
@@ -195,4 +204,32 @@ fn rows_from(stdout: &str, time: &str, n: u64, api: Api) -> Result<Vec<Row>> {
         ));
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_bench_is_named_by_cargos_absolute_executable_path() {
+        // The shape of `cargo bench --no-run --message-format=json` output: libraries have
+        // no executable, build scripts another reason, the bench its absolute path.
+        let messages = [
+            r#"{"reason":"compiler-artifact","target":{"kind":["lib"],"name":"inplace_proto"},"executable":null}"#,
+            r#"{"reason":"build-script-executed","package_id":"x"}"#,
+            "not JSON: a line another tool printed",
+            r#"{"reason":"compiler-artifact","target":{"kind":["bench"],"name":"scale"},"executable":"/clone/target/release/deps/scale-0123abcd"}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+        ]
+        .join("\n");
+        assert_eq!(
+            scale_bench_executable(&messages).unwrap(),
+            "/clone/target/release/deps/scale-0123abcd"
+        );
+        let none = scale_bench_executable(messages.lines().next().unwrap()).unwrap_err();
+        assert!(
+            none.to_string()
+                .contains("no executable for the scale bench")
+        );
+    }
 }
