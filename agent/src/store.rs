@@ -122,6 +122,37 @@ pub fn place_cas(temp: &Path, cas: &Path, sha256: &str) -> io::Result<PathBuf> {
     Ok(target)
 }
 
+/// Takes from other users what an agent of an older unit (state directory 0700, umask
+/// 0022) left them once the directory became 0711: the journal (it holds the plan's
+/// URLs, which may carry a presigned token), downloads in progress and backups become
+/// the agent's own; the store stays reachable, not listable. Top level only: a 0700
+/// directory hides what is below it.
+pub fn restrict_state(state_dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(state_dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let meta = fs::symlink_metadata(&path)?;
+        let mode = if entry.file_name() == "store" {
+            for dir in [path.clone(), path.join("sha256")] {
+                if dir.is_dir() {
+                    fs::set_permissions(&dir, fs::Permissions::from_mode(CAS_DIR_MODE))?;
+                }
+            }
+            continue;
+        } else if meta.is_dir() {
+            0o700
+        } else if meta.is_file() {
+            0o600
+        } else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o777 != mode {
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes each of `candidates` that is not in `keep`. Files only; errors are logged.
 pub fn remove_unreferenced(candidates: &[PathBuf], keep: &HashSet<PathBuf>) {
     for path in candidates {
@@ -200,6 +231,27 @@ mod tests {
             let mode = fs::metadata(&cas).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o711);
         }
+    }
+
+    #[test]
+    fn state_an_older_unit_left_readable_becomes_the_agents_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let mode = |p: &str| fs::metadata(state.join(p)).unwrap().permissions().mode() & 0o777;
+        fs::write(state.join("journal.json"), b"{}").unwrap();
+        fs::create_dir_all(state.join("tmp")).unwrap();
+        fs::create_dir_all(state.join("backup/r1")).unwrap();
+        fs::create_dir_all(state.join("store/sha256")).unwrap();
+        for p in ["journal.json", "tmp", "backup", "store", "store/sha256"] {
+            let m = if p.ends_with("json") { 0o644 } else { 0o755 };
+            fs::set_permissions(state.join(p), fs::Permissions::from_mode(m)).unwrap();
+        }
+        restrict_state(state).unwrap();
+        assert_eq!(mode("journal.json"), 0o600);
+        assert_eq!(mode("tmp"), 0o700);
+        assert_eq!(mode("backup"), 0o700);
+        assert_eq!(mode("store"), 0o711);
+        assert_eq!(mode("store/sha256"), 0o711);
     }
 
     #[test]

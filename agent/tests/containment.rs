@@ -52,12 +52,25 @@ const ITS_OWN: [&str; 2] = ["/etc/kubernetes/kubelet.conf", "/etc/kubernetes/pki
 async fn the_contained_agent_updates_and_what_it_cannot_do_on_a_real_node() {
     let bed = AgentNode::start("contain", Some(PROBES)).await;
     plant_secrets(&bed).await;
+    // What an agent under an older unit (umask 0022) left: made its own at the start.
+    bed.node
+        .sh_ok("mkdir -p /var/lib/inplace/tmp && chmod 0755 /var/lib/inplace/tmp")
+        .await
+        .unwrap();
     // InaccessiblePaths= applies to paths present when the service starts.
     bed.node
         .systemctl(&["restart", "inplace-agent.service"])
         .await
         .unwrap();
     let pid = main_pid(&bed).await;
+    assert_eq!(
+        bed.node
+            .exec_ok(&["stat", "-c", "%a", "/var/lib/inplace/tmp"])
+            .await
+            .unwrap()
+            .trim(),
+        "700"
+    );
 
     // 1. Secrets are not readable from the agent's mount namespace; its identity is.
     for path in SECRETS {

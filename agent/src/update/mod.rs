@@ -81,6 +81,10 @@ impl Agent {
     /// Loads the journal. An unreadable journal is moved aside and the node marked
     /// degraded: without it the agent cannot know what to restore.
     pub async fn open(settings: Settings, host: Host) -> Result<Agent, AgentError> {
+        let state_dir = settings.state_dir.clone();
+        if let Err(e) = blocking(move || crate::store::restrict_state(&state_dir)).await {
+            tracing::warn!(error = %e, "cannot restrict the state directory's modes");
+        }
         let journal_file = JournalFile::new(&settings.state_dir);
         let journal = match journal_file.load().await {
             Ok(journal) => journal,
