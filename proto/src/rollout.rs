@@ -22,11 +22,13 @@ use crate::maintenance_window::MaintenanceWindow;
     category = "inplace",
     printcolumn = r#"{"name":"Release","type":"string","jsonPath":".spec.release"}"#,
     printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodes.total"}"#,
+    printcolumn = r#"{"name":"Staged","type":"integer","jsonPath":".status.nodes.staged"}"#,
     printcolumn = r#"{"name":"Succeeded","type":"integer","jsonPath":".status.nodes.succeeded"}"#,
     printcolumn = r#"{"name":"Updating","type":"integer","jsonPath":".status.nodes.updating"}"#,
     printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.nodes.failed"}"#,
     printcolumn = r#"{"name":"Complete","type":"string","jsonPath":".status.conditions[?(@.type==\"Complete\")].status"}"#,
     printcolumn = r#"{"name":"Halted","type":"string","jsonPath":".status.conditions[?(@.type==\"Halted\")].status"}"#,
+    printcolumn = r#"{"name":"Paused","type":"boolean","jsonPath":".spec.paused"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Progressing\")].message"}"#
 )]

@@ -1,7 +1,9 @@
 //! `kubectl inplace`: what the fleet's rollouts and plans say, drawn for people.
 //!
-//! [`view`] renders (pure, unit-tested); this module fetches objects and watches them.
+//! [`view`] renders (pure, unit-tested); [`steer`] holds the verbs that change a rollout;
+//! this module fetches objects and watches them.
 
+pub mod steer;
 pub mod view;
 
 use anyhow::Context as _;

@@ -1,12 +1,13 @@
 //! `kubectl-inplace`: the kubectl plugin. `kubectl inplace status [rollout]` shows rollouts
 //! with a progress bar and every node's phase and reason; `kubectl inplace plan <node>`
 //! explains one node's plan, its last error and what to do next. `--watch` re-renders on
-//! watch events.
+//! watch events. `kubectl inplace pause|resume <rollout>` sets the rollout's `spec.paused`.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use kubectl_inplace::steer::set_paused;
 use kubectl_inplace::view::Style;
 use kubectl_inplace::{Watched, client, plan, status, watch};
 
@@ -14,7 +15,7 @@ use kubectl_inplace::{Watched, client, plan, status, watch};
 #[command(
     name = "kubectl-inplace",
     version,
-    about = "In-place node updates: rollouts and plans at a glance"
+    about = "In-place node updates: rollouts and plans at a glance, and pausing a rollout"
 )]
 struct Cli {
     /// A kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
@@ -44,6 +45,16 @@ enum Command {
         /// Re-render on every change (watch events, no polling).
         #[arg(short, long)]
         watch: bool,
+    },
+    /// Stop activating further nodes of a NodeRollout (sets spec.paused); staging goes on.
+    Pause {
+        /// The NodeRollout.
+        rollout: String,
+    },
+    /// Let a paused NodeRollout activate nodes again (sets spec.paused to false).
+    Resume {
+        /// The NodeRollout.
+        rollout: String,
     },
 }
 
@@ -80,6 +91,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let (watched, follow) = match cli.command {
         Command::Status { rollout, watch } => (Watched::Status(rollout), watch),
         Command::Plan { node, watch } => (Watched::Plan(node), watch),
+        Command::Pause { rollout } => {
+            println!("{}", set_paused(&client, &rollout, true).await?);
+            return Ok(());
+        }
+        Command::Resume { rollout } => {
+            println!("{}", set_paused(&client, &rollout, false).await?);
+            return Ok(());
+        }
     };
     if !follow {
         let lines = match &watched {

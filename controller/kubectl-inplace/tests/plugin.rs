@@ -217,3 +217,89 @@ async fn watch_redraws_on_changes() {
     );
     task.abort();
 }
+
+/// The first row's value under `column` in kubectl's table: kubectl aligns each column to
+/// its header and leaves empty cells blank, so cells are cut at the headers' offsets.
+fn cell<'t>(table: &'t str, column: &str) -> &'t str {
+    let mut lines = table.lines();
+    let (header, row) = (lines.next().unwrap(), lines.next().unwrap());
+    let start = header
+        .find(&format!("{column} "))
+        .or_else(|| {
+            header
+                .ends_with(column)
+                .then(|| header.len() - column.len())
+        })
+        .unwrap_or_else(|| panic!("no column {column} in\n{table}"));
+    let end = header[start..]
+        .find(|c: char| c.is_whitespace())
+        .map(|n| start + n)
+        .and_then(|n| {
+            header[n..]
+                .find(|c: char| !c.is_whitespace())
+                .map(|m| n + m)
+        })
+        .unwrap_or(row.len());
+    row.get(start..end.min(row.len())).unwrap_or("").trim()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume_patch_the_rollout() {
+    let (api, client) = cluster().await;
+    fleet(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (api, path) = (&api, dir.path().to_owned());
+    let rollouts = Api::<NodeRollout>::all(client.clone());
+    assert!(!rollouts.get("workers").await.unwrap().spec.paused);
+    // One node staged, so the Staged column shows a count the controller would write.
+    rollouts
+        .patch_status(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodes": {"staged": 1, "pending": 0}}})),
+        )
+        .await
+        .unwrap();
+
+    let (ok, out, err) = tokio::task::block_in_place(|| plugin(api, &path, &["pause", "workers"]));
+    assert!(ok, "{err}");
+    assert!(out.contains("NodeRollout workers paused"), "{out}");
+    let after = rollouts.get("workers").await.unwrap();
+    assert!(after.spec.paused);
+    assert_eq!(
+        after.spec.release, "kubelet-v2",
+        "the rest of the spec is untouched"
+    );
+    assert!(
+        after
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|f| f.manager.as_deref() == Some("kubectl-inplace")),
+        "the patch is recorded under the plugin's field manager"
+    );
+
+    if let Some(real) = api.real() {
+        // The columns as a person sees them, through kubectl of the server's release.
+        let table = real.run_kubectl(&["get", "noderollouts"]).unwrap();
+        assert_eq!(cell(&table, "PAUSED"), "true", "{table}");
+        assert_eq!(cell(&table, "STAGED"), "1", "{table}");
+        assert_eq!(cell(&table, "NODES"), "2", "{table}");
+    }
+
+    let (ok, out, err) = tokio::task::block_in_place(|| plugin(api, &path, &["resume", "workers"]));
+    assert!(ok, "{err}");
+    assert!(out.contains("NodeRollout workers resumed"), "{out}");
+    assert!(!rollouts.get("workers").await.unwrap().spec.paused);
+    if let Some(real) = api.real() {
+        let table = real.run_kubectl(&["get", "noderollouts"]).unwrap();
+        assert_eq!(cell(&table, "PAUSED"), "false", "{table}");
+    }
+
+    for verb in ["pause", "resume"] {
+        let (ok, _, err) = tokio::task::block_in_place(|| plugin(api, &path, &[verb, "nope"]));
+        assert!(!ok, "{verb} of a missing rollout fails");
+        assert!(err.contains("NodeRollout nope not found"), "{verb}: {err}");
+    }
+}
