@@ -10,8 +10,8 @@
 //! `/healthz` and `/version` and reports its version; a crashing build is just other image
 //! content. Every plan health-checks the unit *and* `/healthz` over HTTP. Each scenario
 //! asserts the host inside the node and the plan's status (also read with the real
-//! `kubectl`). Four tests, one node boot each (two start from v1 merged outside the agent); the scenarios of a test run in sequence on
-//! its node. `kill -9` at every step boundary is `crash_matrix.rs`.
+//! `kubectl`). Five tests, one node boot each (two start from v1 merged outside the agent,
+//! one kills the agent mid-download); the scenarios of a test run in sequence on its node. `kill -9` at every step boundary is `crash_matrix.rs`.
 //!
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools (a missing prerequisite fails
 //! with an install hint), and Go for the first build of the pinned control plane.
@@ -821,4 +821,124 @@ async fn binary_and_archive_artifacts_install_roll_back_and_resume_on_a_real_nod
     .await;
 
     bed.node.poweroff().await.unwrap();
+}
+
+/// Issue 18: a download survives the agent's death. The agent is killed (SIGKILL) in the
+/// middle of a large, throttled download; systemd restarts it, and its second request is
+/// a `Range` for exactly the bytes the first process left on disk, with `If-Range` naming
+/// the object's ETag. The file ends complete and verified in the store.
+#[tokio::test]
+async fn a_download_resumes_after_the_agent_is_killed_on_a_real_node() {
+    use inplace_tests::artifact_server::Fault;
+
+    let bed = AgentNode::start("e2e-resume", None).await;
+    let bytes: Vec<u8> = (0..64u32 << 20).map(|i| (i % 251) as u8).collect();
+    let sha256 = sha256_hex(&bytes);
+    let path = "/big/payload";
+    bed.server.put_bytes(path, bytes.clone());
+    // 64 MiB at 4 MiB/s: about 16 s, time enough to kill the agent in the middle.
+    bed.server.fault(path, Fault::Throttle(4 << 20));
+    let mut plan = bed.plan(
+        vec![
+            json!({"name": "payload", "type": "Binary", "url": bed.server.url(path),
+                    "sha256": sha256, "size": bytes.len(), "path": "/opt/bin/payload"}),
+        ],
+        json!({"units": ["kubelet.service"], "window": "2s", "timeout": "90s"}),
+    );
+    plan.spec.desired_state = DesiredState::Staged;
+    let revision = revision(&plan);
+    bed.apply(&plan).await;
+
+    let partial = format!("/var/lib/inplace/tmp/.payload.{}.partial", &sha256[..16]);
+    let size_on_disk = || async {
+        bed.node
+            .exec_ok(&["stat", "-c", "%s", &partial])
+            .await
+            .map_or(0, |s| s.trim().parse::<u64>().unwrap_or(0))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while size_on_disk().await < 16 << 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the download never reached 16 MiB: {}",
+            bed.diagnostics().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bed.node
+        .systemctl(&["kill", "--signal=SIGKILL", "inplace-agent.service"])
+        .await
+        .unwrap();
+    // The unit restarts after RestartSec (10 s); what is on disk now is what the killed
+    // process left.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let left = size_on_disk().await;
+    assert!(
+        left >= 16 << 20 && left < bytes.len() as u64,
+        "{left} bytes left"
+    );
+
+    bed.wait_final(Phase::Staged, &revision, "resumed").await;
+    // The server logs a request once its answer is written, which may be a moment after
+    // the agent has read it (and, for the killed one, when the write fails).
+    let mut requests = bed.server.requests_for(path);
+    for _ in 0..50 {
+        if requests.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        requests = bed.server.requests_for(path);
+    }
+    requests.sort_by_key(|r| r.at);
+    let ranges: Vec<_> = requests
+        .iter()
+        .map(|r| (r.range.clone(), r.if_range.clone(), r.status))
+        .collect();
+    assert_eq!(requests.len(), 2, "{ranges:?}");
+    assert_eq!(ranges[0], (None, None, 200), "the first process from zero");
+    // The server answers 206 only when the If-Range validator is the object's own.
+    assert_eq!(
+        (ranges[1].0.as_deref(), ranges[1].2),
+        (Some(format!("bytes={left}-").as_str()), 206),
+        "the restarted agent asks for the rest: {ranges:?}"
+    );
+    assert!(ranges[1].1.is_some(), "If-Range sent: {ranges:?}");
+    println!(
+        "killed with {left} of {} bytes on disk; requests {ranges:?}",
+        bytes.len()
+    );
+    let stored = format!("/var/lib/inplace/store/sha256/{sha256}");
+    assert_eq!(
+        output(&bed, &["sha256sum", &stored]).await,
+        format!("{sha256}  {stored}")
+    );
+    assert_eq!(
+        output(
+            &bed,
+            &[
+                "sh",
+                "-c",
+                "ls -a /var/lib/inplace/tmp | grep -c partial || true"
+            ]
+        )
+        .await,
+        "0",
+        "no partial download left"
+    );
+    let agent_log = output(
+        &bed,
+        &[
+            "journalctl",
+            "-u",
+            "inplace-agent",
+            "-o",
+            "cat",
+            "--no-pager",
+        ],
+    )
+    .await;
+    assert!(
+        agent_log.contains("resuming the partial download of an earlier run"),
+        "{agent_log}"
+    );
 }
