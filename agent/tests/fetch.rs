@@ -867,3 +867,36 @@ async fn a_partial_without_a_validator_is_downloaded_again_whole() {
     let seen = seen.lock().unwrap();
     assert!(!seen[0].contains("range:"), "{}", seen[0]);
 }
+
+/// `If-Range` needs a strong validator: with a weak ETag the fetcher resumes on
+/// Last-Modified, and without one it would not resume at all.
+#[tokio::test]
+async fn a_weak_etag_is_not_used_for_if_range() {
+    const DATE: &str = "Tue, 14 Nov 2023 22:13:20 GMT";
+    let (base, seen) = serve(Arc::new(|n, head: &str| match n {
+        1 => reply("200 OK", &BODY[..10])
+            .header("Content-Length", &BODY.len().to_string())
+            .header("ETag", "W/\"weak\"")
+            .header("Last-Modified", DATE),
+        _ => {
+            assert!(head.contains(&format!("if-range: {DATE}")), "{head}");
+            reply("206 Partial Content", &BODY[10..])
+                .header("ETag", "W/\"weak\"")
+                .header("Last-Modified", DATE)
+                .header(
+                    "Content-Range",
+                    &format!("bytes 10-{}/{}", BODY.len() - 1, BODY.len()),
+                )
+        }
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let got = run(
+        &fetcher(&base, 3),
+        &artifact(&base, BODY, Some(BODY.len() as u64)),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(got.unwrap(), BODY);
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}

@@ -189,6 +189,27 @@ async fn serves_bytes_with_validators_ranges_and_head() {
     assert_eq!(s.requests().len(), 10);
 }
 
+/// If-Range compares strongly (RFC 9110 13.1.5): a weak ETag never matches, even its own,
+/// so the whole object comes back and a client cannot stitch bytes of two versions that a
+/// weak validator calls equal.
+#[tokio::test]
+async fn a_weak_etag_in_if_range_gets_the_whole_object() {
+    let body = payload(1000);
+    let s = ArtifactServer::start().await.expect("server");
+    s.put(
+        "/w.raw",
+        Artifact::bytes(body.clone()).with_etag(Some("W/\"weak\"")),
+    );
+    let answer = get(
+        s.addr(),
+        "/w.raw",
+        &[("Range", "bytes=10-19"), ("If-Range", "W/\"weak\"")],
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, body);
+}
+
 #[tokio::test]
 async fn keeps_connections_alive() {
     let s = server_with("/k", b"hello").await;
