@@ -476,6 +476,12 @@ impl HttpFetcher {
                 }
             }
         };
+        // All the bytes are on disk already (an earlier process was killed while flushing
+        // them): a Range for nothing would be answered 416 and start it all again; the
+        // hash check decides instead.
+        if partial.done > 0 && artifact.size == Some(partial.done) {
+            return Attempt::Done(());
+        }
         let mut request = self.client.get(&artifact.url);
         let resuming = partial.done > 0 && partial.validator.is_some();
         if resuming && let Some(v) = &partial.validator {

@@ -900,3 +900,30 @@ async fn a_weak_etag_is_not_used_for_if_range() {
     assert_eq!(got.unwrap(), BODY);
     assert_eq!(seen.lock().unwrap().len(), 2);
 }
+
+/// A process killed after the last byte (while flushing) leaves the whole artifact on
+/// disk: the next one verifies it without a request (a `Range` past the end would be
+/// answered 416 and the whole image downloaded again). Wrong bytes of the right length
+/// are downloaded again from zero.
+#[tokio::test]
+async fn a_complete_partial_left_by_a_killed_process_is_verified_without_a_request() {
+    let (base, seen) = serve(Arc::new(|_, _| {
+        reply("200 OK", BODY).header("ETag", "\"v\"")
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = artifact(&base, BODY, Some(BODY.len() as u64));
+    let [data, validator] = inplace_agent::fetch::partial_names(&a);
+    std::fs::write(dir.path().join(&data), BODY).unwrap();
+    std::fs::write(dir.path().join(&validator), "\"v\"").unwrap();
+    assert_eq!(run(&fetcher(&base, 3), &a, dir.path()).await.unwrap(), BODY);
+    assert_eq!(seen.lock().unwrap().len(), 0, "no request");
+
+    let wrong = vec![b'?'; BODY.len()];
+    std::fs::write(dir.path().join(&data), &wrong).unwrap();
+    std::fs::write(dir.path().join(&validator), "\"v\"").unwrap();
+    assert_eq!(run(&fetcher(&base, 3), &a, dir.path()).await.unwrap(), BODY);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "downloaded again");
+    assert!(!seen[0].contains("range:"), "{}", seen[0]);
+}
