@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use inplace_proto::Artifact;
 use sha2::{Digest, Sha256};
 
-use super::{Partial, Sink};
+use super::partial::{Partial, Sink};
 
 /// A validator is a short header value; anything longer is not ours.
 const MAX_VALIDATOR_BYTES: u64 = 1024;
