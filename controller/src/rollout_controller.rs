@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use inplace_proto::{NodeRelease, NodeRollout, NodeRolloutStatus, NodeUpdatePlan, revision_of};
+use inplace_proto::{
+    NodeRelease, NodeRollout, NodeRolloutSpec, NodeRolloutStatus, NodeUpdatePlan, revision_of,
+};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -268,6 +270,16 @@ fn forget(rollout: &str, ctx: &Context) {
     ctx.forget_status(rollout);
 }
 
+/// A node's group under `maxUnavailablePerTopology`: its value of the key's label; a node
+/// without the label belongs to the empty value's group.
+fn topology_group(spec: &NodeRolloutSpec, labels: &BTreeMap<String, String>) -> String {
+    spec.max_unavailable_per_topology
+        .as_ref()
+        .and_then(|spread| labels.get(&spread.key))
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn unschedulable(node: &Node) -> bool {
     node.spec
         .as_ref()
@@ -351,6 +363,7 @@ fn gather_nodes(
         uids.insert(node_name.clone(), uid);
         views.push(NodeView {
             control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
+            topology: topology_group(&rollout.spec, labels),
             unschedulable: unschedulable(&node),
             name: node_name,
             ownership,

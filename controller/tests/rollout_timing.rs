@@ -2,14 +2,15 @@
 //! agents: the API server's CEL refusals of bad windows and deadlines, a rollout held
 //! outside its maintenance window (and by an unknown time zone) then let go, a node past
 //! its progress deadline failed and its slot reused across a controller restart, and the
-//! soak of `minReadySeconds` between two nodes. The clock is the real one: each case is
+//! soak of `minReadySeconds` between two nodes, the per-zone spread of
+//! `maxUnavailablePerTopology`. The clock is the real one: each case is
 //! built around "now" (a window opening in six hours, one open since an hour ago).
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use inplace_proto::{DesiredState, NodeRollout};
@@ -143,6 +144,27 @@ async fn the_api_server_refuses_bad_windows_and_deadlines() {
             "deadline-ok",
             json!({"release": "rel", "drainTimeout": "1m", "progressDeadline": "30m"}),
             None,
+        ),
+        (
+            "spread-ok",
+            json!({"release": "rel", "maxUnavailablePerTopology":
+                   {"key": "topology.kubernetes.io/zone", "max": 1}}),
+            None,
+        ),
+        (
+            "spread-zero",
+            json!({"release": "rel", "maxUnavailablePerTopology": {"key": "zone", "max": 0}}),
+            Some("spec.maxUnavailablePerTopology.max"),
+        ),
+        (
+            "spread-nokey",
+            json!({"release": "rel", "maxUnavailablePerTopology": {"key": "", "max": 1}}),
+            Some("spec.maxUnavailablePerTopology.key"),
+        ),
+        (
+            "spread-badkey",
+            json!({"release": "rel", "maxUnavailablePerTopology": {"key": "zone/-x", "max": 1}}),
+            Some("spec.maxUnavailablePerTopology.key"),
         ),
     ];
     for (name, spec, want) in rows {
@@ -392,4 +414,41 @@ async fn a_deleted_rollout_stops_waiting_for_a_node_past_its_progress_deadline()
             reason == "KeptCordoned" && note.contains("ProgressDeadlineExceeded")
         });
     assert!(kept, "no KeptCordoned event naming the deadline");
+}
+
+/// Four nodes in two zones, `maxUnavailable` 2 and one per zone: never two nodes of one zone
+/// activating at once. Name order alone would grant both nodes of zone a first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_unavailable_per_topology_keeps_one_node_per_zone_activating() {
+    let bed = Bed::start().await;
+    let fleet = bed.fleet(SimConfig::default());
+    let zone_of: BTreeMap<&str, &str> = [
+        ("zone-a-1", "a"),
+        ("zone-a-2", "a"),
+        ("zone-b-1", "b"),
+        ("zone-b-2", "b"),
+    ]
+    .into();
+    for (name, zone) in &zone_of {
+        create_node(&bed.client, name, &[("topology.kubernetes.io/zone", zone)]).await;
+    }
+    create_release(&bed.client, "rel", "v2").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 2,
+               "maxUnavailablePerTopology": {"key": "topology.kubernetes.io/zone", "max": 1}}),
+    )
+    .await;
+    rollout_when(&bed.client, "ro", "Complete=True", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    let together = fleet.stats.activating_together.lock().unwrap().clone();
+    assert_eq!(together.len(), 4, "every node activated once: {together:?}");
+    for set in &together {
+        let zones: BTreeSet<&str> = set.iter().map(|n| zone_of[n.as_str()]).collect();
+        assert_eq!(zones.len(), set.len(), "two of one zone at once: {set:?}");
+    }
+    assert!(fleet.max_activating() <= 2);
 }

@@ -33,6 +33,7 @@ pub use release::{NodeRelease, NodeReleaseSpec, NodeReleaseStatus};
 pub use revision::revision_of;
 pub use rollout::{
     Disruption, NodeCounts, NodeFailure, NodeRollout, NodeRolloutSpec, NodeRolloutStatus,
+    TopologySpread,
 };
 pub use validate::{FieldError, Problems};
 

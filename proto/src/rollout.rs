@@ -98,6 +98,31 @@ pub struct NodeRolloutSpec {
     /// next node and it counts toward `maxFailures`. Unset (the default): no deadline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_deadline: Option<Duration>,
+
+    /// At most `max` nodes sharing one value of the node label `key` (a zone, a rack) hold
+    /// an activation slot at once, on top of `maxUnavailable`. Nodes without the label (or
+    /// with it empty) form one group of their own. Unset (the default): no spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable_per_topology: Option<TopologySpread>,
+}
+
+/// The shape of a label key: an optional DNS-subdomain prefix and `/`, then a name of 1 to 63
+/// letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit. Lengths
+/// past the name's are checked by `NodeRollout::validate` and the schema's `maxLength`.
+pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
+/// `spec.maxUnavailablePerTopology`: activations spread over the values of one node label.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologySpread {
+    /// The node label whose values form the groups, e.g. `topology.kubernetes.io/zone`.
+    #[schemars(length(min = 1, max = 317))]
+    #[schemars(regex(pattern = LABEL_KEY_PATTERN))]
+    pub key: String,
+
+    /// How many nodes of one group may hold an activation slot at once: at least 1.
+    #[schemars(range(min = 1, max = 100000))]
+    pub max: i32,
 }
 
 fn is_zero(n: &i32) -> bool {

@@ -543,6 +543,17 @@ impl crate::NodeRollout {
                 "progressDeadline must be longer than drainTimeout: it counts from the grant, drain included",
             );
         }
+        if let Some(spread) = &self.spec.max_unavailable_per_topology {
+            if let Err(message) = check_label_key(&spread.key) {
+                out.invalid("spec.maxUnavailablePerTopology.key", message);
+            }
+            if !(1..=100_000).contains(&spread.max) {
+                out.invalid(
+                    "spec.maxUnavailablePerTopology.max",
+                    "must be from 1 to 100000",
+                );
+            }
+        }
         out.finish()
     }
 }

@@ -121,6 +121,26 @@ fn releases_and_rollouts_validate() {
     rollout("  minReadySeconds: 60\n  drainTimeout: 1m\n  progressDeadline: 30m\n")
         .validate()
         .unwrap();
+    let spread = |key: &str, max: i32| {
+        format!("  maxUnavailablePerTopology: {{key: \"{key}\", max: {max}}}\n")
+    };
+    rollout(&spread("topology.kubernetes.io/zone", 1))
+        .validate()
+        .unwrap();
+    rollout(&spread("rack", 3)).validate().unwrap();
+    for (key, max, field) in [
+        ("", 1, "spec.maxUnavailablePerTopology.key"),
+        ("-zone", 1, "spec.maxUnavailablePerTopology.key"),
+        ("Bad_Prefix/zone", 1, "spec.maxUnavailablePerTopology.key"),
+        (
+            "topology.kubernetes.io/zone",
+            0,
+            "spec.maxUnavailablePerTopology.max",
+        ),
+    ] {
+        let problems = rollout(&spread(key, max)).validate().unwrap_err();
+        assert!(problems.has(field), "{key} {max}: {problems}");
+    }
     let mut bad_release = rollout("");
     bad_release.spec.release = "Not_A_Name".into();
     assert!(bad_release.validate().unwrap_err().has("spec.release"));

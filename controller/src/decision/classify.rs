@@ -79,8 +79,8 @@ pub(super) struct Classified {
     pub intents: Vec<PlanIntent>,
     /// How soon each drain still in progress wants to be looked at again.
     pub drains_pending: Vec<StdDuration>,
-    /// Succeeded nodes still soaking (`minReadySeconds`): they keep their slot.
-    pub soaking: usize,
+    /// Succeeded nodes still soaking (`minReadySeconds`), by index: they keep their slot.
+    pub soaking: Vec<usize>,
     /// When a soak ends or a progress deadline passes: the rollout is looked at again then.
     pub wake_at: Vec<Timestamp>,
 }
@@ -97,10 +97,10 @@ pub(super) fn classify_nodes(
         states: Vec::with_capacity(owned.len()),
         intents: Vec::with_capacity(owned.len()),
         drains_pending: Vec::new(),
-        soaking: 0,
+        soaking: Vec::new(),
         wake_at: Vec::new(),
     };
-    for node in owned {
+    for (index, node) in owned.iter().enumerate() {
         let plan = node.plan.as_ref();
         let mut state = plan
             .and_then(|p| classify(p, revision))
@@ -114,7 +114,7 @@ pub(super) fn classify_nodes(
             state = failed;
         }
         if state == NodeState::Succeeded && soaks(input, node, &mut intent, &mut classified) {
-            classified.soaking += 1;
+            classified.soaking.push(index);
         }
         if state == NodeState::Updating
             && let Some(granted_at) = intent.granted_at

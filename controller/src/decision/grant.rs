@@ -1,7 +1,10 @@
 //! Phases 2 and 3 of the decision: the halt rule (more failed nodes than `maxFailures`)
 //! and the activation slots (control-plane nodes first, one at a time and alone, then the
 //! other nodes by name; only Staged nodes; none while paused, halted or outside every
-//! maintenance window; a node soaking for `minReadySeconds` still holds its slot).
+//! maintenance window; a node soaking for `minReadySeconds` still holds its slot; at most
+//! `maxUnavailablePerTopology.max` holders per value of its label key).
+
+use std::collections::BTreeMap;
 
 use inplace_proto::{DesiredState, Disruption, NodeFailure, NodeRolloutSpec};
 use k8s_openapi::jiff::Timestamp;
@@ -30,12 +33,13 @@ pub(super) fn is_halted(spec: &NodeRolloutSpec, failures: &[NodeFailure]) -> boo
 }
 
 /// What may be granted this round besides the free slots.
-pub(super) struct Gate {
+pub(super) struct Gate<'a> {
     /// Whether new activations may start: not paused, not halted, inside a maintenance
     /// window (or none set).
     pub open: bool,
-    /// Succeeded nodes still soaking: each holds its slot until its soak ends.
-    pub soaking: usize,
+    /// Succeeded nodes still soaking, by index into the owned nodes: each holds its slot
+    /// until its soak ends.
+    pub soaking: &'a [usize],
 }
 
 /// This round's grants.
@@ -52,7 +56,7 @@ pub(super) struct Grants {
 /// records each grant in the node's state and intent.
 pub(super) fn grant_slots(
     spec: &NodeRolloutSpec,
-    gate: &Gate,
+    gate: &Gate<'_>,
     now: Timestamp,
     owned: &[&NodeView],
     states: &mut [NodeState],
@@ -60,11 +64,12 @@ pub(super) fn grant_slots(
 ) -> Grants {
     let slots = inplace_proto::rollout_slots::activation_slots(&spec.max_unavailable, owned.len());
     let updating = states.iter().filter(|s| **s == NodeState::Updating).count();
-    let holders = updating + gate.soaking;
+    let holders = updating + gate.soaking.len();
     let granted = if !gate.open || holders >= slots {
         Vec::new()
     } else {
-        who_gets_a_slot(owned, states, slots - holders, holders)
+        let spread = Spread::of(spec, owned, states, gate.soaking);
+        who_gets_a_slot(owned, states, slots - holders, holders, spread)
     };
     let mut rank = vec![None; owned.len()];
     for (r, &i) in granted.iter().enumerate() {
@@ -85,12 +90,14 @@ pub(super) fn grant_slots(
 }
 
 /// The Staged nodes that get one of `free` slots: while a control-plane node is not final,
-/// only that node, alone (no other holder) and one at a time; otherwise the first `free`.
-fn who_gets_a_slot(
-    owned: &[&NodeView],
+/// only that node, alone (no other holder) and one at a time; otherwise the first `free`
+/// whose topology group has room.
+fn who_gets_a_slot<'a>(
+    owned: &[&'a NodeView],
     states: &[NodeState],
     free: usize,
     holders: usize,
+    mut spread: Option<Spread<'a>>,
 ) -> Vec<usize> {
     let cp_unfinished = owned.iter().zip(states).any(|(n, s)| {
         n.control_plane && !matches!(s, NodeState::Succeeded | NodeState::Failed { .. })
@@ -102,6 +109,47 @@ fn who_gets_a_slot(
         }
         staged.filter(|&i| owned[i].control_plane).take(1).collect()
     } else {
-        staged.take(free).collect()
+        staged
+            .filter(|&i| spread.as_mut().is_none_or(|s| s.admit(&owned[i].topology)))
+            .take(free)
+            .collect()
+    }
+}
+
+/// The `maxUnavailablePerTopology` rule: how many slot holders each topology group has
+/// (nodes activating for this revision, or soaking), and how many it may have. A group is
+/// one value of the label key; nodes without the label share the empty value's group, so
+/// they are spread among themselves rather than left unbounded.
+struct Spread<'a> {
+    max: usize,
+    held: BTreeMap<&'a str, usize>,
+}
+
+impl<'a> Spread<'a> {
+    /// The holders per group before this round's grants; `None` when the rollout sets no
+    /// spread.
+    fn of(
+        spec: &NodeRolloutSpec,
+        owned: &[&'a NodeView],
+        states: &[NodeState],
+        soaking: &[usize],
+    ) -> Option<Spread<'a>> {
+        let max = usize::try_from(spec.max_unavailable_per_topology.as_ref()?.max).unwrap_or(0);
+        let mut held = BTreeMap::new();
+        let updating = (0..owned.len()).filter(|&i| states[i] == NodeState::Updating);
+        for i in updating.chain(soaking.iter().copied()) {
+            *held.entry(owned[i].topology.as_str()).or_insert(0) += 1;
+        }
+        Some(Spread { max, held })
+    }
+
+    /// Whether a node of `group` may take a slot now; if so, the slot is counted to it.
+    fn admit(&mut self, group: &'a str) -> bool {
+        let held = self.held.entry(group).or_insert(0);
+        if *held >= self.max {
+            return false;
+        }
+        *held += 1;
+        true
     }
 }

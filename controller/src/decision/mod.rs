@@ -182,6 +182,10 @@ pub struct NodeView {
     pub name: String,
     /// Whether it carries [`CONTROL_PLANE_LABEL`].
     pub control_plane: bool,
+    /// Its value of the rollout's `maxUnavailablePerTopology.key` label: its group under the
+    /// spread rule. Empty when it lacks the label (those nodes are one group, the empty
+    /// value's) or the rollout sets no spread.
+    pub topology: String,
     /// `spec.unschedulable`.
     pub unschedulable: bool,
     /// Who owns its plan.
@@ -403,7 +407,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     let window = window::window_verdict(&input.spec.maintenance_windows, input.now);
     let gate = grant::Gate {
         open: !input.spec.paused && !halted && window.allows_grants(),
-        soaking: nodes.soaking,
+        soaking: &nodes.soaking,
     };
     let grants = grant::grant_slots(
         input.spec,
@@ -422,7 +426,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
         failures,
         halted,
         window: &window,
-        soaking: nodes.soaking,
+        soaking: nodes.soaking.len(),
         any_refused: !refused.is_empty(),
         refused: refused_condition,
     };

@@ -1,5 +1,7 @@
 use super::*;
-use inplace_proto::Duration;
+use std::collections::BTreeMap;
+
+use inplace_proto::{Duration, TopologySpread};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::SignedDuration;
 use proptest::prelude::*;
@@ -24,6 +26,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
         maintenance_windows: Vec::new(),
         min_ready_seconds: 0,
         progress_deadline: None,
+        max_unavailable_per_topology: None,
     }
 }
 
@@ -31,6 +34,7 @@ fn node(name: &str) -> NodeView {
     NodeView {
         name: name.into(),
         control_plane: false,
+        topology: String::new(),
         unschedulable: false,
         ownership: Ownership::Ours,
         plan: None,
@@ -896,6 +900,9 @@ struct SimPolicy {
     deadline: Option<u64>,
     /// Nodes whose agent stalls (a stalled node needs a deadline to free its slot).
     stalled: BTreeSet<usize>,
+    /// `maxUnavailablePerTopology`: node `i` is in zone `i % (zones + 1)`, the last of
+    /// which is unlabeled; at most `max` holders per zone.
+    spread: Option<(usize, i32)>,
 }
 
 impl SimPolicy {
@@ -940,12 +947,23 @@ fn simulate(
     s.disruption = policy.disruption;
     s.min_ready_seconds = policy.min_ready_seconds;
     s.progress_deadline = policy.deadline.map(Duration::from_secs);
+    s.max_unavailable_per_topology = policy.spread.map(|(_, max)| TopologySpread {
+        key: "zone".into(),
+        max,
+    });
+    let zone_of = |i: usize| match policy.spread {
+        Some((zones, _)) if i % (zones + 1) < zones => format!("z{}", i % (zones + 1)),
+        _ => String::new(),
+    };
     let mut nodes: Vec<SimNode> = (0..n_workers + n_cp)
         .map(|i| SimNode {
-            view: if i < n_cp {
-                cp(&format!("cp{i:03}"))
-            } else {
-                node(&format!("w{i:03}"))
+            view: NodeView {
+                topology: zone_of(i),
+                ..if i < n_cp {
+                    cp(&format!("cp{i:03}"))
+                } else {
+                    node(&format!("w{i:03}"))
+                }
             },
             timer: 0,
             fails: failing.contains(&i),
@@ -1027,6 +1045,16 @@ fn simulate(
             "round {round}: {} > {slots}",
             holders.len()
         );
+        if let Some((_, max)) = policy.spread {
+            let mut per_zone = BTreeMap::<&str, i32>::new();
+            for n in &holders {
+                *per_zone.entry(n.view.topology.as_str()).or_default() += 1;
+            }
+            assert!(
+                per_zone.values().all(|&held| held <= max),
+                "round {round}: holders per zone {per_zone:?} past {max}"
+            );
+        }
         let activating: Vec<&&SimNode> = holders
             .iter()
             .filter(|n| {
@@ -1191,9 +1219,21 @@ fn a_simulated_stalled_node_fails_at_its_deadline_and_the_rest_soak_and_finish()
         min_ready_seconds: 3,
         deadline: Some(25),
         stalled: BTreeSet::from([4]),
+        spread: None,
     };
     let counts = simulate(8, 1, IntOrString::Int(2), 1, &BTreeSet::new(), &policy, 1);
     assert_eq!((counts.succeeded, counts.failed), (8, 1));
+}
+
+#[test]
+fn a_simulated_rollout_over_two_zones_and_unlabeled_nodes_completes_one_per_zone() {
+    let policy = SimPolicy {
+        min_ready_seconds: 2,
+        spread: Some((2, 1)),
+        ..SimPolicy::default()
+    };
+    let counts = simulate(9, 0, IntOrString::Int(3), 0, &BTreeSet::new(), &policy, 1);
+    assert_eq!(counts.succeeded, 9);
 }
 
 proptest! {
@@ -1215,6 +1255,7 @@ proptest! {
         // only stalled nodes pass it.
         deadline in proptest::option::of(20u64..40),
         stalled in proptest::collection::btree_set(0usize..30, 0..3),
+        spread in proptest::option::of((1usize..4, 1i32..3)),
     ) {
         let policy = SimPolicy {
             disruption,
@@ -1222,6 +1263,7 @@ proptest! {
             deadline,
             // A stalled node without a deadline holds its slot for ever, as it should.
             stalled: if deadline.is_some() { stalled } else { BTreeSet::new() },
+            spread,
         };
         let counts = simulate(workers, cps, max_unavailable, max_failures, &failing, &policy, step_time);
         prop_assert_eq!(counts.total as usize, workers + cps);
@@ -1229,3 +1271,4 @@ proptest! {
 }
 
 mod timing;
+mod topology;

@@ -14,7 +14,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -120,6 +120,11 @@ pub struct FleetStats {
     pub succeeded: AtomicUsize,
     /// Order in which nodes started activating.
     pub activation_order: Mutex<Vec<String>>,
+    /// The nodes between `Activating` and a final phase right now.
+    pub activating: Mutex<BTreeSet<String>>,
+    /// Each time a node started activating, every node activating then (itself included):
+    /// who was ever unavailable together.
+    pub activating_together: Mutex<Vec<BTreeSet<String>>>,
 }
 
 /// A running fleet of simulated agents.
@@ -380,6 +385,7 @@ async fn drive(
             let was = s.local.remove(&node).and_then(|l| l.phase);
             if matches!(was, Some(Phase::Activating | Phase::Verifying)) {
                 stats.activating_now.fetch_sub(1, Ordering::SeqCst);
+                lock(&stats.activating).remove(&node);
             }
             return;
         }
@@ -391,9 +397,13 @@ async fn drive(
             let now = stats.activating_now.fetch_add(1, Ordering::SeqCst) + 1;
             stats.max_activating.fetch_max(now, Ordering::SeqCst);
             lock(&stats.activation_order).push(node.clone());
+            let mut activating = lock(&stats.activating);
+            activating.insert(node.clone());
+            lock(&stats.activating_together).push(activating.clone());
         }
         if phase.is_final() {
             stats.activating_now.fetch_sub(1, Ordering::SeqCst);
+            lock(&stats.activating).remove(&node);
             if phase == Phase::Succeeded {
                 stats.succeeded.fetch_add(1, Ordering::SeqCst);
             }
