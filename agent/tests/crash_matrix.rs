@@ -89,10 +89,13 @@ struct Bed {
 }
 
 async fn image(dir: &Path, tag: &str, healthy: bool) -> SysextImage {
+    // The broken kubelet dies at once: one that lived 1 s raced the plan's 1 s health window
+    // and, on a loaded machine, outlived it (reported Succeeded: an unhealthy revision that
+    // was healthy for the whole window, which the agent rightly commits).
     let kubelet: &[u8] = if healthy {
         b"#!/bin/sh\nexec sleep infinity\n"
     } else {
-        b"#!/bin/sh\nsleep 1\nexit 1\n"
+        b"#!/bin/sh\nexit 1\n"
     };
     let flavor: &[u8] = if healthy { b"healthy\n" } else { b"broken\n" };
     SysextBuilder::new("kubernetes")
