@@ -10,6 +10,14 @@ use inplace_proto::{ArtifactType, Reason, UpdateContent};
 
 use crate::settings::Policy;
 
+/// The agent's own system extension (`/etc/extensions/inplace-agent.raw`, as
+/// `packaging/node/build-sysext.sh` names it). No plan may replace it: the swap would be
+/// committed while the old process runs, and a broken agent found only at its next start,
+/// with nothing left on the node to roll it back (docs/usage/flatcar.md, "Upgrading the agent").
+pub const OWN_EXTENSION: &str = "inplace-agent";
+/// The agent's own unit: restarting it mid-activation would kill the activation itself.
+pub const OWN_UNIT: &str = "inplace-agent.service";
+
 /// Checks `content` (at `spec`) against `policy`; all problems at once.
 pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
     let mut problems = Vec::new();
@@ -80,7 +88,16 @@ pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
                     }
                 }
             }
-            ArtifactType::Sysext => {}
+            ArtifactType::Sysext => {
+                if artifact.name == OWN_EXTENSION {
+                    deny(
+                        format!("{at}.name"),
+                        format!(
+                            "sysext {OWN_EXTENSION} is the agent's own extension; a plan may not replace the agent (upgrade it as docs/usage/flatcar.md says)"
+                        ),
+                    );
+                }
+            }
         }
     }
 
@@ -363,6 +380,23 @@ mod tests {
         let mut c = content(vec![artifact(ArtifactType::Sysext)]);
         c.health_checks.units = vec!["dbus.service".into()];
         denied_at(&c, &policy(), "spec.healthChecks.units[0]");
+    }
+
+    #[test]
+    fn the_agents_own_extension_is_not_a_plan_artifact() {
+        // A plan could otherwise swap the agent's own image under it: committed while the
+        // old process runs, and a broken agent found only at its next start, with nothing
+        // left on the node to roll it back.
+        for kind in [
+            ArtifactType::Sysext,
+            ArtifactType::Binary,
+            ArtifactType::Archive,
+        ] {
+            let mut a = artifact(ArtifactType::Sysext);
+            a.name = "inplace-agent".into();
+            let c = content(vec![artifact(kind), a]);
+            denied_at(&c, &policy(), "spec.artifacts[1].name");
+        }
     }
 
     #[test]

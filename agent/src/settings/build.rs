@@ -14,6 +14,7 @@ use super::{
     ActivationSettings, DownloadSettings, KubeAuth, MetricsSettings, Paths, Policy, Settings,
     SettingsError,
 };
+use crate::policy::OWN_UNIT;
 use crate::url_prefix::UrlPrefix;
 
 fn invalid(key: &str, message: impl Into<String>) -> SettingsError {
@@ -133,6 +134,14 @@ fn policy(p: PolicyFragment) -> Result<Policy, SettingsError> {
     for unit in &allowed_units {
         inplace_proto::validate::check_unit_name(unit)
             .map_err(|m| invalid("policy.allowed_units", m))?;
+        if unit == OWN_UNIT {
+            return Err(invalid(
+                "policy.allowed_units",
+                format!(
+                    "{OWN_UNIT} is the agent itself: restarting it would end the activation that asked for it"
+                ),
+            ));
+        }
     }
     let trusted_keys_dir = p
         .trusted_keys_dir

@@ -106,6 +106,10 @@ fn semantic_errors_name_the_key() {
             "policy.allowed_units",
         ),
         (
+            "[policy]\nallowed_units = [\"kubelet.service\", \"inplace-agent.service\"]",
+            "policy.allowed_units",
+        ),
+        (
             "[policy]\nmax_artifact_size = 0",
             "policy.max_artifact_size",
         ),
