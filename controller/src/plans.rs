@@ -133,10 +133,20 @@ pub fn slim_plan(plan: &mut NodeUpdatePlan) {
 }
 
 /// Drops what the controller never reads from a cached Node (status, managed fields,
-/// annotations): it needs the name, uid, labels and `spec.unschedulable`.
+/// annotations but a person's steering): it needs the name, uid, labels,
+/// `spec.unschedulable` and the `inplace.dev/hold` and `inplace.dev/skip` annotations.
 pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
+    use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
     node.metadata.managed_fields = None;
-    node.metadata.annotations = None;
+    node.metadata.annotations = node
+        .metadata
+        .annotations
+        .take()
+        .map(|mut a| {
+            a.retain(|k, _| k == HOLD_ANNOTATION || k == SKIP_ANNOTATION);
+            a
+        })
+        .filter(|a| !a.is_empty());
     node.status = None;
 }
 

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use inplace_proto::{
-    NodeRelease, NodeRollout, NodeRolloutSpec, NodeRolloutStatus, NodeUpdatePlan, revision_of,
+    NodeRelease, NodeRollout, NodeRolloutSpec, NodeRolloutStatus, NodeUpdatePlan, Steering,
+    revision_of,
 };
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
@@ -369,6 +370,7 @@ fn gather_nodes(
             ownership,
             plan,
             drain: None,
+            steering: Steering::of(node.metadata.annotations.as_ref()),
         });
     }
     Ok((views, uids))
@@ -532,7 +534,13 @@ fn status_patch(status: &NodeRolloutStatus) -> Result<Value> {
         source,
     })?;
     if let Some(map) = value.as_object_mut() {
-        for list in ["activeNodes", "failedNodes", "conditions"] {
+        for list in [
+            "activeNodes",
+            "failedNodes",
+            "heldNodes",
+            "skippedNodes",
+            "conditions",
+        ] {
             map.entry(list).or_insert_with(|| json!([]));
         }
         map.entry("revision").or_insert(Value::Null);
@@ -602,6 +610,8 @@ mod tests {
         let patch = status_patch(&NodeRolloutStatus::default()).unwrap();
         assert_eq!(patch["status"]["failedNodes"], json!([]));
         assert_eq!(patch["status"]["activeNodes"], json!([]));
+        assert_eq!(patch["status"]["heldNodes"], json!([]));
+        assert_eq!(patch["status"]["skippedNodes"], json!([]));
         assert_eq!(patch["status"]["revision"], Value::Null);
     }
 }

@@ -15,6 +15,7 @@ pub mod release;
 pub mod revision;
 pub mod rollout;
 pub mod rollout_slots;
+pub mod steering;
 pub mod validate;
 pub mod version;
 
@@ -35,6 +36,7 @@ pub use rollout::{
     Disruption, NodeCounts, NodeFailure, NodeRollout, NodeRolloutSpec, NodeRolloutStatus,
     TopologySpread,
 };
+pub use steering::Steering;
 pub use validate::{FieldError, Problems};
 
 /// The API group.

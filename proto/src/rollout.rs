@@ -174,13 +174,23 @@ pub struct NodeRolloutStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub failed_nodes: Vec<NodeFailure>,
 
+    /// Nodes a person holds (the Node's `inplace.dev/hold` annotation): staged, never granted
+    /// a slot until released.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_nodes: Vec<String>,
+
+    /// Nodes a person skips (the Node's `inplace.dev/skip` annotation): left at their current
+    /// revision, counted in `nodes.skipped`, never as failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_nodes: Vec<String>,
+
     /// `Progressing`, `Complete` and `Halted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 
-/// Node counts by state. Every selected node is in exactly one of the last five.
+/// Node counts by state. Every selected node is in exactly one of the last six.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeCounts {
@@ -196,6 +206,9 @@ pub struct NodeCounts {
     pub succeeded: i32,
     /// Failed or rolled back.
     pub failed: i32,
+    /// Skipped by a person (`inplace.dev/skip`): left at their current revision.
+    #[serde(default)]
+    pub skipped: i32,
 }
 
 /// A node that failed, and why.

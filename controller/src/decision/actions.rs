@@ -7,6 +7,7 @@ use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec};
 
 use super::classify::{Classified, keeps_cordon};
 use super::grant::Grants;
+use super::steer::leaves_plan_alone;
 use super::{
     Decision, EventKind, NodeAction, NodeState, NodeView, PlanIntent, PlanReport, PlanView, event,
     staging_batch,
@@ -29,7 +30,9 @@ pub(super) fn node_actions(
         let intent = &mut classified.intents[i];
         let actions_before = decision.actions.len();
         let written = cordon_actions(spec, node, state, intent, decision);
-        if plan_differs(written.as_ref(), intent) {
+        if plan_differs(written.as_ref(), intent)
+            && !leaves_plan_alone(node, state, &intent.revision)
+        {
             // Only a plain "start staging" write waits for a later round; a node with
             // anything else to do this round (a cordon to undo) gets its plan written too.
             let starts_staging = *state == NodeState::Pending

@@ -1,6 +1,6 @@
 //! Phases 2 and 3 of the decision: the halt rule (more failed nodes than `maxFailures`)
 //! and the activation slots (control-plane nodes first, one at a time and alone, then the
-//! other nodes by name; only Staged nodes; none while paused, halted or outside every
+//! other nodes by name; only Staged nodes that no person holds; none while paused, halted or outside every
 //! maintenance window; a node soaking for `minReadySeconds` still holds its slot; at most
 //! `maxUnavailablePerTopology.max` holders per value of its label key).
 
@@ -100,9 +100,16 @@ fn who_gets_a_slot<'a>(
     mut spread: Option<Spread<'a>>,
 ) -> Vec<usize> {
     let cp_unfinished = owned.iter().zip(states).any(|(n, s)| {
-        n.control_plane && !matches!(s, NodeState::Succeeded | NodeState::Failed { .. })
+        n.control_plane
+            && !matches!(
+                s,
+                NodeState::Succeeded | NodeState::Failed { .. } | NodeState::Skipped
+            )
     });
-    let staged = (0..owned.len()).filter(|&i| states[i] == NodeState::Staged);
+    // A held node is passed over; a held control-plane node still keeps the other nodes
+    // waiting (control-plane first is a safety rule, not an order of convenience).
+    let staged =
+        (0..owned.len()).filter(|&i| states[i] == NodeState::Staged && !owned[i].steering.hold);
     if cp_unfinished {
         if holders > 0 {
             return Vec::new();

@@ -25,6 +25,7 @@ use std::time::Duration as StdDuration;
 use inplace_proto::reason::rollout_condition;
 use inplace_proto::{
     AgentReport, DesiredState, Disruption, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase,
+    Steering,
 };
 use k8s_openapi::jiff::Timestamp;
 
@@ -39,6 +40,7 @@ mod actions;
 mod classify;
 mod grant;
 mod status;
+mod steer;
 mod window;
 
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
@@ -194,6 +196,8 @@ pub struct NodeView {
     pub plan: Option<PlanView>,
     /// This round's drain pass, when [`needs_drain_pass`] asked for one.
     pub drain: Option<DrainProgress>,
+    /// What a person asked for on the Node (hold, skip): `steer.rs`.
+    pub steering: Steering,
 }
 
 /// Everything the decision looks at.
@@ -316,6 +320,8 @@ pub(crate) enum NodeState {
     Succeeded,
     /// Failed, rolled back or could not be drained.
     Failed { reason: String, message: String },
+    /// Skipped by a person: left at the revision it runs.
+    Skipped,
 }
 
 /// The kubectl-style ordering: control-plane nodes first, then by name. Activation slots
@@ -372,6 +378,8 @@ pub fn needs_drain_pass(spec: &NodeRolloutSpec, release: &ReleaseState, node: &N
         && plan.granted_at.is_some()
         && plan.drain_timeout.is_none()
         && plan.desired_state == DesiredState::Staged
+        && !node.steering.hold
+        && !node.steering.skip
         && !matches!(classify(plan, revision), Some(NodeState::Failed { .. }))
 }
 
@@ -450,6 +458,14 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
 fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
+
+/// Event reasons of a person's steering (`steer.rs`), on the rollout (and, mirrored, on the
+/// Node and its plan).
+pub const NODE_HELD: &str = "NodeHeld";
+/// See [`NODE_HELD`].
+pub const NODE_RELEASED: &str = "NodeReleased";
+/// See [`NODE_HELD`].
+pub const NODE_SKIPPED: &str = "NodeSkipped";
 
 /// An Event about one node.
 pub(crate) fn event(kind: EventKind, reason: &str, note: String, node: &str) -> EventNote {

@@ -11,10 +11,12 @@ use inplace_proto::reason::{Reason, rollout_condition};
 use inplace_proto::{NodeCounts, NodeFailure};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
+use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
+
 use super::window::WindowVerdict;
 use super::{
-    Decision, EventKind, EventNote, NodeState, NodeView, Ownership, ReleaseState, RolloutInput,
-    count, event,
+    Decision, EventKind, EventNote, NODE_HELD, NODE_RELEASED, NODE_SKIPPED, NodeState, NodeView,
+    Ownership, ReleaseState, RolloutInput, count, event,
 };
 
 /// The status of a rollout whose release is missing or invalid: every owned node pending,
@@ -99,9 +101,17 @@ pub(super) fn report_status(input: &RolloutInput<'_>, found: Found<'_>, decision
             }
             NodeState::Succeeded => counts.succeeded += 1,
             NodeState::Failed { .. } => counts.failed += 1,
+            NodeState::Skipped => {
+                counts.skipped += 1;
+                decision.status.skipped_nodes.push(node.name.clone());
+            }
+        }
+        if node.steering.hold && *state != NodeState::Skipped {
+            decision.status.held_nodes.push(node.name.clone());
         }
     }
     transition_events(input, found.owned, found.states, decision);
+    steering_events(input, decision);
     let mut conditions = rollout_conditions(input, &found, &counts);
     conditions.push(found.refused);
     decision.status.nodes = counts;
@@ -132,6 +142,18 @@ fn rollout_conditions(
             found.soaking, spec.min_ready_seconds
         ));
     }
+    let held = found
+        .owned
+        .iter()
+        .zip(found.states)
+        .filter(|(n, s)| n.steering.hold && **s != NodeState::Skipped)
+        .count();
+    for (n, what) in [(held, "held"), (count_usize(counts.skipped), "skipped")] {
+        if n > 0 {
+            summary.push_str(&format!(", {n} {what}"));
+        }
+    }
+    let finished = counts.succeeded + counts.skipped;
     let (progressing, complete, reason, message) = if counts.total == 0 {
         let message = if found.any_refused {
             "every node the selector matches is owned by another rollout: nothing to do"
@@ -162,13 +184,21 @@ fn rollout_conditions(
             ConditionUpdate::new(rollout_condition::COMPLETE, false, reason, summary),
             ConditionUpdate::new(rollout_condition::HALTED, true, reason, message),
         ];
-    } else if counts.succeeded == counts.total {
+    } else if finished == counts.total {
+        let skipped = if counts.skipped > 0 {
+            format!(
+                "; {} skipped nodes keep the revision they run",
+                counts.skipped
+            )
+        } else {
+            String::new()
+        };
         let message = format!(
-            "all {} nodes run release {:?} (revision {})",
-            counts.total, spec.release, found.revision
+            "all {} nodes run release {:?} (revision {}){skipped}",
+            counts.succeeded, spec.release, found.revision
         );
         (false, true, Reason::AllNodesUpdated, message)
-    } else if counts.succeeded + counts.failed == counts.total {
+    } else if finished + counts.failed == counts.total {
         let message = format!(
             "nothing left to activate: {summary} (within maxFailures {})",
             spec.max_failures
@@ -199,6 +229,10 @@ fn rollout_conditions(
         ConditionUpdate::new(rollout_condition::COMPLETE, complete, reason, message),
         not_halted(),
     ]
+}
+
+fn count_usize(n: i32) -> usize {
+    usize::try_from(n).unwrap_or(0)
 }
 
 fn not_halted() -> ConditionUpdate {
@@ -343,4 +377,53 @@ fn transition_events(
             _ => {}
         }
     }
+}
+
+/// Events for nodes a person has held, released or skipped since the previous status.
+fn steering_events(input: &RolloutInput<'_>, decision: &mut Decision) {
+    let before = |list: fn(&inplace_proto::NodeRolloutStatus) -> &Vec<String>| -> BTreeSet<String> {
+        input
+            .previous
+            .map(|p| list(p).iter().cloned().collect())
+            .unwrap_or_default()
+    };
+    let held_before = before(|p| &p.held_nodes);
+    let skipped_before = before(|p| &p.skipped_nodes);
+    let held_now: BTreeSet<String> = decision.status.held_nodes.iter().cloned().collect();
+    let mut notes = Vec::new();
+    for name in held_now.difference(&held_before) {
+        notes.push(event(
+            EventKind::Normal,
+            NODE_HELD,
+            format!(
+                "node {name} held ({}): it is not activated until released",
+                HOLD_ANNOTATION
+            ),
+            name,
+        ));
+    }
+    for name in held_before.difference(&held_now) {
+        if !decision.status.skipped_nodes.contains(name) {
+            notes.push(event(
+                EventKind::Normal,
+                NODE_RELEASED,
+                format!("node {name} released: it may be activated again"),
+                name,
+            ));
+        }
+    }
+    for name in &decision.status.skipped_nodes {
+        if !skipped_before.contains(name) {
+            notes.push(event(
+                EventKind::Normal,
+                NODE_SKIPPED,
+                format!(
+                    "node {name} skipped ({}): it keeps the revision it runs",
+                    SKIP_ANNOTATION
+                ),
+                name,
+            ));
+        }
+    }
+    decision.events.extend(notes);
 }

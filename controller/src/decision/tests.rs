@@ -39,6 +39,7 @@ fn node(name: &str) -> NodeView {
         ownership: Ownership::Ours,
         plan: None,
         drain: None,
+        steering: Steering::default(),
     }
 }
 
@@ -1270,5 +1271,6 @@ proptest! {
     }
 }
 
+mod steering;
 mod timing;
 mod topology;

@@ -1,0 +1,88 @@
+//! Per-node steering: annotations a person sets on a Node with `kubectl annotate` (or
+//! `kubectl inplace hold|release|skip NODE`) to steer the rollout that owns the node. They
+//! live on the Node, not on its plan: they are a person's word about the machine, they may
+//! be set before any rollout has written a plan, and the controller never writes them.
+
+use std::collections::BTreeMap;
+
+/// On a Node: not activated until the annotation is removed (staging goes on; a node held
+/// while its drain runs gives its slot back and is uncordoned).
+pub const HOLD_ANNOTATION: &str = "inplace.dev/hold";
+
+/// On a Node: left at the revision it runs; counted as skipped in the rollout's status,
+/// never as failed (a failed node that is skipped no longer counts toward `maxFailures`).
+pub const SKIP_ANNOTATION: &str = "inplace.dev/skip";
+
+/// The steering a person asked for on one node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Steering {
+    /// [`HOLD_ANNOTATION`] is set.
+    pub hold: bool,
+    /// [`SKIP_ANNOTATION`] is set.
+    pub skip: bool,
+}
+
+impl Steering {
+    /// Reads a Node's annotations: an annotation is set when present with any value but
+    /// `false` (so `kubectl annotate node N inplace.dev/hold=false --overwrite` also
+    /// releases).
+    pub fn of(annotations: Option<&BTreeMap<String, String>>) -> Steering {
+        let set = |key: &str| {
+            annotations
+                .and_then(|a| a.get(key))
+                .is_some_and(|v| v.trim() != "false")
+        };
+        Steering {
+            hold: set(HOLD_ANNOTATION),
+            skip: set(SKIP_ANNOTATION),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_annotation_counts_unless_it_says_false() {
+        let cases = [
+            (vec![], Steering::default()),
+            (
+                vec![(HOLD_ANNOTATION, "true")],
+                Steering {
+                    hold: true,
+                    skip: false,
+                },
+            ),
+            (
+                vec![(HOLD_ANNOTATION, "")],
+                Steering {
+                    hold: true,
+                    skip: false,
+                },
+            ),
+            (vec![(HOLD_ANNOTATION, "false")], Steering::default()),
+            (
+                vec![(SKIP_ANNOTATION, "yes")],
+                Steering {
+                    hold: false,
+                    skip: true,
+                },
+            ),
+            (
+                vec![(HOLD_ANNOTATION, "true"), (SKIP_ANNOTATION, "true")],
+                Steering {
+                    hold: true,
+                    skip: true,
+                },
+            ),
+        ];
+        for (set, want) in cases {
+            let map: BTreeMap<String, String> = set
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            assert_eq!(Steering::of(Some(&map)), want, "{set:?}");
+        }
+    }
+}
