@@ -6,8 +6,8 @@
 //! (crash-safe local state), [`links`] (atomic swaps), [`store`] (where files live),
 //! [`fetch`] (downloads), [`signature`] (minisign signatures), [`archive`] (hardened tar extraction), [`systemd`] (D-Bus),
 //! [`health`] (checks), [`status`] (the plan's status), [`watch`] (the plan), [`notify`]
-//! (sd_notify), [`metrics`] and [`metrics_server`] (Prometheus), and [`update`], which
-//! coordinates them.
+//! (sd_notify), [`metrics`] and [`metrics_server`] (Prometheus), [`self_update`] (the guard of
+//! an agent switch), and [`update`], which coordinates them.
 
 pub mod archive;
 pub mod beneath;
@@ -24,6 +24,7 @@ pub mod metrics_server;
 pub mod notify;
 pub mod policy;
 pub mod policy_table;
+pub mod self_update;
 pub mod settings;
 pub mod signature;
 pub mod status;

@@ -1,0 +1,231 @@
+//! The guard of an agent switch (docs/design/agent-self-update.md): what restores the
+//! previous agent when the new one does not confirm itself by a deadline.
+//!
+//! The old agent arms it by writing `<state>/self-update/pending.json` after journaling the
+//! switch and before re-pointing its own extension link; the new agent disarms it by
+//! removing that file once it has proved it can do its job. The guard runs from a unit
+//! installed outside the agent's image, as the previous agent binary, and never talks to
+//! the API server: it only needs PID 1. Not wired into plans yet (issue 23): this is the
+//! half that must exist before any plan may swap the agent.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::links;
+use crate::policy::{OWN_EXTENSION, OWN_UNIT};
+use crate::systemd::{SystemdError, SystemdManager};
+
+/// The armed switch, as the old agent wrote it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    /// The image the extension link named before the switch (restored on failure).
+    pub previous_image: PathBuf,
+    /// The image the switch installs.
+    pub next_image: PathBuf,
+    /// The version the new agent must report to confirm.
+    pub expected_version: String,
+    /// Unix seconds by which the new agent must have confirmed.
+    pub deadline: u64,
+    /// Seconds the new agent is given at least from the guard's own start: after a power
+    /// loss the node was down, and the new agent had no chance.
+    pub confirm_timeout: u64,
+}
+
+/// What the guard found when it restored the previous agent; the old agent reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolledBack {
+    /// The condition reason.
+    pub reason: String,
+    /// What PID 1 knew about the new agent when the deadline passed.
+    pub message: String,
+}
+
+/// The guard's files and the link it restores.
+#[derive(Clone, Debug)]
+pub struct GuardPaths {
+    /// `<state>/self-update/pending.json`.
+    pub pending: PathBuf,
+    /// `<state>/self-update/rolled-back.json`.
+    pub rolled_back: PathBuf,
+    /// `<extensions_dir>/inplace-agent.raw`.
+    pub extension_link: PathBuf,
+}
+
+impl GuardPaths {
+    /// The paths for an agent whose state lives in `state_dir` and whose extension link
+    /// lives in `extensions_dir`.
+    pub fn new(state_dir: &Path, extensions_dir: &Path) -> Self {
+        let dir = state_dir.join("self-update");
+        GuardPaths {
+            pending: dir.join("pending.json"),
+            rolled_back: dir.join("rolled-back.json"),
+            extension_link: extensions_dir.join(format!("{OWN_EXTENSION}.raw")),
+        }
+    }
+}
+
+/// The guard's judgement of one look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing armed: the new agent confirmed, or there was no switch.
+    Done,
+    /// Armed, but the link still names the previous image: the old agent stopped before it
+    /// swapped, and it starts the switch again itself.
+    Disarm,
+    /// Armed and within the deadline: look again in this many seconds.
+    Wait(u64),
+    /// The deadline passed without a confirmation.
+    Restore,
+}
+
+/// Judges one look: `link` is what the extension link names now (None: missing),
+/// `started_at` when this guard started, `now` the time (both Unix seconds).
+pub fn judge(pending: Option<&Pending>, link: Option<&Path>, started_at: u64, now: u64) -> Verdict {
+    let Some(pending) = pending else {
+        return Verdict::Done;
+    };
+    if link == Some(pending.previous_image.as_path()) {
+        return Verdict::Disarm;
+    }
+    let deadline = pending
+        .deadline
+        .max(started_at.saturating_add(pending.confirm_timeout));
+    if now < deadline {
+        Verdict::Wait(deadline - now)
+    } else {
+        Verdict::Restore
+    }
+}
+
+/// Why the guard could not do its job (the unit fails, PID 1 restarts it).
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    /// `pending.json` exists but cannot be read or parsed.
+    #[error("{path}: {message}")]
+    Pending {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A file operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What the guard was doing.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// PID 1 refused or failed a step.
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> GuardError {
+    let what = what.into();
+    move |source| GuardError::Io { what, source }
+}
+
+/// Reads `pending.json`; absent is `None`.
+pub fn read_pending(path: &Path) -> Result<Option<Pending>, GuardError> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| GuardError::Pending {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(format!("reading {}", path.display()))(e)),
+    }
+}
+
+/// Arms the guard (the old agent, before it re-points its link): durable before it returns.
+pub fn arm(paths: &GuardPaths, pending: &Pending) -> Result<(), GuardError> {
+    let what = format!("writing {}", paths.pending.display());
+    if let Some(dir) = paths.pending.parent() {
+        std::fs::create_dir_all(dir).map_err(io(what.clone()))?;
+    }
+    let bytes = serde_json::to_vec_pretty(pending).expect("plain data serializes");
+    links::write_atomically(&paths.pending, &bytes).map_err(io(what))
+}
+
+/// Disarms the guard (the new agent, once confirmed; the old one when it never swapped).
+pub fn disarm(paths: &GuardPaths) -> Result<(), GuardError> {
+    links::remove_durably(&paths.pending)
+        .map_err(io(format!("removing {}", paths.pending.display())))
+}
+
+/// The guard's loop: looks, waits, and at the deadline restores the previous agent.
+/// `now` gives Unix seconds; returns when nothing is armed any more.
+pub async fn guard(
+    paths: &GuardPaths,
+    systemd: &dyn SystemdManager,
+    now: &dyn Fn() -> u64,
+) -> Result<Verdict, GuardError> {
+    let started_at = now();
+    loop {
+        let pending = read_pending(&paths.pending)?;
+        let link = std::fs::read_link(&paths.extension_link).ok();
+        match judge(pending.as_ref(), link.as_deref(), started_at, now()) {
+            Verdict::Done => return Ok(Verdict::Done),
+            Verdict::Disarm => {
+                disarm(paths)?;
+                return Ok(Verdict::Disarm);
+            }
+            // Look again at least every 5 s: the new agent usually confirms early.
+            Verdict::Wait(seconds) => {
+                tokio::time::sleep(Duration::from_secs(seconds.clamp(1, 5))).await;
+            }
+            Verdict::Restore => {
+                let pending = pending.expect("Restore only when armed");
+                restore(paths, &pending, systemd).await?;
+                return Ok(Verdict::Restore);
+            }
+        }
+    }
+}
+
+/// Puts the previous agent back: link, refresh, reload, restart; records why; disarms last,
+/// so a guard killed half-way starts over (every step is idempotent).
+async fn restore(
+    paths: &GuardPaths,
+    pending: &Pending,
+    systemd: &dyn SystemdManager,
+) -> Result<(), GuardError> {
+    let seen = match systemd.unit_state(OWN_UNIT).await {
+        Ok(s) => format!(
+            "{} ({}), restarted {} times",
+            s.active_state,
+            s.sub_state,
+            s.n_restarts.unwrap_or(0)
+        ),
+        Err(e) => format!("its state could not be read: {e}"),
+    };
+    let record = RolledBack {
+        reason: "AgentNotConfirmed".to_owned(),
+        message: format!(
+            "agent {} did not confirm itself by its deadline ({OWN_UNIT}: {seen}); restored {}",
+            pending.expected_version,
+            pending.previous_image.display()
+        ),
+    };
+    links::swap_symlink(&paths.extension_link, &pending.previous_image).map_err(io(format!(
+        "re-pointing {}",
+        paths.extension_link.display()
+    )))?;
+    systemd.refresh_extensions().await?;
+    systemd.daemon_reload().await?;
+    let bytes = serde_json::to_vec_pretty(&record).expect("plain data serializes");
+    links::write_atomically(&paths.rolled_back, &bytes)
+        .map_err(io(format!("writing {}", paths.rolled_back.display())))?;
+    systemd.restart_unit(OWN_UNIT).await?;
+    disarm(paths)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::systemd::UnitState;
+
+fn pending(deadline: u64) -> Pending {
+    Pending {
+        previous_image: "/opt/extensions/inplace-agent/inplace-agent-0.1.0-x86-64.raw".into(),
+        next_image: "/opt/extensions/inplace-agent/inplace-agent-0.2.0-x86-64.raw".into(),
+        expected_version: "0.2.0".into(),
+        deadline,
+        confirm_timeout: 120,
+    }
+}
+
+#[test]
+fn judge_table() {
+    let p = pending(1_000);
+    let next = p.next_image.clone();
+    // (armed, link, guard started at, now, verdict)
+    type Case<'a> = (Option<&'a Pending>, Option<&'a Path>, u64, u64, Verdict);
+    let cases: [Case; 7] = [
+        (None, Some(&next), 0, 2_000, Verdict::Done),
+        // The old agent stopped before it swapped.
+        (Some(&p), Some(&p.previous_image), 0, 2_000, Verdict::Disarm),
+        (Some(&p), Some(&next), 0, 400, Verdict::Wait(600)),
+        (Some(&p), Some(&next), 0, 1_000, Verdict::Restore),
+        // A link gone altogether is no agent: restore.
+        (Some(&p), None, 0, 1_000, Verdict::Restore),
+        // After a power loss: at least confirm_timeout from the guard's own start.
+        (Some(&p), Some(&next), 5_000, 5_050, Verdict::Wait(70)),
+        (Some(&p), Some(&next), 5_000, 5_120, Verdict::Restore),
+    ];
+    for (i, (pending, link, started_at, now, want)) in cases.into_iter().enumerate() {
+        assert_eq!(judge(pending, link, started_at, now), want, "case {i}");
+    }
+}
+
+/// PID 1 as the guard sees it: records each call in order.
+#[derive(Default)]
+struct RecordingSystemd {
+    calls: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl SystemdManager for RecordingSystemd {
+    async fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push(format!("restart {unit}"));
+        Ok(())
+    }
+    async fn refresh_extensions(&self) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push("refresh".into());
+        Ok(())
+    }
+    async fn daemon_reload(&self) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push("daemon-reload".into());
+        Ok(())
+    }
+    async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
+        self.calls.lock().unwrap().push(format!("state {unit}"));
+        Ok(UnitState {
+            active_state: "activating".into(),
+            sub_state: "auto-restart".into(),
+            n_restarts: Some(7),
+            active_enter_monotonic: 0,
+            invocation_id: String::new(),
+        })
+    }
+}
+
+struct Node {
+    _dir: tempfile::TempDir,
+    paths: GuardPaths,
+    pending: Pending,
+}
+
+/// A node mid-switch: the link already names the next image, the guard armed.
+fn switched_node(deadline: u64) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("opt/extensions/inplace-agent");
+    std::fs::create_dir_all(&images).unwrap();
+    let mut pending = pending(deadline);
+    pending.previous_image = images.join("inplace-agent-0.1.0-x86-64.raw");
+    pending.next_image = images.join("inplace-agent-0.2.0-x86-64.raw");
+    let paths = GuardPaths::new(
+        &dir.path().join("var/lib/inplace"),
+        &dir.path().join("etc/extensions"),
+    );
+    links::swap_symlink(&paths.extension_link, &pending.next_image).unwrap();
+    arm(&paths, &pending).unwrap();
+    Node {
+        _dir: dir,
+        paths,
+        pending,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unconfirmed_agent_is_replaced_by_the_previous_one_at_the_deadline() {
+    let node = switched_node(100);
+    let systemd = RecordingSystemd::default();
+    let clock = AtomicU64::new(0);
+    let now = || clock.fetch_add(10, Ordering::SeqCst);
+    assert_eq!(
+        guard(&node.paths, &systemd, &now).await.unwrap(),
+        Verdict::Restore
+    );
+
+    assert_eq!(
+        std::fs::read_link(&node.paths.extension_link).unwrap(),
+        node.pending.previous_image
+    );
+    assert_eq!(
+        *systemd.calls.lock().unwrap(),
+        [
+            "state inplace-agent.service",
+            "refresh",
+            "daemon-reload",
+            "restart inplace-agent.service"
+        ]
+    );
+    let record: RolledBack =
+        serde_json::from_slice(&std::fs::read(&node.paths.rolled_back).unwrap()).unwrap();
+    assert_eq!(record.reason, "AgentNotConfirmed");
+    assert!(
+        record.message.contains("agent 0.2.0")
+            && record.message.contains("auto-restart")
+            && record.message.contains("restarted 7 times"),
+        "{}",
+        record.message
+    );
+    assert!(!node.paths.pending.exists(), "disarmed last");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_confirmed_agent_is_left_alone() {
+    let node = switched_node(1_000);
+    let systemd = RecordingSystemd::default();
+    let clock = AtomicU64::new(0);
+    let pending_file = node.paths.pending.clone();
+    let now = || {
+        // The new agent confirms while the guard waits.
+        if clock.fetch_add(10, Ordering::SeqCst) == 50 {
+            std::fs::remove_file(&pending_file).unwrap();
+        }
+        clock.load(Ordering::SeqCst)
+    };
+    assert_eq!(
+        guard(&node.paths, &systemd, &now).await.unwrap(),
+        Verdict::Done
+    );
+    assert_eq!(
+        std::fs::read_link(&node.paths.extension_link).unwrap(),
+        node.pending.next_image
+    );
+    assert!(systemd.calls.lock().unwrap().is_empty());
+    assert!(!node.paths.rolled_back.exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_switch_that_never_swapped_is_disarmed_without_touching_the_agent() {
+    let node = switched_node(1_000);
+    links::swap_symlink(&node.paths.extension_link, &node.pending.previous_image).unwrap();
+    let systemd = RecordingSystemd::default();
+    assert_eq!(
+        guard(&node.paths, &systemd, &|| 0).await.unwrap(),
+        Verdict::Disarm
+    );
+    assert!(!node.paths.pending.exists());
+    assert!(systemd.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_unreadable_pending_file_is_an_error_naming_it() {
+    let node = switched_node(1_000);
+    std::fs::write(&node.paths.pending, b"{not json").unwrap();
+    let systemd = RecordingSystemd::default();
+    let err = guard(&node.paths, &systemd, &|| 0).await.unwrap_err();
+    assert!(err.to_string().contains("pending.json"), "{err}");
+    assert!(systemd.calls.lock().unwrap().is_empty());
+}
