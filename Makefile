@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kube-smoke capi-golden
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kube-smoke capi-golden node-tools
 
 ## Every check CI runs: formatting, lints, and every test.
 test: deps lint kube-smoke unit fuzz-short
@@ -19,6 +19,11 @@ kube:
 ## Start the real server once, show its version, apply the shipped manifests with its kubectl.
 kube-smoke: kube testbed
 	@./scripts/kube-smoke.sh
+
+## Build (cached) the node install tools the tests run on packaging/node: the real butane
+## (tests/butane/go.mod), into target/butane/bin.
+node-tools:
+	@./tests/butane/build.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/butane/bin"
 
 deps:
 	@./scripts/install-deps.sh
@@ -38,7 +43,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) deny --log-level error check bans licenses sources
 
-unit: testbed kube
+unit: testbed kube node-tools
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 ## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.

@@ -7,13 +7,18 @@
 //! - [`sysext`]: real squashfs system-extension images built with `mksquashfs`.
 //! - [`artifact_server`]: an HTTP/1.1 server on loopback that can misbehave on request.
 //! - [`metrics_guide`]: checks that the metrics reference lists every metric family.
+//! - [`docs`]: the commands a docs/usage page documents, for tests that run them as written.
+//! - [`ignition`]: applies an Ignition config's files, links and units to a node, as
+//!   Ignition does before a Flatcar node's first boot.
 //! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
 
 pub mod apiserver;
 pub mod artifact_server;
 pub mod capi;
+pub mod docs;
 pub mod error;
 pub mod fake_kubelet;
+pub mod ignition;
 pub mod metrics_guide;
 pub mod nspawn;
 pub mod prereq;

@@ -15,7 +15,9 @@ mod support;
 use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;
 
-use support::packaging::{PATIENCE, api_for_agents, build, refused_plan, wait_reported};
+use support::packaging::{
+    PATIENCE, api_for_agents, build, refused_plan, wait_reported, write_kubelet_identity,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() {
@@ -44,13 +46,7 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
 
     // The identity comes first on a real node too (the kubelet's kubeconfig): postinst
     // starts the agent right away on a booted system.
-    node.write_file(
-        "/etc/kubernetes/kubelet.conf",
-        test_api.node_kubeconfig_yaml(&name).unwrap().as_bytes(),
-        0o600,
-    )
-    .await
-    .unwrap();
+    write_kubelet_identity(&node, &test_api).await;
     node.copy_from_host(&deb, "/root/inplace-agent.deb", 0o644)
         .await
         .unwrap();

@@ -12,7 +12,9 @@ mod support;
 use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;
 
-use support::packaging::{PATIENCE, api_for_agents, build, refused_plan, wait_reported};
+use support::packaging::{
+    PATIENCE, api_for_agents, build, refused_plan, wait_reported, write_kubelet_identity,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_sysext_merges_enables_and_reports_on_a_real_node() {
@@ -88,13 +90,7 @@ async fn agent_sysext_merges_enables_and_reports_on_a_real_node() {
     )
     .await
     .unwrap();
-    node.write_file(
-        "/etc/kubernetes/kubelet.conf",
-        test_api.node_kubeconfig_yaml(&name).unwrap().as_bytes(),
-        0o600,
-    )
-    .await
-    .unwrap();
+    write_kubelet_identity(&node, &test_api).await;
     let started = node
         .sh("systemd-tmpfiles --create inplace-agent.conf && systemctl enable --now inplace-agent.service")
         .await

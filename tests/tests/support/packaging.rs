@@ -53,6 +53,21 @@ pub async fn api_for_agents() -> (TestApi, kube::Api<NodeUpdatePlan>) {
     (test_api, api)
 }
 
+/// The node's kubelet identity (`system:node:<name>`) as `/etc/kubernetes/kubelet.conf`,
+/// where kubeadm writes it when the node joins: the packaged agent's default credential.
+pub async fn write_kubelet_identity(node: &Node, test_api: &TestApi) {
+    node.write_file(
+        "/etc/kubernetes/kubelet.conf",
+        test_api
+            .node_kubeconfig_yaml(node.name())
+            .unwrap()
+            .as_bytes(),
+        0o600,
+    )
+    .await
+    .unwrap();
+}
+
 pub fn build(script: &str, out: &Path) -> PathBuf {
     let output = std::process::Command::new(repo().join(script))
         .arg(agent_binary())
