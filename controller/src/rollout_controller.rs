@@ -544,6 +544,7 @@ fn status_patch(status: &NodeRolloutStatus) -> Result<Value> {
             map.entry(list).or_insert_with(|| json!([]));
         }
         map.entry("revision").or_insert(Value::Null);
+        map.entry("nextWindowOpensAt").or_insert(Value::Null);
     }
     Ok(json!({ "status": value }))
 }

@@ -174,6 +174,11 @@ pub struct NodeRolloutStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub failed_nodes: Vec<NodeFailure>,
 
+    /// When the next maintenance window opens, while every window is closed (reason
+    /// `OutsideMaintenanceWindow`); absent while one is open or none is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window_opens_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+
     /// Nodes a person holds (the Node's `inplace.dev/hold` annotation): staged, never granted
     /// a slot until released.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

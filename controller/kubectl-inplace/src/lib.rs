@@ -4,6 +4,7 @@
 //! this module fetches objects and watches them.
 
 pub mod steer;
+pub mod steering_view;
 pub mod view;
 
 use anyhow::Context as _;

@@ -1,13 +1,14 @@
 //! `kubectl-inplace`: the kubectl plugin. `kubectl inplace status [rollout]` shows rollouts
 //! with a progress bar and every node's phase and reason; `kubectl inplace plan <node>`
 //! explains one node's plan, its last error and what to do next. `--watch` re-renders on
-//! watch events. `kubectl inplace pause|resume <rollout>` sets the rollout's `spec.paused`.
+//! watch events. `kubectl inplace pause|resume <rollout>` sets the rollout's `spec.paused`;
+//! `kubectl inplace hold|release|skip <node>` set or remove the Node's steering annotations.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use kubectl_inplace::steer::set_paused;
+use kubectl_inplace::steer::{NodeSteer, set_paused, steer_node};
 use kubectl_inplace::view::Style;
 use kubectl_inplace::{Watched, client, plan, status, watch};
 
@@ -15,7 +16,7 @@ use kubectl_inplace::{Watched, client, plan, status, watch};
 #[command(
     name = "kubectl-inplace",
     version,
-    about = "In-place node updates: rollouts and plans at a glance, and pausing a rollout"
+    about = "In-place node updates: rollouts and plans at a glance, pausing a rollout, steering a node"
 )]
 struct Cli {
     /// A kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
@@ -55,6 +56,21 @@ enum Command {
     Resume {
         /// The NodeRollout.
         rollout: String,
+    },
+    /// Hold a node: its rollout stages it but does not activate it (annotation inplace.dev/hold).
+    Hold {
+        /// The Node.
+        node: String,
+    },
+    /// Release a held or skipped node (removes inplace.dev/hold and inplace.dev/skip).
+    Release {
+        /// The Node.
+        node: String,
+    },
+    /// Skip a node: it keeps the revision it runs, counted as skipped (inplace.dev/skip).
+    Skip {
+        /// The Node.
+        node: String,
     },
 }
 
@@ -99,6 +115,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", set_paused(&client, &rollout, false).await?);
             return Ok(());
         }
+        Command::Hold { node } => return steer(&client, &node, NodeSteer::Hold).await,
+        Command::Release { node } => return steer(&client, &node, NodeSteer::Release).await,
+        Command::Skip { node } => return steer(&client, &node, NodeSteer::Skip).await,
     };
     if !follow {
         let lines = match &watched {
@@ -118,6 +137,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         true
     })
     .await
+}
+
+async fn steer(client: &kube::Client, node: &str, verb: NodeSteer) -> anyhow::Result<()> {
+    println!("{}", steer_node(client, node, verb).await?);
+    Ok(())
 }
 
 fn print_lines(lines: &[String]) {

@@ -1,8 +1,11 @@
-//! Verbs that change a rollout: each one plain merge patch of a field a person could also
-//! set with `kubectl patch`, so the plugin adds no state and no API of its own.
+//! Verbs that change a rollout or steer one node: each one plain merge patch of a field or
+//! annotation a person could also set with `kubectl patch` / `kubectl annotate`, so the
+//! plugin adds no state and no API of its own.
 
 use anyhow::Context as _;
 use inplace_proto::NodeRollout;
+use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
@@ -32,5 +35,62 @@ pub async fn set_paused(client: &Client, rollout: &str, paused: bool) -> anyhow:
             anyhow::bail!("NodeRollout {rollout} not found")
         }
         Err(e) => Err(e).with_context(|| format!("patching NodeRollout {rollout}")),
+    }
+}
+
+/// What `kubectl inplace hold|release|skip NODE` asks of one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeSteer {
+    /// Set `inplace.dev/hold`: not activated until released.
+    Hold,
+    /// Remove `inplace.dev/hold` and `inplace.dev/skip`.
+    Release,
+    /// Set `inplace.dev/skip`: left at the revision it runs.
+    Skip,
+}
+
+impl NodeSteer {
+    /// The merge patch of the Node's annotations (`null` removes one).
+    pub fn patch(self) -> serde_json::Value {
+        let annotations = match self {
+            NodeSteer::Hold => serde_json::json!({ HOLD_ANNOTATION: "true" }),
+            NodeSteer::Skip => serde_json::json!({ SKIP_ANNOTATION: "true" }),
+            NodeSteer::Release => {
+                serde_json::json!({ HOLD_ANNOTATION: null, SKIP_ANNOTATION: null })
+            }
+        };
+        serde_json::json!({"metadata": {"annotations": annotations}})
+    }
+
+    fn done(self, node: &str) -> String {
+        match self {
+            NodeSteer::Hold => format!(
+                "node {node} held ({HOLD_ANNOTATION}): its rollout stages it but does not activate it until released"
+            ),
+            NodeSteer::Release => format!(
+                "node {node} released: {HOLD_ANNOTATION} and {SKIP_ANNOTATION} removed; its rollout may activate it"
+            ),
+            NodeSteer::Skip => format!(
+                "node {node} skipped ({SKIP_ANNOTATION}): it keeps the revision it runs and is counted as skipped"
+            ),
+        }
+    }
+}
+
+/// `kubectl inplace hold|release|skip NODE`: patches the Node's annotations.
+pub async fn steer_node(client: &Client, node: &str, verb: NodeSteer) -> anyhow::Result<String> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    match Api::<Node>::all(client.clone())
+        .patch(node, &params, &Patch::Merge(verb.patch()))
+        .await
+    {
+        Ok(_) => Ok(verb.done(node)),
+        Err(kube::Error::Api(status)) if status.is_not_found() => {
+            anyhow::bail!("node {node} not found")
+        }
+        Err(e) => Err(e).with_context(|| format!("patching node {node}")),
     }
 }

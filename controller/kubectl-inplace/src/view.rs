@@ -37,7 +37,7 @@ impl Style {
         }
     }
 
-    fn paint(&self, code: &str, text: &str) -> String {
+    pub(crate) fn paint(&self, code: &str, text: &str) -> String {
         if self.color && !code.is_empty() {
             format!("\x1b[{code}m{text}\x1b[0m")
         } else {
@@ -297,8 +297,13 @@ pub fn rollout_lines(
     let (succeeded, total) = rollout_counts(rollout, &owned);
     let counts = current_status(rollout)
         .map(|s| {
+            let skipped = if s.nodes.skipped > 0 {
+                format!(", skipped {}", s.nodes.skipped)
+            } else {
+                String::new()
+            };
             format!(
-                "  updating {}, staged {}, pending {}, failed {}",
+                "  updating {}, staged {}, pending {}, failed {}{skipped}",
                 s.nodes.updating, s.nodes.staged, s.nodes.pending, s.nodes.failed
             )
         })
@@ -328,6 +333,7 @@ pub fn rollout_lines(
             ));
         }
     }
+    lines.extend(crate::steering_view::steering_lines(rollout, style));
     let width = owned
         .iter()
         .filter_map(|p| p.metadata.name.as_ref().map(String::len))

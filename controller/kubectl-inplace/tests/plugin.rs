@@ -303,3 +303,125 @@ async fn pause_and_resume_patch_the_rollout() {
         assert!(err.contains("NodeRollout nope not found"), "{verb}: {err}");
     }
 }
+
+/// The node steering commands of docs/usage/standalone-rollouts.md § 4 (docs are test
+/// input): each `kubectl inplace VERB worker-7` line, with the raw `kubectl annotate` line
+/// marked "the same, raw" that follows it.
+fn documented_steering() -> Vec<(Vec<String>, Vec<String>)> {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/usage/standalone-rollouts.md"),
+    )
+    .unwrap();
+    let words = |line: &str| -> Vec<String> {
+        let command = line.split(" #").next().unwrap_or(line);
+        command
+            .split_whitespace()
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    };
+    let lines: Vec<&str> = doc.lines().collect();
+    lines
+        .windows(2)
+        .filter(|w| w[0].starts_with("kubectl inplace ") && w[0].ends_with(" worker-7"))
+        .map(|w| {
+            assert!(
+                w[1].contains("# the same, raw"),
+                "no raw form after {:?}",
+                w[0]
+            );
+            (words(w[0]), words(w[1]))
+        })
+        .collect()
+}
+
+fn steering_annotations(node: &k8s_openapi::api::core::v1::Node) -> Vec<(String, String)> {
+    node.metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("inplace.dev/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_release_and_skip_annotate_the_node_as_the_documented_raw_commands_do() {
+    use k8s_openapi::api::core::v1::Node;
+    let (api, client) = cluster().await;
+    let Some(real) = api.real() else {
+        return; // the raw forms need the release's kubectl
+    };
+    let nodes = Api::<Node>::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-7"}}))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let documented = documented_steering();
+    let verbs: Vec<&str> = documented.iter().map(|(p, _)| p[1].as_str()).collect();
+    assert_eq!(verbs, ["hold", "release", "skip"]);
+    for (plugin_form, raw_form) in &documented {
+        let args: Vec<&str> = plugin_form[1..].iter().map(String::as_str).collect();
+        let (ok, out, err) = tokio::task::block_in_place(|| plugin(&api, dir.path(), &args));
+        assert!(ok, "{args:?}: {err}");
+        assert!(out.contains("node worker-7"), "{out}");
+        let by_plugin = steering_annotations(&nodes.get("worker-7").await.unwrap());
+        // Back to no steering, then the raw form must give the same annotations.
+        nodes
+            .patch(
+                "worker-7",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations":
+                    {"inplace.dev/hold": null, "inplace.dev/skip": null}}})),
+            )
+            .await
+            .unwrap();
+        let raw: Vec<&str> = raw_form.iter().map(String::as_str).collect();
+        real.run_kubectl(&raw).unwrap();
+        let by_raw = steering_annotations(&nodes.get("worker-7").await.unwrap());
+        assert_eq!(by_plugin, by_raw, "{args:?} and {raw:?}");
+        let want = match plugin_form[1].as_str() {
+            "hold" => vec![("inplace.dev/hold".to_owned(), "true".to_owned())],
+            "skip" => vec![("inplace.dev/skip".to_owned(), "true".to_owned())],
+            _ => vec![],
+        };
+        assert_eq!(by_plugin, want, "{args:?}");
+    }
+    let (ok, _, err) =
+        tokio::task::block_in_place(|| plugin(&api, dir.path(), &["hold", "no-such-node"]));
+    assert!(!ok && err.contains("node no-such-node not found"), "{err}");
+}
+
+#[test]
+fn status_shows_windows_the_next_opening_and_held_and_skipped_nodes() {
+    let rollout: NodeRollout = serde_json::from_value(json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
+        "metadata": {"name": "workers", "generation": 2},
+        "spec": {"release": "kubelet-v2", "maxUnavailable": 1, "paused": true,
+            "maintenanceWindows": [{"days": ["Monday", "Tuesday"], "start": "22:00",
+                                    "duration": "6h", "timeZone": "Europe/Berlin"}]},
+        "status": {"observedGeneration": 2, "revision": REV,
+            "nodes": {"total": 4, "pending": 0, "staged": 2, "updating": 0, "succeeded": 1,
+                      "failed": 0, "skipped": 1},
+            "nextWindowOpensAt": "2027-01-18T21:00:00Z",
+            "heldNodes": ["node-a"], "skippedNodes": ["node-c"],
+            "conditions": [{"type": "Progressing", "status": "False", "reason": "SomeGateBlocks",
+                            "message": "a gate the plugin has never heard of",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    }))
+    .unwrap();
+    let lines = kubectl_inplace::status_lines(&[rollout], &[], None, &Style::plain())
+        .unwrap()
+        .join("\n");
+    for want in [
+        "PAUSED",
+        "skipped 1",
+        "windows: Mon,Tue 22:00 for 6h Europe/Berlin — closed, next opens 2027-01-18T21:00:00Z",
+        "Progressing=False SomeGateBlocks: a gate the plugin has never heard of",
+        "held: node-a",
+        "skipped: node-c",
+    ] {
+        assert!(lines.contains(want), "{want:?} in\n{lines}");
+    }
+}

@@ -112,6 +112,11 @@ pub(super) fn report_status(input: &RolloutInput<'_>, found: Found<'_>, decision
     }
     transition_events(input, found.owned, found.states, decision);
     steering_events(input, decision);
+    if let WindowVerdict::Closed { opens_at, .. } = found.window {
+        decision.status.next_window_opens_at = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(*opens_at),
+        );
+    }
     let mut conditions = rollout_conditions(input, &found, &counts);
     conditions.push(found.refused);
     decision.status.nodes = counts;

@@ -45,6 +45,14 @@ fn outside_every_window_nothing_is_granted_but_staging_and_running_activations_g
         p.message
     );
     assert_eq!(
+        d.status
+            .next_window_opens_at
+            .as_ref()
+            .map(|t| t.0.to_string()),
+        Some("2027-01-16T08:00:00Z".to_owned()),
+        "the status says when the next window opens"
+    );
+    assert_eq!(
         d.requeue_after,
         Some(StdDuration::from_secs(86_400 - 100)),
         "looked at again when the window opens"
@@ -67,6 +75,10 @@ fn inside_a_window_slots_are_granted_and_the_rollout_is_looked_at_again_when_it_
     assert_eq!(granted(&d), vec!["a", "b"]);
     assert_eq!(progressing(&d).reason, "RollingOut");
     assert_eq!(d.requeue_after, Some(StdDuration::from_secs(3_600 - 100)));
+    assert_eq!(
+        d.status.next_window_opens_at, None,
+        "open: no next opening to report"
+    );
 }
 
 #[test]
