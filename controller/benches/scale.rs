@@ -15,7 +15,11 @@
 //! `/metrics`) are measured alone. The rollout uses `maxUnavailable: 10%`; every node's
 //! update (Activating → Succeeded) takes exactly T. Reported: wall time from the
 //! rollout's creation to `Complete=True` against the ideal `ceil(N / slots) × T` (plus
-//! the staging time), API writes per node, peak memory and reconcile latency.
+//! the staging time) and against the API-bound lower limit (the plan and agent status
+//! writes divided by the server's write rate, measured while creating the nodes), the
+//! controller's CPU time over the rollout (utime + stime of its process, per 1,000 nodes),
+//! its API requests per node by verb, API writes per node, peak memory, reconcile latency
+//! and the machine's load average.
 
 #[path = "../tests/support/sim_agent.rs"]
 mod sim_agent;
@@ -51,6 +55,50 @@ fn peak_memory_kib(pid: u32) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// The process's CPU time so far (user + system), from `/proc/PID/stat`.
+fn cpu_seconds(pid: u32, ticks_per_second: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces, so split after its ')'):
+    // state is field 3, utime 14 and stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / ticks_per_second)
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 on Linux when unknown).
+fn ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// `inplace_controller_api_requests_total` by verb.
+fn requests_by_verb(metrics: &str) -> BTreeMap<String, f64> {
+    samples(metrics, "inplace_controller_api_requests_total")
+        .into_iter()
+        .filter_map(|(labels, v)| {
+            let verb = labels
+                .split("verb=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_owned();
+            Some((verb, v))
+        })
+        .collect()
 }
 
 async fn scrape(addr: &str) -> String {
@@ -130,7 +178,14 @@ async fn main() -> anyhow::Result<()> {
         .await
         .into_iter()
         .collect::<anyhow::Result<Vec<()>>>()?;
-    println!("created {nodes} nodes in {:?}", started.elapsed());
+    let created_in = started.elapsed();
+    // The server's write rate on this machine now, at the bench's 64 writes in flight:
+    // what the API-bound lower limit below divides by.
+    let writes_per_second = nodes as f64 / created_in.as_secs_f64();
+    println!(
+        "created {nodes} nodes in {created_in:?}: the API server's write rate {writes_per_second:.0} writes/s"
+    );
+    let load_start = load_average();
 
     let fleet = Fleet::start(
         client.clone(),
@@ -163,6 +218,7 @@ async fn main() -> anyhow::Result<()> {
             .spawn()?,
     );
     let pid = controller.0.id();
+    let ticks = ticks_per_second();
 
     let release: inplace_proto::NodeRelease = serde_json::from_value(json!({
         "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
@@ -183,6 +239,21 @@ async fn main() -> anyhow::Result<()> {
                  "nodeSelector": {"matchLabels": {"pool": "bench"}}},
     }))?;
     let rollouts: Api<NodeRollout> = Api::all(client.clone());
+    // The controller has listed everything once it watches its five streams (nodes, plans,
+    // releases twice, rollouts); its CPU and requests are counted from the rollout's
+    // creation, after that.
+    let listed = Instant::now();
+    while requests_by_verb(&scrape(&metrics_addr).await)
+        .get("watch")
+        .copied()
+        .unwrap_or(0.0)
+        < 5.0
+        && listed.elapsed() < Duration::from_secs(120)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let cpu_before = cpu_seconds(pid, ticks).unwrap_or(0.0);
+    let requests_before = requests_by_verb(&scrape(&metrics_addr).await);
     let rollout_started = Instant::now();
     rollouts.create(&PostParams::default(), &rollout).await?;
 
@@ -222,8 +293,18 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let wall = rollout_started.elapsed();
+    let cpu_rollout = cpu_seconds(pid, ticks).unwrap_or(0.0) - cpu_before;
+    let cpu_total = cpu_seconds(pid, ticks).unwrap_or(0.0);
     let metrics = scrape(&metrics_addr).await;
     peak_kib = peak_kib.max(peak_memory_kib(pid).unwrap_or(0));
+    let load_end = load_average();
+    let requests: BTreeMap<String, f64> = requests_by_verb(&metrics)
+        .into_iter()
+        .map(|(verb, v)| {
+            let before = requests_before.get(&verb).copied().unwrap_or(0.0);
+            (verb, v - before)
+        })
+        .collect();
 
     let slots = (nodes / 10).max(1);
     let waves = nodes.div_ceil(slots);
@@ -279,6 +360,34 @@ async fn main() -> anyhow::Result<()> {
         download,
         wall.as_secs_f64() / (ideal + download).as_secs_f64()
     );
+    let agent_writes_now = fleet
+        .stats
+        .status_writes
+        .load(std::sync::atomic::Ordering::SeqCst) as f64;
+    let plan_and_status_writes =
+        writes.get("{kind=\"plan_apply\"}").copied().unwrap_or(0.0) + agent_writes_now;
+    let api_bound = plan_and_status_writes / writes_per_second;
+    println!(
+        "API-bound lower limit: {plan_and_status_writes} plan and agent status writes / \
+         {writes_per_second:.0} writes/s = {api_bound:.1}s; ideal {:.1}s; wall / max(ideal, API-bound) = {:.2}",
+        (ideal + download).as_secs_f64(),
+        wall.as_secs_f64() / api_bound.max((ideal + download).as_secs_f64())
+    );
+    println!(
+        "controller CPU: {cpu_rollout:.2}s over the rollout = {:.3}s per 1,000 nodes ({cpu_total:.2}s since start, the initial lists included)",
+        cpu_rollout / nodes as f64 * 1000.0
+    );
+    let total_requests: f64 = requests.values().sum();
+    println!(
+        "controller API requests over the rollout: {total_requests} = {:.2} per node; per node by verb: {}",
+        total_requests / nodes as f64,
+        requests
+            .iter()
+            .map(|(verb, v)| format!("{verb} {:.3}", v / nodes as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("load average at start / end: {load_start} / {load_end}");
     println!(
         "most agents activating at once: {} (slots {slots})",
         fleet.max_activating()

@@ -13,6 +13,8 @@ use kube::runtime::reflector::Store;
 
 use crate::metrics::Metrics;
 use crate::plans::RecentWrites;
+use crate::rollout_view::RolloutViews;
+use crate::status_pacing::StatusPacer;
 
 /// Tunables of the reconcilers.
 #[derive(Debug, Clone)]
@@ -57,8 +59,13 @@ pub struct Context {
     pub rollouts: Store<NodeRollout>,
     /// Plans written but maybe not in the cache yet.
     pub writes: RecentWrites,
-    /// The status each rollout was last given by this replica (newer than the cache).
+    /// The status each rollout was last given by this replica (newer than the cache; it
+    /// may not be written yet, see [`StatusPacer`]).
     pub written_status: Mutex<HashMap<String, NodeRolloutStatus>>,
+    /// Each rollout's per-node view between rounds, and what changed since.
+    pub views: Arc<RolloutViews>,
+    /// When each rollout's status may be written next.
+    pub status_pacer: StatusPacer,
     /// Tunables.
     pub settings: ReconcileSettings,
 }

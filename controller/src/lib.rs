@@ -13,8 +13,12 @@ pub mod plans;
 pub mod release_controller;
 pub mod release_fetch;
 pub mod release_import;
+pub mod request_counting;
 pub mod rollout_controller;
+pub mod rollout_view;
+pub mod rollout_writes;
 pub mod run;
+pub mod status_pacing;
 pub mod teardown;
 
 pub use error::{Error, Result};

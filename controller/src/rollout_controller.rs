@@ -1,40 +1,38 @@
-//! The NodeRollout controller: gathers the decision's inputs from the watch caches (never
-//! listing nodes or plans from the API), runs the drain passes the decision needs, calls
-//! [`decide`], and carries out what it returns: plan applies, cordons, uncordons, the
-//! rollout's status and its Events.
+//! The NodeRollout controller: refreshes the rollout's per-node view from the watch caches
+//! (never listing nodes or plans from the API; only what changed, `rollout_view`), and
+//! unless nothing the decision reads changed, runs the drain passes the decision needs,
+//! calls [`decide`], and carries out what it returns (`rollout_writes`: plan applies,
+//! cordons, uncordons, the rollout's status) and publishes its Events.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use inplace_proto::{
-    NodeRelease, NodeRollout, NodeRolloutSpec, NodeRolloutStatus, NodeUpdatePlan, Steering,
-    revision_of,
-};
+use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, revision_of};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
 
 use crate::context::Context;
-use crate::decision::{
-    CONTROL_PLANE_LABEL, Decision, EventKind, EventNote, NodeAction, NodeView, ReleaseState,
-    RolloutInput, decide, needs_drain_pass, resolve_ownership,
-};
+use crate::decision::{EventKind, EventNote, ReleaseState, RolloutInput, decide, needs_drain_pass};
 use crate::error::{Error, Result};
-use crate::plans::{FIELD_MANAGER, PlanSource, plan_apply_body, plan_owner};
+use crate::plans::plan_owner;
 use crate::release_controller::truncate;
+use crate::rollout_view::{LastRound, unschedulable};
+use crate::rollout_writes::{
+    by_node, carry_out, forget_cordon, run_per_node, set_unschedulable, write_owed_status,
+};
 use crate::teardown::{
     TEARDOWN_RETRY, TeardownAction, TeardownNode, UNCORDON_FINALIZER, decide_teardown,
 };
-use inplace_drain::{cordon, drain_pass};
+use inplace_drain::drain_pass;
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "rollout";
@@ -55,26 +53,6 @@ pub fn release_state(release: Option<&NodeRelease>) -> ReleaseState {
             },
         },
     }
-}
-
-/// Every rollout with its selector, oldest first (ties by name): the order in which
-/// rollouts claim nodes nobody owns yet.
-fn rollouts_by_age(rollouts: &Store<NodeRollout>) -> Vec<(String, Selector)> {
-    let mut all: Vec<(Option<Timestamp>, String, Selector)> = rollouts
-        .state()
-        .iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .filter_map(|r| {
-            let selector = Selector::try_from(r.spec.node_selector.clone()).ok()?;
-            Some((
-                r.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                r.name_any(),
-                selector,
-            ))
-        })
-        .collect();
-    all.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    all.into_iter().map(|(_, name, s)| (name, s)).collect()
 }
 
 /// The rollouts a change of `node` concerns: those selecting it, and the owner of its plan.
@@ -170,37 +148,65 @@ pub async fn reconcile(rollout: Arc<NodeRollout>, ctx: Arc<Context>) -> Result<A
     }
 }
 
-/// Reconciles a rollout that carries the finalizer and is not being deleted.
+/// Reconciles a rollout that carries the finalizer and is not being deleted: refreshes
+/// the nodes' views that changed; unless nothing the decision reads changed since the last
+/// round, decides and carries the decision out; writes an owed status when its interval
+/// allows.
 async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     let started = Instant::now();
     let name = rollout.name_any();
     let release = ctx.releases.get(&ObjectRef::new(&rollout.spec.release));
     let release_state = release_state(release.as_deref());
-    let (input_nodes, uids) = gather_nodes(rollout, ctx)?;
+    let mut view = ctx.views.take(&name);
+    let refreshed = view.refresh(rollout, ctx)?;
+    if !refreshed.changed && view.unchanged_since_last_round(&release_state, started) {
+        let wake_at = view.last.as_ref().map(|last| last.wake_at);
+        ctx.views.put(&name, view);
+        ctx.metrics.rollout_round("unchanged");
+        let paced = write_owed_status(&name, None, ctx).await?;
+        let until_wake = wake_at.map_or(ctx.settings.resync, |at| at - started);
+        return Ok(Action::requeue(
+            paced.map_or(until_wake, |p| p.min(until_wake)),
+        ));
+    }
+    ctx.metrics.rollout_round("decided");
     let previous = ctx.last_status(&name).or_else(|| rollout.status.clone());
     let mut input = RolloutInput {
         name: &name,
         generation: rollout.metadata.generation,
         spec: &rollout.spec,
         previous: previous.as_ref(),
-        release: release_state,
-        nodes: input_nodes,
+        release: release_state.clone(),
+        nodes: std::mem::take(&mut view.nodes),
         now: Timestamp::now(),
     };
     run_drain_passes(&mut input, ctx).await?;
     let decision = decide(&input);
     let now = input.now;
-    drop(input);
+    view.nodes = input.nodes;
+    for node in view.nodes.iter_mut().filter(|n| n.drain.is_some()) {
+        node.drain = None;
+    }
 
     if let Some(release) = &release {
-        carry_out(&name, release, &uids, &decision, ctx).await?;
+        carry_out(&name, release, &view.uids, &decision, ctx).await?;
     }
     publish_events(rollout, &decision.events, ctx).await;
     if previous.as_ref() != Some(&decision.status) {
-        write_status(&name, &decision.status, ctx).await?;
+        ctx.status_pacer.with(&name, |p| p.owe());
     }
     ctx.remember_status(&name, decision.status.clone());
+    let paced = write_owed_status(&name, Some(&decision.status), ctx).await?;
     ctx.metrics.rollout_counts(&name, &decision.status.nodes);
+    // A wake-up days away (the next maintenance window) never stretches the resync.
+    let after = decision
+        .requeue_after
+        .map_or(ctx.settings.resync, |after| after.min(ctx.settings.resync));
+    view.last = Some(LastRound {
+        release: release_state,
+        wake_at: started + after,
+    });
+    ctx.views.put(&name, view);
     ctx.metrics.reconciled(CONTROLLER, started.elapsed());
     tracing::debug!(
         rollout = %name,
@@ -209,12 +215,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         %now,
         "reconciled"
     );
-    // A wake-up days away (the next maintenance window) never stretches the resync.
-    Ok(Action::requeue(
-        decision
-            .requeue_after
-            .map_or(ctx.settings.resync, |after| after.min(ctx.settings.resync)),
-    ))
+    Ok(Action::requeue(paced.map_or(after, |p| p.min(after))))
 }
 
 /// A deleted rollout: undoes its own cordons ([`decide_teardown`]); once none waits for
@@ -269,43 +270,8 @@ async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
 fn forget(rollout: &str, ctx: &Context) {
     ctx.metrics.forget_rollout(rollout);
     ctx.forget_status(rollout);
-}
-
-/// A node's group under `maxUnavailablePerTopology`: its value of the key's label; a node
-/// without the label belongs to the empty value's group.
-fn topology_group(spec: &NodeRolloutSpec, labels: &BTreeMap<String, String>) -> String {
-    spec.max_unavailable_per_topology
-        .as_ref()
-        .and_then(|spread| labels.get(&spread.key))
-        .cloned()
-        .unwrap_or_default()
-}
-
-fn unschedulable(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
-
-/// Removes the controller's cordon record from a plan (the annotation was applied by the
-/// controller's field manager, so its own merge patch may drop it).
-async fn forget_cordon(node: &str, ctx: &Context) -> Result<()> {
-    let plans: Api<NodeUpdatePlan> = Api::all(ctx.client.clone());
-    ctx.metrics.wrote("plan_forget_cordon");
-    let written = plans
-        .patch(
-            node,
-            &PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PatchParams::default()
-            },
-            &Patch::Merge(json!({"metadata": {"annotations": cordon::forget()}})),
-        )
-        .await
-        .map_err(Error::kube(format!("forgetting the cordon of node {node}")))?;
-    ctx.writes.record(&written);
-    Ok(())
+    ctx.views.forget(rollout);
+    ctx.status_pacer.forget(rollout);
 }
 
 /// What to do after a failed reconcile: count it and try again soon.
@@ -318,62 +284,6 @@ pub fn error_policy(rollout: Arc<NodeRollout>, error: &Error, ctx: Arc<Context>)
     ctx.metrics.failed(CONTROLLER, error.metric_label());
     tracing::warn!(rollout = %rollout.name_any(), error = %error, "rollout reconcile failed");
     Action::requeue(std::time::Duration::from_secs(2))
-}
-
-/// The selected nodes as the decision sees them, from the caches; and their uids.
-fn gather_nodes(
-    rollout: &NodeRollout,
-    ctx: &Context,
-) -> Result<(Vec<NodeView>, BTreeMap<String, String>)> {
-    let name = rollout.name_any();
-    let selector = Selector::try_from(rollout.spec.node_selector.clone())
-        .map_err(|e| Error::Selector(e.to_string()))?;
-    let rollouts = rollouts_by_age(&ctx.rollouts);
-    let existing: BTreeSet<String> = rollouts.iter().map(|(n, _)| n.clone()).collect();
-    let mut views = Vec::new();
-    let mut uids = BTreeMap::new();
-    for node in ctx.nodes.state() {
-        let labels = node.labels();
-        if !selector.matches(labels) {
-            continue;
-        }
-        let node_name = node.name_any();
-        let cached = ctx.plans.get(&ObjectRef::new(&node_name));
-        let plan = ctx.writes.view(&node_name, cached.as_deref());
-        let label = match &cached {
-            Some(p) => plan_owner(p).map(str::to_owned),
-            None if plan.is_some() => Some(name.clone()),
-            None => None,
-        };
-        let claimants: Vec<&str> = rollouts
-            .iter()
-            .filter(|(_, s)| s.matches(labels))
-            .map(|(n, _)| n.as_str())
-            .collect();
-        let ownership = resolve_ownership(
-            &name,
-            plan.is_some(),
-            label.as_deref(),
-            &existing,
-            &claimants,
-        );
-        let uid = node.metadata.uid.clone().ok_or(Error::MissingField {
-            kind: "Node",
-            field: "metadata.uid",
-        })?;
-        uids.insert(node_name.clone(), uid);
-        views.push(NodeView {
-            control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
-            topology: topology_group(&rollout.spec, labels),
-            unschedulable: unschedulable(&node),
-            name: node_name,
-            ownership,
-            plan,
-            drain: None,
-            steering: Steering::of(node.metadata.annotations.as_ref()),
-        });
-    }
-    Ok((views, uids))
 }
 
 async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result<()> {
@@ -401,167 +311,6 @@ async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result
     for (i, progress) in results {
         input.nodes[i].drain = Some(progress);
     }
-    Ok(())
-}
-
-/// Carries out the decision's actions: in order for each node, nodes in parallel. Stops a
-/// node's sequence at its first failure; returns the first failure after all are done.
-async fn carry_out(
-    rollout: &str,
-    release: &NodeRelease,
-    uids: &BTreeMap<String, String>,
-    decision: &Decision,
-    ctx: &Context,
-) -> Result<()> {
-    let release_name = release.name_any();
-    let release_name = release_name.as_str();
-    let groups = by_node(decision.actions.iter().cloned(), NodeAction::node);
-    run_per_node(groups, ctx, |action| async move {
-        carry_out_one(rollout, release_name, release, uids, &action, ctx).await
-    })
-    .await
-}
-
-/// Groups actions by node, keeping their order within a node.
-fn by_node<A>(actions: impl IntoIterator<Item = A>, node: impl Fn(&A) -> &str) -> Vec<Vec<A>> {
-    let mut groups: Vec<Vec<A>> = Vec::new();
-    let mut index: BTreeMap<String, usize> = BTreeMap::new();
-    for action in actions {
-        let i = *index.entry(node(&action).to_owned()).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[i].push(action);
-    }
-    groups
-}
-
-/// Runs each node's actions in order, stopping a node's sequence at its first failure;
-/// nodes in parallel. Returns the first failure after all are done.
-async fn run_per_node<A, Fut>(
-    groups: Vec<Vec<A>>,
-    ctx: &Context,
-    run: impl Fn(A) -> Fut + Copy,
-) -> Result<()>
-where
-    Fut: std::future::Future<Output = Result<()>>,
-{
-    let futures: Vec<_> = groups
-        .into_iter()
-        .map(|actions| async move {
-            for action in actions {
-                run(action).await?;
-            }
-            Ok::<(), Error>(())
-        })
-        .collect();
-    let results: Vec<Result<()>> = stream::iter(futures)
-        .buffer_unordered(ctx.settings.write_concurrency.max(1))
-        .collect()
-        .await;
-    results.into_iter().collect()
-}
-
-async fn carry_out_one(
-    rollout: &str,
-    release_name: &str,
-    release: &NodeRelease,
-    uids: &BTreeMap<String, String>,
-    action: &NodeAction,
-    ctx: &Context,
-) -> Result<()> {
-    match action {
-        NodeAction::ApplyPlan { node, intent } => {
-            let node_uid = uids.get(node).ok_or(Error::MissingField {
-                kind: "Node",
-                field: "metadata.uid",
-            })?;
-            let body = plan_apply_body(
-                &PlanSource {
-                    rollout,
-                    release: release_name,
-                    release_spec: &release.spec,
-                    node,
-                    node_uid,
-                },
-                intent,
-            )?;
-            let plans: Api<NodeUpdatePlan> = Api::all(ctx.client.clone());
-            ctx.metrics.wrote("plan_apply");
-            let written = plans
-                .patch(
-                    node,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(body),
-                )
-                .await
-                .map_err(Error::kube(format!("applying the plan of node {node}")))?;
-            ctx.writes.record(&written);
-        }
-        NodeAction::Cordon { node } => set_unschedulable(node, true, ctx).await?,
-        NodeAction::Uncordon { node } => set_unschedulable(node, false, ctx).await?,
-    }
-    Ok(())
-}
-
-async fn set_unschedulable(node: &str, unschedulable: bool, ctx: &Context) -> Result<()> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    ctx.metrics.wrote(if unschedulable {
-        "node_cordon"
-    } else {
-        "node_uncordon"
-    });
-    // The record lives on the plan (written before the cordon), so only the spec changes.
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PatchParams::default()
-    };
-    cordon::patch_node(
-        &nodes,
-        &params,
-        node,
-        Some(unschedulable),
-        Default::default(),
-    )
-    .await?;
-    Ok(())
-}
-
-/// The rollout's status as a merge patch that also clears lists that became empty.
-fn status_patch(status: &NodeRolloutStatus) -> Result<Value> {
-    let mut value = serde_json::to_value(status).map_err(|source| Error::Serialize {
-        what: "rollout status",
-        source,
-    })?;
-    if let Some(map) = value.as_object_mut() {
-        for list in [
-            "activeNodes",
-            "failedNodes",
-            "heldNodes",
-            "skippedNodes",
-            "conditions",
-        ] {
-            map.entry(list).or_insert_with(|| json!([]));
-        }
-        map.entry("revision").or_insert(Value::Null);
-        map.entry("nextWindowOpensAt").or_insert(Value::Null);
-    }
-    Ok(json!({ "status": value }))
-}
-
-async fn write_status(name: &str, status: &NodeRolloutStatus, ctx: &Context) -> Result<()> {
-    let api: Api<NodeRollout> = Api::all(ctx.client.clone());
-    ctx.metrics.wrote("rollout_status");
-    api.patch_status(
-        name,
-        &PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        },
-        &Patch::Merge(status_patch(status)?),
-    )
-    .await
-    .map_err(Error::kube(format!("writing the status of rollout {name}")))?;
     Ok(())
 }
 
@@ -600,19 +349,4 @@ async fn publish_events(rollout: &NodeRollout, events: &[EventNote], ctx: &Conte
         .buffer_unordered(16)
         .for_each(|()| async {})
         .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_patch_clears_emptied_lists() {
-        let patch = status_patch(&NodeRolloutStatus::default()).unwrap();
-        assert_eq!(patch["status"]["failedNodes"], json!([]));
-        assert_eq!(patch["status"]["activeNodes"], json!([]));
-        assert_eq!(patch["status"]["heldNodes"], json!([]));
-        assert_eq!(patch["status"]["skippedNodes"], json!([]));
-        assert_eq!(patch["status"]["revision"], Value::Null);
-    }
 }

@@ -10,7 +10,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
@@ -23,6 +23,8 @@ use crate::context::{Context, ReconcileSettings};
 use crate::leader::{LeaderElector, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::plans::{RecentWrites, plan_owner, slim_node, slim_plan};
+use crate::request_counting::counted_client;
+use crate::rollout_view::RolloutViews;
 use crate::{release_controller, rollout_controller};
 
 /// Everything `inplace-controller run` is configured with.
@@ -52,11 +54,11 @@ pub async fn run(
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let client = kube::Client::try_from(config.clone()).context("building the API client")?;
+    let client = counted_client(config.clone(), metrics.clone())?;
     let mut no_retry = config;
     no_retry.default_retry = false;
     let eviction_client =
-        kube::Client::try_from(no_retry).context("building the eviction client")?;
+        counted_client(no_retry, metrics.clone()).context("building the eviction client")?;
     let server = settings
         .metrics_addr
         .map(|addr| tokio::spawn(serve_http(addr, metrics.clone(), stop.clone())));
@@ -175,15 +177,21 @@ pub async fn run_controllers(
     reconcile: ReconcileSettings,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    // Every Node and plan event marks its node for the rollouts' views to rebuild
+    // (after the reflector stored it, so the rebuild reads the new object).
+    let views = Arc::new(RolloutViews::default());
     let (nodes, nodes_writer) = reflector::store::<Node>();
+    let node_feed = views.clone();
     let node_events = reflector::reflector(
         nodes_writer,
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .modify(slim_node),
     )
+    .inspect_ok(move |event| node_feed.feed.saw(event))
     .touched_objects();
     let (plans, plans_writer) = reflector::store::<NodeUpdatePlan>();
+    let plan_feed = views.clone();
     let plan_events = reflector::reflector(
         plans_writer,
         watcher(
@@ -193,6 +201,7 @@ pub async fn run_controllers(
         .default_backoff()
         .modify(slim_plan),
     )
+    .inspect_ok(move |event| plan_feed.feed.saw(event))
     .touched_objects();
     let (releases, releases_writer) = reflector::store::<NodeRelease>();
     let release_events = reflector::reflector(
@@ -228,6 +237,8 @@ pub async fn run_controllers(
         rollouts: rollouts.clone(),
         writes: RecentWrites::default(),
         written_status: Default::default(),
+        views,
+        status_pacer: Default::default(),
         settings: reconcile,
     });
 

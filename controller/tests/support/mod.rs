@@ -148,6 +148,21 @@ impl Bed {
         Bed::with_controller(api, client, config)
     }
 
+    /// The default API with the controller run with `settings`.
+    pub async fn start_with(settings: Settings) -> Bed {
+        let (api, client) = prepare(TestApi::start().await.unwrap()).await;
+        let config = api.admin_config().await.unwrap();
+        let (metrics, stop, controller) = start_controller(config, settings);
+        Bed {
+            _kubelets: kubelet::PodDeletions::finish(client.clone()),
+            api,
+            client,
+            metrics,
+            stop: Some(stop),
+            controller: Some(controller),
+        }
+    }
+
     /// The default API + CRDs + the shipped controller namespace and RBAC, and the
     /// controller running as its ServiceAccount: only what `rbac.yaml` grants works.
     pub async fn start_with_shipped_rbac() -> Bed {

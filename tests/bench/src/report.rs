@@ -127,7 +127,11 @@ pub fn write_markdown(
         opts.size_mib,
         opts.reps,
         opts.idle_seconds,
-        opts.fleet_nodes,
+        opts.fleet_nodes
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" and "),
         if opts.quick { ", --quick" } else { "" },
         if opts.drop_caches {
             ", page cache dropped before each download run"
