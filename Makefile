@@ -21,9 +21,11 @@ kube-smoke: kube testbed
 	@./scripts/kube-smoke.sh
 
 ## Build (cached) the node install tools the tests run on packaging/node: the real butane
-## (tests/butane/go.mod), into target/butane/bin.
+## (tests/butane/go.mod) into target/butane/bin, and ansible-core + ansible-lint
+## (tests/ansible/requirements.txt) into the venv target/ansible/venv.
 node-tools:
 	@./tests/butane/build.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/butane/bin"
+	@./tests/ansible/install.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/ansible/venv"
 
 deps:
 	@./scripts/install-deps.sh

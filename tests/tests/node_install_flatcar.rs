@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
@@ -19,29 +19,12 @@ use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;
 
 use support::packaging::{
-    PATIENCE, api_for_agents, build, refused_plan, repo, wait_reported, write_kubelet_identity,
+    PATIENCE, api_for_agents, build, node_tool, refused_plan, repo, wait_reported,
+    write_kubelet_identity,
 };
 
 const STORED: &str = "/opt/extensions/inplace-agent/inplace-agent-0.1.0-x86-64.raw";
 const LINK: &str = "/etc/extensions/inplace-agent.raw";
-
-/// Builds the pinned `butane` (cached by Go) beside this test's target directory and
-/// returns the directory holding it.
-fn butane_bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let target_dir = exe.ancestors().nth(3).unwrap();
-    let out = target_dir.join("butane/bin");
-    let built = Command::new(repo().join("tests/butane/build.sh"))
-        .arg(&out)
-        .output()
-        .expect("tests/butane/build.sh runs");
-    assert!(
-        built.status.success(),
-        "building butane: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    out
-}
 
 /// The page's commands in a copy of the layout they expect (the repository root with
 /// `target/packages/` holding the image), with `base_url` pointing at `base_url`.
@@ -65,7 +48,7 @@ fn run_documented_butane(image: &Path, base_url: &str) -> String {
     .unwrap();
     let path = format!(
         "{}:{}",
-        butane_bin_dir().display(),
+        node_tool("tests/butane/build.sh", "butane/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let ran = Command::new("bash")

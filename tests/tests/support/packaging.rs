@@ -68,6 +68,28 @@ pub async fn write_kubelet_identity(node: &Node, test_api: &TestApi) {
     .unwrap();
 }
 
+/// Runs a cached tool installer (`tests/butane/build.sh`, `tests/ansible/install.sh`) with
+/// `<this test's target directory>/<under>` as its destination, the place `make node-tools`
+/// fills for the default target directory, and returns that path.
+#[allow(
+    dead_code,
+    reason = "each test binary compiles this module; only node_install_* use it"
+)]
+pub fn node_tool(installer: &str, under: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dest = exe.ancestors().nth(3).unwrap().join(under);
+    let ran = std::process::Command::new(repo().join(installer))
+        .arg(&dest)
+        .output()
+        .expect("the installer runs");
+    assert!(
+        ran.status.success(),
+        "{installer}: {}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    dest
+}
+
 pub fn build(script: &str, out: &Path) -> PathBuf {
     let output = std::process::Command::new(repo().join(script))
         .arg(agent_binary())
