@@ -168,6 +168,7 @@ async fn main() -> anyhow::Result<()> {
                     "apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": format!("node-{i:05}"), "labels": {"pool": "bench"}},
                     "spec": {},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
                 }))?;
                 api.create(&PostParams::default(), &node).await?;
                 anyhow::Ok(())

@@ -11,6 +11,7 @@ use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
+use crate::alert_gate::{AlertSource, PrometheusSettings};
 use crate::metrics::Metrics;
 use crate::plans::RecentWrites;
 use crate::rollout_view::RolloutViews;
@@ -26,6 +27,12 @@ pub struct ReconcileSettings {
     /// Publish an Event for every node transition (activation started, updated). Failures
     /// and rollout-level transitions are always published.
     pub node_events: bool,
+    /// The Prometheus the alert gate asks (`--prometheus-url`); none: a rollout that lists
+    /// alerts is held with reason `GateUnavailable`.
+    pub prometheus: Option<PrometheusSettings>,
+    /// How often a rollout whose alert gate is closed asks again: no watch says when an
+    /// alert resolves.
+    pub alert_recheck: Duration,
 }
 
 impl Default for ReconcileSettings {
@@ -34,6 +41,8 @@ impl Default for ReconcileSettings {
             write_concurrency: 32,
             resync: Duration::from_secs(300),
             node_events: true,
+            prometheus: None,
+            alert_recheck: Duration::from_secs(30),
         }
     }
 }
@@ -66,6 +75,8 @@ pub struct Context {
     pub views: Arc<RolloutViews>,
     /// When each rollout's status may be written next.
     pub status_pacer: StatusPacer,
+    /// Where the alert gate asks which alerts fire (from `settings.prometheus`).
+    pub alerts: Option<Arc<dyn AlertSource>>,
     /// Tunables.
     pub settings: ReconcileSettings,
 }

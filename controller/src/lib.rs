@@ -4,11 +4,13 @@
 //! The rollout's rules are one pure function ([`decision::decide`]); everything else here
 //! gathers its inputs from watch caches and carries out its actions.
 
+pub mod alert_gate;
 pub mod context;
 pub mod decision;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod node_readiness;
 pub mod plans;
 pub mod release_controller;
 pub mod release_fetch;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use inplace_controller::alert_gate::PrometheusSettings;
 use inplace_controller::context::ReconcileSettings;
 use inplace_controller::leader::LeaseSettings;
 use inplace_controller::metrics::Metrics;
@@ -47,6 +48,17 @@ enum Command {
         /// node that starts or finishes (for very large fleets).
         #[arg(long)]
         no_node_events: bool,
+        /// The Prometheus whose alerts `spec.gates.alerts` names (`http://prometheus:9090`;
+        /// asked at `<url>/api/v1/alerts`). Unset: a rollout listing alerts is held with
+        /// reason `GateUnavailable`.
+        #[arg(long, env = "INPLACE_PROMETHEUS_URL")]
+        prometheus_url: Option<url::Url>,
+        /// Give up on Prometheus' answer after this long (`5s`); the gate then stays closed.
+        #[arg(long, env = "INPLACE_PROMETHEUS_TIMEOUT", default_value = "5s")]
+        prometheus_timeout: inplace_proto::Duration,
+        /// How often a rollout that lists alerts asks Prometheus again (`30s`).
+        #[arg(long, default_value = "30s")]
+        alert_recheck: inplace_proto::Duration,
     },
     /// Serve Cluster API's in-place update hooks (a Runtime Extension) over HTTPS, from
     /// the management cluster.
@@ -169,6 +181,9 @@ fn main() -> anyhow::Result<()> {
             identity,
             no_leader_election,
             no_node_events,
+            prometheus_url,
+            prometheus_timeout,
+            alert_recheck,
         } => {
             init_tracing();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -181,6 +196,11 @@ fn main() -> anyhow::Result<()> {
                         .then(|| LeaseSettings::new(&lease_namespace, &identity)),
                     reconcile: ReconcileSettings {
                         node_events: !no_node_events,
+                        prometheus: prometheus_url.map(|url| PrometheusSettings {
+                            url,
+                            timeout: prometheus_timeout.get(),
+                        }),
+                        alert_recheck: alert_recheck.get(),
                         ..ReconcileSettings::default()
                     },
                 };

@@ -132,9 +132,10 @@ pub fn slim_plan(plan: &mut NodeUpdatePlan) {
     }
 }
 
-/// Drops what the controller never reads from a cached Node (status, managed fields,
-/// annotations but a person's steering): it needs the name, uid, labels,
-/// `spec.unschedulable` and the `inplace.dev/hold` and `inplace.dev/skip` annotations.
+/// Drops what the controller never reads from a cached Node (managed fields, annotations
+/// but a person's steering, all of the status but the `Ready` condition): it needs the
+/// name, uid, labels, `spec.unschedulable`, the `inplace.dev/hold` and `inplace.dev/skip`
+/// annotations and readiness (the health gate).
 pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
     use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
     node.metadata.managed_fields = None;
@@ -147,7 +148,7 @@ pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
             a
         })
         .filter(|a| !a.is_empty());
-    node.status = None;
+    node.status = crate::node_readiness::keep_ready_condition_only(node.status.take());
 }
 
 #[derive(Debug, Clone)]

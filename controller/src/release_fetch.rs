@@ -1,6 +1,7 @@
 //! Fetches a small text file (a `SHA256SUMS`) over http(s) for `release from-sha256sums`:
 //! a size cap, an overall timeout, no downgrade from https to http on redirects, and every
-//! failure naming the URL.
+//! failure naming the URL; and the HTTP client every outbound request of the controller is
+//! built with ([`build_client`], also used by the alert gate).
 
 use std::time::Duration;
 
@@ -79,7 +80,7 @@ impl FetchError {
 }
 
 /// The error and its causes on one line: reqwest's own message rarely says why.
-fn chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(next) = cause {
@@ -100,10 +101,21 @@ fn redirect_refusal(previous: &[Url], next: &Url) -> Option<String> {
     downgrade.then(|| format!("refused the redirect from https to {next}"))
 }
 
+/// Builds an HTTP client from `builder` with the process-wide rustls provider (ring, as
+/// kube-rs uses). A machine without system trust roots still gets a client, for http; https
+/// then fails with a certificate error naming the URL.
+pub(crate) fn build_client(
+    builder: impl Fn() -> reqwest::ClientBuilder,
+) -> Result<reqwest::Client, reqwest::Error> {
+    // Err means a provider is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    builder()
+        .build()
+        .or_else(|_| builder().tls_certs_only(Vec::new()).build())
+}
+
 /// Downloads `url` as text within `settings`.
 pub async fn fetch_text(url: &Url, settings: &FetchSettings) -> Result<String, FetchError> {
-    // One process-wide rustls provider (ring), as kube-rs uses; Err means one is installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let failed = |source: reqwest::Error| {
         if source.is_timeout() {
             FetchError::Timeout {
@@ -128,12 +140,7 @@ pub async fn fetch_text(url: &Url, settings: &FetchSettings) -> Result<String, F
             ))
             .user_agent(concat!("inplace-controller/", env!("CARGO_PKG_VERSION")))
     };
-    // A machine without system trust roots still fetches over http; https then fails
-    // with a certificate error naming the URL.
-    let client = builder()
-        .build()
-        .or_else(|_| builder().tls_certs_only(Vec::new()).build())
-        .map_err(failed)?;
+    let client = build_client(builder).map_err(failed)?;
     let mut response = client.get(url.clone()).send().await.map_err(failed)?;
     if !response.status().is_success() {
         return Err(FetchError::Status {

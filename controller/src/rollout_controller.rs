@@ -20,6 +20,7 @@ use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
+use crate::alert_gate::observe_alerts;
 use crate::context::Context;
 use crate::decision::{EventKind, EventNote, ReleaseState, RolloutInput, decide, needs_drain_pass};
 use crate::error::{Error, Result};
@@ -171,6 +172,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     }
     ctx.metrics.rollout_round("decided");
     let previous = ctx.last_status(&name).or_else(|| rollout.status.clone());
+    let alerts = observe_alerts(&rollout.spec, ctx.alerts.as_ref()).await;
     let mut input = RolloutInput {
         name: &name,
         generation: rollout.metadata.generation,
@@ -178,6 +180,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         previous: previous.as_ref(),
         release: release_state.clone(),
         nodes: std::mem::take(&mut view.nodes),
+        alerts,
         now: Timestamp::now(),
     };
     run_drain_passes(&mut input, ctx).await?;
@@ -198,10 +201,18 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     ctx.remember_status(&name, decision.status.clone());
     let paced = write_owed_status(&name, Some(&decision.status), ctx).await?;
     ctx.metrics.rollout_counts(&name, &decision.status.nodes);
-    // A wake-up days away (the next maintenance window) never stretches the resync.
-    let after = decision
-        .requeue_after
-        .map_or(ctx.settings.resync, |after| after.min(ctx.settings.resync));
+    // A wake-up days away (the next maintenance window) never stretches the resync; alerts
+    // are polled while they may hold back an activation (no watch says when one resolves,
+    // and a round only decides, asking Prometheus, when something changed or is due).
+    let complete = decision.status.conditions.iter().any(|c| {
+        c.type_ == inplace_proto::reason::rollout_condition::COMPLETE && c.status == "True"
+    });
+    let alerts_recheck =
+        (!rollout.spec.gates.alerts.is_empty() && !complete).then_some(ctx.settings.alert_recheck);
+    let after = [decision.requeue_after, alerts_recheck]
+        .into_iter()
+        .flatten()
+        .fold(ctx.settings.resync, std::cmp::Ord::min);
     view.last = Some(LastRound {
         release: release_state,
         wake_at: started + after,

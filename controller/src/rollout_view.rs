@@ -313,6 +313,7 @@ impl<'a> ViewBuilder<'a> {
             control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
             topology: topology_group(self.spec, labels),
             unschedulable: unschedulable(node),
+            readiness: crate::node_readiness::readiness(node),
             name: node_name,
             ownership,
             plan,

@@ -19,6 +19,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
+use crate::alert_gate::{AlertSource, Prometheus};
 use crate::context::{Context, ReconcileSettings};
 use crate::leader::{LeaderElector, LeaseSettings};
 use crate::metrics::Metrics;
@@ -226,6 +227,12 @@ pub async fn run_controllers(
             instance: std::env::var("POD_NAME").ok(),
         },
     );
+    let alerts = match &reconcile.prometheus {
+        Some(prometheus) => Some(Arc::new(
+            Prometheus::new(prometheus).context("building the Prometheus client")?,
+        ) as Arc<dyn AlertSource>),
+        None => None,
+    };
     let ctx = Arc::new(Context {
         client: client.clone(),
         eviction_client,
@@ -239,6 +246,7 @@ pub async fn run_controllers(
         written_status: Default::default(),
         views,
         status_pacer: Default::default(),
+        alerts,
         settings: reconcile,
     });
 

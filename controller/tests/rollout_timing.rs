@@ -1,5 +1,5 @@
 //! The timing fields of a NodeRollout end to end, on the real kube-apiserver with simulated
-//! agents: the API server's CEL refusals of bad windows and deadlines, a rollout held
+//! agents: the API server's refusals of bad windows, deadlines and alert gates, a rollout held
 //! outside its maintenance window (and by an unknown time zone) then let go, a node past
 //! its progress deadline failed and its slot reused across a controller restart, and the
 //! soak of `minReadySeconds` between two nodes, the per-zone spread of
@@ -166,6 +166,26 @@ async fn the_api_server_refuses_bad_windows_and_deadlines() {
             json!({"release": "rel", "maxUnavailablePerTopology": {"key": "zone/-x", "max": 1}}),
             Some("spec.maxUnavailablePerTopology.key"),
         ),
+        (
+            "gates-ok",
+            json!({"release": "rel", "gates": {"alerts": ["NodeDown", "job:errors:ratio_high"]}}),
+            None,
+        ),
+        (
+            "gates-name",
+            json!({"release": "rel", "gates": {"alerts": ["Node Down"]}}),
+            Some("spec.gates.alerts[0]"),
+        ),
+        (
+            "gates-empty",
+            json!({"release": "rel", "gates": {"alerts": [""]}}),
+            Some("spec.gates.alerts[0]"),
+        ),
+        (
+            "gates-twice",
+            json!({"release": "rel", "gates": {"alerts": ["NodeDown", "NodeDown"]}}),
+            Some("spec.gates.alerts[1]"),
+        ),
     ];
     for (name, spec, want) in rows {
         let got = refusal(&client, name, spec).await;
@@ -184,6 +204,7 @@ async fn the_api_server_refuses_bad_windows_and_deadlines() {
         .unwrap();
     assert!(stored.spec.maintenance_windows.is_empty());
     assert_eq!(stored.spec.min_ready_seconds, 0);
+    assert!(stored.spec.gates.alerts.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

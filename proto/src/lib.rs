@@ -7,6 +7,7 @@ pub mod condition;
 pub mod content;
 pub mod crd;
 pub mod duration;
+pub mod gates;
 pub mod maintenance_window;
 pub mod outcome;
 pub mod plan;
@@ -24,6 +25,7 @@ pub use content::{
     Activation, ArchiveMember, Artifact, ArtifactType, HealthChecks, HttpCheck, UpdateContent,
 };
 pub use duration::Duration;
+pub use gates::RolloutGates;
 pub use maintenance_window::{MaintenanceWindow, Weekday};
 pub use outcome::{AgentReport, Outcome};
 pub use plan::{

@@ -152,6 +152,17 @@ reasons! {
     /// A node held its activation slot longer than `progressDeadline` without reaching a
     /// final phase; counted as failed, its slot released, the node left cordoned.
     ProgressDeadlineExceeded,
+    /// A node that already runs the rollout's release is not `Ready` (its Node's condition
+    /// is False, Unknown or missing); no new activation starts until it is (the message
+    /// names the nodes).
+    NodeNotReady,
+    /// An alert listed in `spec.gates.alerts` fires in Prometheus; no new activation starts
+    /// until it resolves (the message names the alerts).
+    AlertFiring,
+    /// The alert gate cannot be read: no `--prometheus-url`, Prometheus unreachable, too
+    /// slow or answering something other than its alerts JSON. The gate fails closed: no
+    /// new activation starts (the message has the error).
+    GateUnavailable,
 }
 
 impl fmt::Display for Reason {

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::Duration;
+use crate::gates::RolloutGates;
 use crate::maintenance_window::MaintenanceWindow;
 
 /// Rolls a NodeRelease out to the nodes a selector picks, a few activation slots at a
@@ -104,6 +105,13 @@ pub struct NodeRolloutSpec {
     /// with it empty) form one group of their own. Unset (the default): no spread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable_per_topology: Option<TopologySpread>,
+
+    /// Cluster health that must hold before a new activation starts: Prometheus alerts that
+    /// must not fire. Whatever is set here, a new activation also waits while a node that
+    /// already runs the release is not `Ready` (reason `NodeNotReady`). Empty (the
+    /// default): no alert gate.
+    #[serde(default, skip_serializing_if = "RolloutGates::is_empty")]
+    pub gates: RolloutGates,
 }
 
 /// The shape of a label key: an optional DNS-subdomain prefix and `/`, then a name of 1 to 63

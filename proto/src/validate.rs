@@ -543,6 +543,7 @@ impl crate::NodeRollout {
                 "progressDeadline must be longer than drainTimeout: it counts from the grant, drain included",
             );
         }
+        self.spec.gates.check("spec.gates", &mut out);
         if let Some(spread) = &self.spec.max_unavailable_per_topology {
             if let Err(message) = check_label_key(&spread.key) {
                 out.invalid("spec.maxUnavailablePerTopology.key", message);

@@ -1,7 +1,8 @@
 //! Phases 2 and 3 of the decision: the halt rule (more failed nodes than `maxFailures`)
 //! and the activation slots (control-plane nodes first, one at a time and alone, then the
-//! other nodes by name; only Staged nodes that no person holds; none while paused, halted or outside every
-//! maintenance window; a node soaking for `minReadySeconds` still holds its slot; at most
+//! other nodes by name; only Staged nodes that no person holds; none while paused, halted,
+//! outside every maintenance window or held by a health gate (`health.rs`); a node soaking
+//! for `minReadySeconds` still holds its slot; at most
 //! `maxUnavailablePerTopology.max` holders per value of its label key).
 
 use std::collections::BTreeMap;
@@ -35,7 +36,7 @@ pub(super) fn is_halted(spec: &NodeRolloutSpec, failures: &[NodeFailure]) -> boo
 /// What may be granted this round besides the free slots.
 pub(super) struct Gate<'a> {
     /// Whether new activations may start: not paused, not halted, inside a maintenance
-    /// window (or none set).
+    /// window (or none set), no health gate closed.
     pub open: bool,
     /// Succeeded nodes still soaking, by index into the owned nodes: each holds its slot
     /// until its soak ends.
@@ -50,6 +51,24 @@ pub(super) struct Grants {
     pub holders: usize,
     /// For each owned node, its rank among this round's grants (1-based), if granted now.
     pub rank: Vec<Option<usize>>,
+    /// Staged nodes (indexes into the owned nodes) passed over this round while slots were
+    /// free, because their topology group already held `maxUnavailablePerTopology.max`.
+    pub passed_over: Vec<usize>,
+}
+
+impl Grants {
+    /// The nodes passed over for a full topology group, by group value, for the status.
+    pub(super) fn topology_waits(&self, owned: &[&NodeView]) -> BTreeMap<String, Vec<String>> {
+        let mut waits: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for &i in &self.passed_over {
+            let node = owned[i];
+            waits
+                .entry(node.topology.clone())
+                .or_default()
+                .push(node.name.clone());
+        }
+        waits
+    }
 }
 
 /// Grants free slots to Staged nodes, in the order of `owned` (activation order), and
@@ -65,8 +84,8 @@ pub(super) fn grant_slots(
     let slots = inplace_proto::rollout_slots::activation_slots(&spec.max_unavailable, owned.len());
     let updating = states.iter().filter(|s| **s == NodeState::Updating).count();
     let holders = updating + gate.soaking.len();
-    let granted = if !gate.open || holders >= slots {
-        Vec::new()
+    let (granted, passed_over) = if !gate.open || holders >= slots {
+        (Vec::new(), Vec::new())
     } else {
         let spread = Spread::of(spec, owned, states, gate.soaking);
         who_gets_a_slot(owned, states, slots - holders, holders, spread)
@@ -86,19 +105,21 @@ pub(super) fn grant_slots(
         slots,
         holders,
         rank,
+        passed_over,
     }
 }
 
 /// The Staged nodes that get one of `free` slots: while a control-plane node is not final,
 /// only that node, alone (no other holder) and one at a time; otherwise the first `free`
-/// whose topology group has room.
+/// whose topology group has room. Also returns the Staged nodes passed over on the way
+/// because their group was full (they wait, and the status says for what).
 fn who_gets_a_slot<'a>(
     owned: &[&'a NodeView],
     states: &[NodeState],
     free: usize,
     holders: usize,
     mut spread: Option<Spread<'a>>,
-) -> Vec<usize> {
+) -> (Vec<usize>, Vec<usize>) {
     let cp_unfinished = owned.iter().zip(states).any(|(n, s)| {
         n.control_plane
             && !matches!(
@@ -112,15 +133,23 @@ fn who_gets_a_slot<'a>(
         (0..owned.len()).filter(|&i| states[i] == NodeState::Staged && !owned[i].steering.hold);
     if cp_unfinished {
         if holders > 0 {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
-        staged.filter(|&i| owned[i].control_plane).take(1).collect()
-    } else {
-        staged
-            .filter(|&i| spread.as_mut().is_none_or(|s| s.admit(&owned[i].topology)))
-            .take(free)
-            .collect()
+        let first = staged.filter(|&i| owned[i].control_plane).take(1).collect();
+        return (first, Vec::new());
     }
+    let (mut granted, mut passed_over) = (Vec::new(), Vec::new());
+    for i in staged {
+        if granted.len() == free {
+            break;
+        }
+        if spread.as_mut().is_none_or(|s| s.admit(&owned[i].topology)) {
+            granted.push(i);
+        } else {
+            passed_over.push(i);
+        }
+    }
+    (granted, passed_over)
 }
 
 /// The `maxUnavailablePerTopology` rule: how many slot holders each topology group has

@@ -39,11 +39,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 mod actions;
 mod classify;
 mod grant;
+mod health;
 mod status;
 mod steer;
 mod window;
 
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
+pub use health::{AlertObservation, Readiness};
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
 pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";
@@ -190,6 +192,8 @@ pub struct NodeView {
     pub topology: String,
     /// `spec.unschedulable`.
     pub unschedulable: bool,
+    /// Its `Ready` condition (the health gate).
+    pub readiness: Readiness,
     /// Who owns its plan.
     pub ownership: Ownership,
     /// Its plan, when one exists.
@@ -215,6 +219,8 @@ pub struct RolloutInput<'a> {
     pub release: ReleaseState,
     /// The selected nodes, in any order.
     pub nodes: Vec<NodeView>,
+    /// What Prometheus said about the alerts of `spec.gates.alerts`.
+    pub alerts: AlertObservation,
     /// The time of this round.
     pub now: Timestamp,
 }
@@ -413,8 +419,9 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     let failures = grant::failures(&owned, &nodes.states);
     let halted = grant::is_halted(input.spec, &failures);
     let window = window::window_verdict(&input.spec.maintenance_windows, input.now);
+    let health = health::health_verdict(input.spec, &owned, &nodes.states, &input.alerts);
     let gate = grant::Gate {
-        open: !input.spec.paused && !halted && window.allows_grants(),
+        open: !input.spec.paused && !halted && window.allows_grants() && health.allows_grants(),
         soaking: &nodes.soaking,
     };
     let grants = grant::grant_slots(
@@ -434,6 +441,8 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
         failures,
         halted,
         window: &window,
+        health: &health,
+        topology_waits: grants.topology_waits(&owned),
         soaking: nodes.soaking.len(),
         any_refused: !refused.is_empty(),
         refused: refused_condition,

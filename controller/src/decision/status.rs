@@ -1,6 +1,7 @@
 //! Phase 5 of the decision: the rollout's status — node counts, active and failed nodes,
 //! the conditions `Progressing` (which also says why no activation starts: paused, a
-//! maintenance window), `Complete`, `Halted` and `NodesRefused` (through proto's
+//! maintenance window, a health gate; and which nodes wait for a full topology group),
+//! `Complete`, `Halted` and `NodesRefused` (through proto's
 //! one condition setter, which keeps `lastTransitionTime` while a status holds) — and the
 //! Events for nodes that finished and conditions that changed.
 
@@ -13,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
 
+use super::health::HealthVerdict;
 use super::window::WindowVerdict;
 use super::{
     Decision, EventKind, EventNote, NODE_HELD, NODE_RELEASED, NODE_SKIPPED, NodeState, NodeView,
@@ -76,6 +78,10 @@ pub(super) struct Found<'a> {
     pub halted: bool,
     /// What the maintenance windows say.
     pub window: &'a WindowVerdict,
+    /// What the health gates say.
+    pub health: &'a HealthVerdict,
+    /// Staged nodes passed over because their topology group was full, by group value.
+    pub topology_waits: BTreeMap<String, Vec<String>>,
     /// Succeeded nodes still soaking for `minReadySeconds`.
     pub soaking: usize,
     /// Whether selected nodes were left out (owned by another rollout).
@@ -159,6 +165,7 @@ fn rollout_conditions(
         }
     }
     let finished = counts.succeeded + counts.skipped;
+    summary.push_str(&topology_waits(spec, &found.topology_waits));
     let (progressing, complete, reason, message) = if counts.total == 0 {
         let message = if found.any_refused {
             "every node the selector matches is owned by another rollout: nothing to do"
@@ -221,6 +228,11 @@ fn rollout_conditions(
              staging goes on, activations already started finish"
         );
         (false, false, Reason::OutsideMaintenanceWindow, message)
+    } else if let Some((reason, why)) = found.health.blocked() {
+        let message = format!(
+            "{why}; no new activations: {summary}; staging goes on, activations already started finish"
+        );
+        (false, false, reason, message)
     } else {
         (true, false, Reason::RollingOut, summary)
     };
@@ -238,6 +250,32 @@ fn rollout_conditions(
 
 fn count_usize(n: i32) -> usize {
     usize::try_from(n).unwrap_or(0)
+}
+
+/// The summary's note on nodes waiting for room in their topology group, e.g.
+/// `, waiting for room in topology.kubernetes.io/zone=b (maxUnavailablePerTopology.max 1): b-2`.
+fn topology_waits(
+    spec: &inplace_proto::NodeRolloutSpec,
+    waits: &BTreeMap<String, Vec<String>>,
+) -> String {
+    let Some(spread) = &spec.max_unavailable_per_topology else {
+        return String::new();
+    };
+    waits
+        .iter()
+        .map(|(group, nodes)| {
+            let group = if group.is_empty() {
+                format!("the group without {}", spread.key)
+            } else {
+                format!("{}={group}", spread.key)
+            };
+            format!(
+                ", waiting for room in {group} (maxUnavailablePerTopology.max {}): {}",
+                spread.max,
+                nodes.join(", ")
+            )
+        })
+        .collect()
 }
 
 fn not_halted() -> ConditionUpdate {
@@ -322,9 +360,14 @@ fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Opti
         (rollout_condition::PROGRESSING, false, Reason::OutsideMaintenanceWindow) => {
             Some(note(EventKind::Normal, reason.as_str()))
         }
-        (rollout_condition::PROGRESSING, false, Reason::InvalidMaintenanceWindow) => {
-            Some(note(EventKind::Warning, reason.as_str()))
-        }
+        (
+            rollout_condition::PROGRESSING,
+            false,
+            Reason::InvalidMaintenanceWindow
+            | Reason::NodeNotReady
+            | Reason::AlertFiring
+            | Reason::GateUnavailable,
+        ) => Some(note(EventKind::Warning, reason.as_str())),
         (rollout_condition::PROGRESSING, true, Reason::RollingOut) => {
             let resumed = before.is_some_and(|c| c.reason == Reason::Paused.as_str());
             Some(note(

@@ -27,6 +27,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
         min_ready_seconds: 0,
         progress_deadline: None,
         max_unavailable_per_topology: None,
+        gates: Default::default(),
     }
 }
 
@@ -36,6 +37,7 @@ fn node(name: &str) -> NodeView {
         control_plane: false,
         topology: String::new(),
         unschedulable: false,
+        readiness: Readiness::Ready,
         ownership: Ownership::Ours,
         plan: None,
         drain: None,
@@ -122,6 +124,7 @@ fn input<'a>(spec: &'a NodeRolloutSpec, nodes: Vec<NodeView>) -> RolloutInput<'a
             revision: REV.into(),
         },
         nodes,
+        alerts: AlertObservation::NotAsked,
         now: t(100),
     }
 }
@@ -1271,6 +1274,7 @@ proptest! {
     }
 }
 
+mod health;
 mod steering;
 mod timing;
 mod topology;

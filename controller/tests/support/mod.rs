@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod kubelet;
+pub mod prometheus;
 pub mod sim_agent;
 
 use std::collections::BTreeMap;
@@ -85,6 +86,7 @@ pub fn test_settings() -> Settings {
         lease: None,
         reconcile: ReconcileSettings {
             resync: Duration::from_secs(10),
+            alert_recheck: Duration::from_secs(1),
             ..ReconcileSettings::default()
         },
     }
@@ -145,7 +147,14 @@ impl Bed {
     pub async fn start_on(api: TestApi) -> Bed {
         let (api, client) = prepare(api).await;
         let config = api.admin_config().await.unwrap();
-        Bed::with_controller(api, client, config)
+        Bed::with_controller(api, client, config, test_settings())
+    }
+
+    /// The default API with the controller run with `settings`.
+    pub async fn start_with_settings(settings: Settings) -> Bed {
+        let (api, client) = prepare(TestApi::start().await.unwrap()).await;
+        let config = api.admin_config().await.unwrap();
+        Bed::with_controller(api, client, config, settings)
     }
 
     /// The default API with the controller run with `settings`.
@@ -168,11 +177,16 @@ impl Bed {
     pub async fn start_with_shipped_rbac() -> Bed {
         let (api, client) = cluster().await;
         let config = shipped_controller_identity(&api).await;
-        Bed::with_controller(api, client, config)
+        Bed::with_controller(api, client, config, test_settings())
     }
 
-    fn with_controller(api: Arc<TestApi>, client: kube::Client, config: kube::Config) -> Bed {
-        let (metrics, stop, controller) = start_controller(config, test_settings());
+    fn with_controller(
+        api: Arc<TestApi>,
+        client: kube::Client,
+        config: kube::Config,
+        settings: Settings,
+    ) -> Bed {
+        let (metrics, stop, controller) = start_controller(config, settings);
         Bed {
             _kubelets: kubelet::PodDeletions::finish(client.clone()),
             api,
@@ -266,17 +280,33 @@ pub async fn node_client(api: Arc<TestApi>, node: String) -> anyhow::Result<kube
     )?)
 }
 
-/// Creates a node with labels.
+/// Creates a node with labels, `Ready` as a kubelet reports it (the rollout's health gate
+/// waits while an updated node is not).
 pub async fn create_node(client: &kube::Client, name: &str, labels: &[(&str, &str)]) {
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
     let node: Node = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": labels},
         "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
     }))
     .unwrap();
     Api::<Node>::all(client.clone())
         .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+}
+
+/// Sets a node's `Ready` condition as its kubelet (or the node lifecycle controller) would.
+pub async fn set_node_ready(client: &kube::Client, name: &str, status: &str, reason: &str) {
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": status, "reason": reason,
+                 "message": format!("kubelet says {reason}")}]}})),
+        )
         .await
         .unwrap();
 }

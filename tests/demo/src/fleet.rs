@@ -288,6 +288,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": m.name, "labels": {FLEET_LABEL: "true", "node-role.kubernetes.io/worker": ""}},
             "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
         }))?;
         nodes_api
             .create(&PostParams::default(), &node)

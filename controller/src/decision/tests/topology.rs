@@ -97,3 +97,50 @@ fn a_finished_node_frees_its_zone() {
     let d = decide(&input(&s, nodes));
     assert_eq!(granted(&d), ["b"]);
 }
+
+#[test]
+fn a_node_passed_over_for_a_full_zone_is_named_in_the_status() {
+    let s = spread_spec(3, 1);
+    let nodes = vec![
+        activating(in_zone("z1", node("a"))),
+        staged(in_zone("z1", node("b"))),
+        staged(in_zone("z1", node("c"))),
+        staged(node("d")),
+        staged(node("e")),
+    ];
+    let d = decide(&input(&s, nodes));
+    assert_eq!(granted(&d), ["d"]);
+    let p = condition(&d, "Progressing");
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("True", "RollingOut")
+    );
+    assert!(
+        p.message.contains(
+            "waiting for room in topology.kubernetes.io/zone=z1 (maxUnavailablePerTopology.max 1): b, c"
+        ),
+        "{}",
+        p.message
+    );
+    assert!(
+        p.message.contains(
+            "waiting for room in the group without topology.kubernetes.io/zone (maxUnavailablePerTopology.max 1): e"
+        ),
+        "{}",
+        p.message
+    );
+}
+
+#[test]
+fn a_wait_for_maxunavailable_names_no_zone() {
+    // Every slot is taken: the staged node waits for maxUnavailable, not for its zone.
+    let s = spread_spec(1, 1);
+    let nodes = vec![
+        activating(in_zone("z1", node("a"))),
+        staged(in_zone("z1", node("b"))),
+    ];
+    let d = decide(&input(&s, nodes));
+    assert!(granted(&d).is_empty());
+    let p = condition(&d, "Progressing");
+    assert!(!p.message.contains("waiting for room"), "{}", p.message);
+}
