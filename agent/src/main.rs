@@ -3,7 +3,8 @@
 //! `inplace-agent [--config FILE] [run]` runs the agent; `inplace-agent check-config`
 //! validates the configuration (and its drop-ins, and the trusted keys directory) and
 //! prints the merged result;
-//! `inplace-agent metrics` prints the running agent's metrics.
+//! `inplace-agent metrics` prints the running agent's metrics; `inplace-agent guard` guards a
+//! pending switch of the agent itself (docs/design/agent-self-update.md).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use inplace_agent::metrics_server::{self, Endpoints};
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::systemd::DbusSystemd;
 use inplace_agent::update::{Agent, Host};
-use inplace_agent::{check_config, kube_client, notify, status, watch};
+use inplace_agent::{check_config, kube_client, notify, self_update, status, watch};
 use inplace_proto::NodeUpdatePlan;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::signal::unix::{SignalKind, signal};
@@ -42,6 +43,18 @@ enum Command {
     /// After a person repaired a node whose rollback failed: allow automatic action again.
     /// Takes the single-instance lock, so stop the service first.
     ClearDegraded,
+    /// Guard a pending switch of the agent itself (run by inplace-agent-guard.service, as the
+    /// previous agent binary): restore the previous agent image when the new agent has not
+    /// confirmed itself by the deadline. Reads no configuration file: the new image's
+    /// vendor layer may be what is broken.
+    Guard {
+        /// The agent's state directory.
+        #[arg(long, default_value = "/var/lib/inplace")]
+        state_dir: PathBuf,
+        /// Where the agent's extension link lives.
+        #[arg(long, default_value = "/etc/extensions")]
+        extensions_dir: PathBuf,
+    },
     /// Print the running agent's Prometheus metrics (read from its Unix socket).
     Metrics {
         /// The socket; default: `metrics.socket` of the configuration.
@@ -85,6 +98,10 @@ fn main() -> std::process::ExitCode {
         Command::CheckConfig => check_config(&cli.config),
         Command::Metrics { socket } => print_metrics(&cli.config, socket),
         Command::ClearDegraded => runtime().and_then(|rt| rt.block_on(clear_degraded(&cli.config))),
+        Command::Guard {
+            state_dir,
+            extensions_dir,
+        } => runtime().and_then(|rt| rt.block_on(guard(&state_dir, &extensions_dir))),
         Command::Run => runtime().and_then(|rt| rt.block_on(run(&cli.config))),
     };
     match result {
@@ -141,6 +158,23 @@ fn print_metrics(config: &Path, socket: Option<PathBuf>) -> anyhow::Result<()> {
     use std::io::Write;
     // A closed pipe (`| grep -m1`) is not an error worth a panic.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(())
+}
+
+async fn guard(state_dir: &Path, extensions_dir: &Path) -> anyhow::Result<()> {
+    let paths = self_update::GuardPaths::new(state_dir, extensions_dir);
+    // The default job timeout of the agent's settings: restarting the old agent waits for
+    // its READY=1.
+    let systemd = DbusSystemd::connect(std::time::Duration::from_secs(300))
+        .await
+        .context("connecting to systemd")?;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    let verdict = self_update::guard(&paths, &systemd, &now).await?;
+    tracing::info!(?verdict, "agent switch guard done");
     Ok(())
 }
 

@@ -73,8 +73,8 @@ impl GuardPaths {
 pub enum Verdict {
     /// Nothing armed: the new agent confirmed, or there was no switch.
     Done,
-    /// Armed, but the link still names the previous image: the old agent stopped before it
-    /// swapped, and it starts the switch again itself.
+    /// The deadline passed with the link still at the previous image: the old agent stopped
+    /// before it swapped, is still the one that runs, and starts the switch again itself.
     Disarm,
     /// Armed and within the deadline: look again in this many seconds.
     Wait(u64),
@@ -88,14 +88,15 @@ pub fn judge(pending: Option<&Pending>, link: Option<&Path>, started_at: u64, no
     let Some(pending) = pending else {
         return Verdict::Done;
     };
-    if link == Some(pending.previous_image.as_path()) {
-        return Verdict::Disarm;
-    }
     let deadline = pending
         .deadline
         .max(started_at.saturating_add(pending.confirm_timeout));
     if now < deadline {
+        // Even with the link still at the previous image: the old agent arms the guard
+        // before it swaps, so a guard started in between must not disarm.
         Verdict::Wait(deadline - now)
+    } else if link == Some(pending.previous_image.as_path()) {
+        Verdict::Disarm
     } else {
         Verdict::Restore
     }

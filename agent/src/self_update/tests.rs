@@ -22,9 +22,17 @@ fn judge_table() {
     let next = p.next_image.clone();
     // (armed, link, guard started at, now, verdict)
     type Case<'a> = (Option<&'a Pending>, Option<&'a Path>, u64, u64, Verdict);
-    let cases: [Case; 7] = [
+    let cases: [Case; 8] = [
         (None, Some(&next), 0, 2_000, Verdict::Done),
-        // The old agent stopped before it swapped.
+        // The old agent arms before it swaps: no disarming before the deadline...
+        (
+            Some(&p),
+            Some(&p.previous_image),
+            0,
+            400,
+            Verdict::Wait(600),
+        ),
+        // ...after it, the old agent stopped before it swapped and still runs.
         (Some(&p), Some(&p.previous_image), 0, 2_000, Verdict::Disarm),
         (Some(&p), Some(&next), 0, 400, Verdict::Wait(600)),
         (Some(&p), Some(&next), 0, 1_000, Verdict::Restore),
@@ -165,8 +173,10 @@ async fn a_switch_that_never_swapped_is_disarmed_without_touching_the_agent() {
     let node = switched_node(1_000);
     links::swap_symlink(&node.paths.extension_link, &node.pending.previous_image).unwrap();
     let systemd = RecordingSystemd::default();
+    let clock = AtomicU64::new(0);
+    let now = || clock.fetch_add(100, Ordering::SeqCst);
     assert_eq!(
-        guard(&node.paths, &systemd, &|| 0).await.unwrap(),
+        guard(&node.paths, &systemd, &now).await.unwrap(),
         Verdict::Disarm
     );
     assert!(!node.paths.pending.exists());
