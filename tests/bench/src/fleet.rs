@@ -288,4 +288,38 @@ mod tests {
                 .contains("no executable for the scale bench")
         );
     }
+
+    #[test]
+    fn a_runs_printed_results_become_rows_naming_its_size() {
+        let stdout = "scale bench: 3000 nodes, maxUnavailable 10%, update time T = 2s
+wall time to Complete: 30.0s; ideal ceil(N/slots) x T = 10 x 2s = 20.0s (+ staging 500ms): ratio 1.46
+API-bound lower limit: 15000 plan and agent status writes / 500 writes/s = 30.0s; ideal 20.5s; wall / max(ideal, API-bound) = 1.00
+controller CPU: 0.90s over the rollout = 0.300s per 1,000 nodes (2.00s since start, the initial lists included)
+controller API requests over the rollout: 6100 = 2.03 per node; per node by verb: create 0.001, patch 2.030, watch 0.002
+load average at start / end: 3.1 2.9 2.5 / 4.0 3.2 2.6
+controller peak memory (VmHWM): 40.5 MiB
+";
+        let rows = rows_from(stdout, "", 3000, Api::Emulator).unwrap();
+        let value = |what: &str| {
+            rows.iter()
+                .find(|r| r.name.starts_with(what))
+                .map(|r| (r.name.clone(), r.value.clone(), r.verdict.clone()))
+                .unwrap()
+        };
+        let (name, cpu, verdict) = value("controller CPU");
+        assert!(name.ends_with("(3000)"), "{name}");
+        assert_eq!((cpu.as_str(), verdict.as_str()), ("0.300", "MISSED"));
+        let (_, limit, verdict) = value("API-bound lower limit");
+        assert_eq!(
+            (limit.as_str(), verdict.as_str()),
+            ("30.0 (ratio 1.00)", "ok")
+        );
+        let (_, requests, _) = value("controller API requests per node");
+        assert!(
+            requests.starts_with("2.03 (create 0.001, patch 2.030"),
+            "{requests}"
+        );
+        let (_, load, _) = value("load average");
+        assert_eq!(load, "3.1 2.9 2.5 / 4.0 3.2 2.6");
+    }
 }
