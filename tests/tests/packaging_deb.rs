@@ -1,5 +1,5 @@
 //! The agent's Debian package (packaging/node/build-deb.sh, the same builder
-//! `scripts/package.sh` runs) installed with `dpkg -i` on a booted systemd 252 Debian node:
+//! `scripts/package.sh` runs) installed with docs/usage/deb.md's commands as written on a booted systemd 252 Debian node:
 //! files in place, the config a conffile, the unit enabled and started by postinst, the
 //! agent active (Type=notify READY) and reporting on its plan against the real
 //! kube-apiserver with its node's kubelet identity and the shipped RBAC only,
@@ -16,8 +16,13 @@ use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;
 
 use support::packaging::{
-    PATIENCE, api_for_agents, build, refused_plan, wait_reported, write_kubelet_identity,
+    PATIENCE, api_for_agents, build, refused_plan, repo, wait_reported, write_kubelet_identity,
 };
+
+/// A ```sh block of docs/usage/deb.md, by the heading it follows.
+fn page_block(heading: &str) -> String {
+    inplace_tests::docs::shell_block(&repo().join("docs/usage/deb.md"), heading).unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() {
@@ -47,13 +52,16 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
     // The identity comes first on a real node too (the kubelet's kubeconfig): postinst
     // starts the agent right away on a booted system.
     write_kubelet_identity(&node, &test_api).await;
-    node.copy_from_host(&deb, "/root/inplace-agent.deb", 0o644)
+    let deb_in_node = format!("/root/inplace-agent_{version}_amd64.deb");
+    node.copy_from_host(&deb, &deb_in_node, 0o644)
         .await
         .unwrap();
-    let installed = node.sh("dpkg -i /root/inplace-agent.deb").await.unwrap();
+    // docs/usage/deb.md's install, as written, where the package was copied.
+    let install = page_block("## Installing on a running node");
+    let installed = node.sh(&format!("cd /root && {install}")).await.unwrap();
     assert!(
         installed.success(),
-        "dpkg -i: {}\n{}",
+        "{install}: {}\n{}",
         installed.stdout_text(),
         installed.stderr_text()
     );
@@ -94,6 +102,18 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
         "enabled"
     );
 
+    let verify = page_block("## Verifying");
+    let verified = node.sh(&format!("set -e\n{verify}")).await.unwrap();
+    assert!(
+        verified.success()
+            && verified
+                .stdout_text()
+                .contains("Status: install ok installed"),
+        "{verify}: {}\n{}",
+        verified.stdout_text(),
+        verified.stderr_text()
+    );
+
     let plan = refused_plan(&name);
     let revision = inplace_proto::revision_of(&plan.spec.content);
     api.create(&PostParams::default(), &plan).await.unwrap();
@@ -129,14 +149,19 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
     );
 
     // Upgrading in place (same package again) restarts only the agent.
-    let again = node.sh("dpkg -i /root/inplace-agent.deb").await.unwrap();
+    let again = node.sh(&format!("cd /root && {install}")).await.unwrap();
     assert!(again.success(), "{}", again.stderr_text());
     node.wait_active("inplace-agent.service", PATIENCE)
         .await
         .expect("the agent runs again after an upgrade");
 
-    // Remove: stopped, disabled, files gone, the (conf)file kept.
-    let removed = node.sh("dpkg -r inplace-agent").await.unwrap();
+    // The page's removal, one command at a time: `dpkg -r` (stopped, disabled, files gone,
+    // the conffile kept), then `dpkg --purge`.
+    let removal = page_block("## Upgrading and removing");
+    let [remove, purge] = removal.lines().collect::<Vec<_>>()[..] else {
+        panic!("deb.md's removal is two commands: {removal}");
+    };
+    let removed = node.sh(remove).await.unwrap();
     assert!(removed.success(), "dpkg -r: {}", removed.stderr_text());
     assert!(!node.is_active("inplace-agent.service").await.unwrap());
     assert!(!node.exists("/usr/bin/inplace-agent").await.unwrap());
@@ -153,7 +178,7 @@ async fn agent_deb_installs_starts_reports_and_removes_cleanly_on_a_real_node() 
             .unwrap()
     );
     assert!(node.exists("/etc/inplace/agent.toml").await.unwrap());
-    let purged = node.sh("dpkg --purge inplace-agent").await.unwrap();
+    let purged = node.sh(purge).await.unwrap();
     assert!(purged.success(), "dpkg --purge: {}", purged.stderr_text());
     assert!(!node.exists("/etc/inplace/agent.toml").await.unwrap());
     assert!(!node.exists("/var/lib/inplace").await.unwrap());
