@@ -8,6 +8,7 @@ pub mod alert_gate;
 pub mod context;
 pub mod decision;
 pub mod error;
+pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod node_readiness;

@@ -10,22 +10,20 @@ use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, revision_of};
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
 
 use crate::alert_gate::observe_alerts;
 use crate::context::Context;
-use crate::decision::{EventKind, EventNote, ReleaseState, RolloutInput, decide, needs_drain_pass};
+use crate::decision::{ReleaseState, RolloutInput, decide, needs_drain_pass};
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
-use crate::release_controller::truncate;
 use crate::rollout_view::{LastRound, unschedulable};
 use crate::rollout_writes::{
     by_node, carry_out, forget_cordon, run_per_node, set_unschedulable, write_owed_status,
@@ -194,7 +192,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     if let Some(release) = &release {
         carry_out(&name, release, &view.uids, &decision, ctx).await?;
     }
-    publish_events(rollout, &decision.events, ctx).await;
+    crate::events::publish(rollout, &decision.events, ctx).await;
     if previous.as_ref() != Some(&decision.status) {
         ctx.status_pacer.with(&name, |p| p.owe());
     }
@@ -266,7 +264,7 @@ async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         }
     })
     .await;
-    publish_events(rollout, &teardown.events, ctx).await;
+    crate::events::publish(rollout, &teardown.events, ctx).await;
     written?;
     if !teardown.finished() {
         return Err(Error::TeardownWaiting {
@@ -323,41 +321,4 @@ async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result
         input.nodes[i].drain = Some(progress);
     }
     Ok(())
-}
-
-async fn publish_events(rollout: &NodeRollout, events: &[EventNote], ctx: &Context) {
-    let reference = rollout.object_ref(&());
-    let notes = events
-        .iter()
-        .filter(|e| ctx.settings.node_events || e.kind == EventKind::Warning || e.node.is_none());
-    let futures: Vec<_> = notes
-        .map(|note| {
-            let reference = &reference;
-            async move {
-                let event = Event {
-                    type_: match note.kind {
-                        EventKind::Normal => EventType::Normal,
-                        EventKind::Warning => EventType::Warning,
-                    },
-                    reason: note.reason.clone(),
-                    note: Some(truncate(&note.note)),
-                    action: "Rollout".to_owned(),
-                    secondary: note.node.as_ref().map(|n| ObjectReference {
-                        api_version: Some("v1".to_owned()),
-                        kind: Some("Node".to_owned()),
-                        name: Some(n.clone()),
-                        ..ObjectReference::default()
-                    }),
-                };
-                ctx.metrics.wrote("event");
-                if let Err(error) = ctx.recorder.publish(&event, reference).await {
-                    tracing::warn!(reason = %note.reason, %error, "could not publish an Event");
-                }
-            }
-        })
-        .collect();
-    stream::iter(futures)
-        .buffer_unordered(16)
-        .for_each(|()| async {})
-        .await;
 }

@@ -1,17 +1,19 @@
 //! Per-node steering end to end, on the real kube-apiserver with simulated agents and the
-//! controller running as its shipped ServiceAccount: a node held with `inplace.dev/hold` is
-//! staged but never activated until released, a node skipped with `inplace.dev/skip` keeps
-//! the revision it runs and is counted as skipped, and the rollout completes around both.
+//! controller running as its shipped ServiceAccount (so its RBAC must allow every Event):
+//! a node held with `inplace.dev/hold` is staged but never activated until released, a node
+//! skipped with `inplace.dev/skip` keeps the revision it runs and is counted as skipped, a
+//! failed node that is skipped un-halts the rollout, and the rollout completes around them.
+//! `kubectl describe node` (the pinned release's kubectl) shows each node's own story.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
-use inplace_proto::DesiredState;
+use inplace_proto::{DesiredState, Phase};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use support::sim_agent::SimConfig;
+use support::sim_agent::{Failure, SimConfig};
 use support::*;
 
 /// Sets (`Some`) or removes (`None`) one annotation on a Node, as `kubectl annotate` does.
@@ -30,11 +32,36 @@ fn names(list: &[String]) -> Vec<&str> {
     list.iter().map(String::as_str).collect()
 }
 
+/// `kubectl describe KIND NAME` once it names every one of `reasons` among its Events.
+async fn described_with(bed: &Bed, kind: &str, name: &str, reasons: &[&str]) -> String {
+    let real = bed.api.real().expect("the real API server");
+    let mut last = String::new();
+    for _ in 0..60 {
+        last = real.run_kubectl(&["describe", kind, name]).unwrap();
+        if reasons.iter().all(|r| last.contains(r)) {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    let all = real
+        .run_kubectl(&["get", "events", "-A", "-o", "wide"])
+        .unwrap();
+    panic!("kubectl describe {kind} {name} does not show {reasons:?}:\n{last}\n{all}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_node_waits_for_its_release_and_a_skipped_node_is_left_alone() {
+async fn held_skipped_and_failed_nodes_are_steered_and_each_node_tells_its_story() {
     let bed = Bed::start_with_shipped_rbac().await;
-    let _fleet = bed.fleet(SimConfig::default());
-    for name in ["held", "skipped", "worker"] {
+    let mut config = SimConfig::default();
+    config.failures.insert(
+        "broken".into(),
+        Failure {
+            phase: Phase::RolledBack,
+            reason: "HealthCheckFailed".into(),
+        },
+    );
+    let _fleet = bed.fleet(config);
+    for name in ["broken", "held", "skipped", "worker"] {
         create_node(&bed.client, name, &[]).await;
     }
     annotate_node(&bed.client, "held", "inplace.dev/hold", Some("true")).await;
@@ -43,27 +70,21 @@ async fn a_held_node_waits_for_its_release_and_a_skipped_node_is_left_alone() {
     create_rollout(
         &bed.client,
         "ro",
-        json!({"release": "rel", "maxUnavailable": 2}),
+        json!({"release": "rel", "maxUnavailable": 2, "maxFailures": 0}),
     )
     .await;
 
-    // Everything that can finish does; the held node is staged and waits.
-    let rollout = rollout_when(&bed.client, "ro", "worker updated, held staged", |r| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.nodes.succeeded == 1 && s.nodes.staged == 1 && s.nodes.skipped == 1)
+    // broken rolls back and halts the rollout; worker updates; held waits staged.
+    let rollout = rollout_when(&bed.client, "ro", "halted, worker updated", |r| {
+        has_condition(r, "Halted", "True", "TooManyFailures")
+            && r.status.as_ref().is_some_and(|s| {
+                s.nodes.succeeded == 1 && s.nodes.staged == 1 && s.nodes.skipped == 1
+            })
     })
     .await;
     let status = rollout.status.unwrap();
     assert_eq!(names(&status.held_nodes), ["held"]);
     assert_eq!(names(&status.skipped_nodes), ["skipped"]);
-    assert_eq!(status.nodes.failed, 0);
-    assert!(has_condition(
-        &rollout_now(&bed).await,
-        "Complete",
-        "False",
-        "RollingOut"
-    ));
     let held_plan = bed.plans().get("held").await.unwrap();
     assert_eq!(held_plan.spec.desired_state, DesiredState::Staged);
     assert!(
@@ -71,17 +92,22 @@ async fn a_held_node_waits_for_its_release_and_a_skipped_node_is_left_alone() {
         "a node skipped before staging gets no plan"
     );
 
-    // Released: activated, and the rollout completes with the skipped node kept as it was.
+    // Skipping the broken node un-halts the rollout; released, held is activated.
+    annotate_node(&bed.client, "broken", "inplace.dev/skip", Some("true")).await;
+    rollout_when(&bed.client, "ro", "un-halted", |r| {
+        has_condition(r, "Halted", "False", "AsExpected")
+    })
+    .await;
     annotate_node(&bed.client, "held", "inplace.dev/hold", None).await;
     let done = rollout_when(&bed.client, "ro", "Complete=True", |r| {
         has_condition(r, "Complete", "True", "AllNodesUpdated")
     })
     .await;
     let status = done.status.unwrap();
-    assert_eq!((status.nodes.succeeded, status.nodes.skipped), (2, 1));
-    assert!(status.held_nodes.is_empty());
-    let (_, _, message) = condition(&rollout_now(&bed).await, "Complete").unwrap();
-    assert!(message.contains("1 skipped"), "{message}");
+    assert_eq!((status.nodes.succeeded, status.nodes.skipped), (2, 2));
+    assert_eq!((status.nodes.failed, status.held_nodes.len()), (0, 0));
+    let (_, _, message) = condition(&done_now(&bed).await, "Complete").unwrap();
+    assert!(message.contains("2 skipped"), "{message}");
     let reasons: Vec<String> = events_for(&bed.client, "ro")
         .await
         .into_iter()
@@ -93,8 +119,37 @@ async fn a_held_node_waits_for_its_release_and_a_skipped_node_is_left_alone() {
             "{reason} in {reasons:?}"
         );
     }
+
+    // Each node's own story, where a person looks for it.
+    described_with(
+        &bed,
+        "node",
+        "held",
+        &[
+            "InplaceHeld",
+            "InplaceReleased",
+            "InplaceActivated",
+            "InplaceSucceeded",
+        ],
+    )
+    .await;
+    described_with(
+        &bed,
+        "node",
+        "broken",
+        &["InplaceActivated", "InplaceRolledBack", "InplaceSkipped"],
+    )
+    .await;
+    described_with(&bed, "node", "skipped", &["InplaceSkipped"]).await;
+    described_with(
+        &bed,
+        "nodeupdateplan",
+        "held",
+        &["InplaceActivated", "InplaceSucceeded"],
+    )
+    .await;
 }
 
-async fn rollout_now(bed: &Bed) -> inplace_proto::NodeRollout {
+async fn done_now(bed: &Bed) -> inplace_proto::NodeRollout {
     bed.rollouts().get("ro").await.unwrap()
 }

@@ -10,7 +10,7 @@ use super::grant::Grants;
 use super::steer::leaves_plan_alone;
 use super::{
     Decision, EventKind, NodeAction, NodeState, NodeView, PlanIntent, PlanReport, PlanView, event,
-    staging_batch,
+    node_event, staging_batch,
 };
 
 /// Pushes every node's writes and their Events; returns whether staging was cut short
@@ -51,17 +51,20 @@ pub(super) fn node_actions(
             }
         }
         if let Some(rank) = grants.rank[i] {
-            decision.events.push(event(
-                EventKind::Normal,
-                "ActivationStarted",
-                format!(
-                    "node {} granted an activation slot ({} of {} in use)",
-                    node.name,
-                    grants.holders + rank,
-                    grants.slots
-                ),
-                &node.name,
-            ));
+            decision.events.push(
+                event(
+                    EventKind::Normal,
+                    "ActivationStarted",
+                    format!(
+                        "node {} granted an activation slot ({} of {} in use)",
+                        node.name,
+                        grants.holders + rank,
+                        grants.slots
+                    ),
+                    &node.name,
+                )
+                .on_node(node_event::ACTIVATED),
+            );
         }
     }
     staging_deferred

@@ -296,6 +296,10 @@ pub struct EventNote {
     pub reason: String,
     /// What happened, in words.
     pub note: String,
+    /// The reason of the same Event published on the Node and its plan too (`Inplace…`,
+    /// [`node_event`]), for what a person looking at one node wants to see there
+    /// (`kubectl describe node`); `None`: on the rollout only.
+    pub on_node: Option<&'static str>,
     /// The node concerned, if any (becomes the Event's `related` object).
     pub node: Option<String>,
 }
@@ -483,7 +487,35 @@ pub(crate) fn event(kind: EventKind, reason: &str, note: String, node: &str) -> 
         reason: reason.to_owned(),
         note,
         node: Some(node.to_owned()),
+        on_node: None,
     }
+}
+
+impl EventNote {
+    /// The same Event, also published on the Node and its plan with `reason`.
+    pub(crate) fn on_node(mut self, reason: &'static str) -> EventNote {
+        self.on_node = Some(reason);
+        self
+    }
+}
+
+/// The reasons of the Events on a Node and its plan (mirrors of the rollout's per-node
+/// Events, so `kubectl describe node NAME` tells the node's own story).
+pub mod node_event {
+    /// Granted an activation slot (rollout: `ActivationStarted`).
+    pub const ACTIVATED: &str = "InplaceActivated";
+    /// Runs the rollout's release (rollout: `NodeUpdated`).
+    pub const SUCCEEDED: &str = "InplaceSucceeded";
+    /// Rolled back to what it ran before (rollout: the failure's reason).
+    pub const ROLLED_BACK: &str = "InplaceRolledBack";
+    /// Failed otherwise: refused, not drained, past its deadline, rollback failed.
+    pub const FAILED: &str = "InplaceFailed";
+    /// Held by a person (rollout: `NodeHeld`).
+    pub const HELD: &str = "InplaceHeld";
+    /// Released by a person (rollout: `NodeReleased`).
+    pub const RELEASED: &str = "InplaceReleased";
+    /// Skipped by a person (rollout: `NodeSkipped`).
+    pub const SKIPPED: &str = "InplaceSkipped";
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use super::health::HealthVerdict;
 use super::window::WindowVerdict;
 use super::{
     Decision, EventKind, EventNote, NODE_HELD, NODE_RELEASED, NODE_SKIPPED, NodeState, NodeView,
-    Ownership, ReleaseState, RolloutInput, count, event,
+    Ownership, ReleaseState, RolloutInput, count, event, node_event,
 };
 
 /// The status of a rollout whose release is missing or invalid: every owned node pending,
@@ -346,6 +346,7 @@ fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Opti
         reason: reason.to_owned(),
         note: update.message.clone(),
         node: None,
+        on_node: None,
     };
     let reason = update.reason;
     match (update.type_, update.status, reason) {
@@ -405,22 +406,36 @@ fn transition_events(
     for (node, state) in owned.iter().zip(states) {
         match state {
             NodeState::Succeeded if previous_active.contains(node.name.as_str()) => {
-                decision.events.push(event(
-                    EventKind::Normal,
-                    "NodeUpdated",
-                    format!("node {} runs the new revision", node.name),
-                    &node.name,
-                ));
+                decision.events.push(
+                    event(
+                        EventKind::Normal,
+                        "NodeUpdated",
+                        format!("node {} runs the new revision", node.name),
+                        &node.name,
+                    )
+                    .on_node(node_event::SUCCEEDED),
+                );
             }
             NodeState::Failed { reason, message }
                 if previous_failed.get(node.name.as_str()) != Some(&reason.as_str()) =>
             {
-                decision.events.push(event(
-                    EventKind::Warning,
-                    reason,
-                    format!("node {} failed: {message}", node.name),
-                    &node.name,
-                ));
+                let rolled_back = node
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.report.phase == Some(inplace_proto::Phase::RolledBack));
+                decision.events.push(
+                    event(
+                        EventKind::Warning,
+                        reason,
+                        format!("node {} failed: {message}", node.name),
+                        &node.name,
+                    )
+                    .on_node(if rolled_back {
+                        node_event::ROLLED_BACK
+                    } else {
+                        node_event::FAILED
+                    }),
+                );
             }
             _ => {}
         }
@@ -440,37 +455,42 @@ fn steering_events(input: &RolloutInput<'_>, decision: &mut Decision) {
     let held_now: BTreeSet<String> = decision.status.held_nodes.iter().cloned().collect();
     let mut notes = Vec::new();
     for name in held_now.difference(&held_before) {
-        notes.push(event(
-            EventKind::Normal,
-            NODE_HELD,
-            format!(
-                "node {name} held ({}): it is not activated until released",
-                HOLD_ANNOTATION
-            ),
-            name,
-        ));
+        notes.push(
+            event(
+                EventKind::Normal,
+                NODE_HELD,
+                format!("node {name} held ({HOLD_ANNOTATION}): it is not activated until released"),
+                name,
+            )
+            .on_node(node_event::HELD),
+        );
     }
     for name in held_before.difference(&held_now) {
         if !decision.status.skipped_nodes.contains(name) {
-            notes.push(event(
-                EventKind::Normal,
-                NODE_RELEASED,
-                format!("node {name} released: it may be activated again"),
-                name,
-            ));
+            notes.push(
+                event(
+                    EventKind::Normal,
+                    NODE_RELEASED,
+                    format!("node {name} released: it may be activated again"),
+                    name,
+                )
+                .on_node(node_event::RELEASED),
+            );
         }
     }
     for name in &decision.status.skipped_nodes {
         if !skipped_before.contains(name) {
-            notes.push(event(
-                EventKind::Normal,
-                NODE_SKIPPED,
-                format!(
-                    "node {name} skipped ({}): it keeps the revision it runs",
-                    SKIP_ANNOTATION
-                ),
-                name,
-            ));
+            notes.push(
+                event(
+                    EventKind::Normal,
+                    NODE_SKIPPED,
+                    format!(
+                        "node {name} skipped ({SKIP_ANNOTATION}): it keeps the revision it runs"
+                    ),
+                    name,
+                )
+                .on_node(node_event::SKIPPED),
+            );
         }
     }
     decision.events.extend(notes);

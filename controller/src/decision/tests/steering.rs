@@ -240,6 +240,16 @@ fn hold_release_and_skip_are_announced_once() {
             note.node.as_deref(),
             Some(if reason == NODE_HELD { "a" } else { "b" })
         );
+        let mirrored = if reason == NODE_HELD {
+            node_event::HELD
+        } else {
+            node_event::SKIPPED
+        };
+        assert_eq!(
+            note.on_node,
+            Some(mirrored),
+            "also on the Node and its plan"
+        );
     }
     let mut again = input(&s, nodes());
     again.previous = Some(&first.status);
