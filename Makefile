@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kube-smoke capi-golden node-tools
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test.
 test: deps lint kube-smoke unit fuzz-short
@@ -27,6 +27,16 @@ node-tools:
 	@./tests/butane/build.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/butane/bin"
 	@./tests/ansible/install.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/ansible/venv"
 
+## Build (cached) the packaging tools pinned in tests/tools: crane, helm, krew's manifest validator.
+TOOLS_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/tools/bin
+tools:
+	@./tests/tools/build.sh "$(TOOLS_BIN)"
+
+## The controller image from the release build, without a container daemon, into target/images/
+## (IMAGES_DIR overrides): a docker-load-able tarball and an OCI image layout.
+images: tools
+	@./scripts/build-image.sh
+
 deps:
 	@./scripts/install-deps.sh
 
@@ -45,7 +55,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) deny --log-level error check bans licenses sources
 
-unit: testbed kube node-tools
+unit: testbed kube node-tools tools
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 ## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.

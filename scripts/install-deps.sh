@@ -17,6 +17,7 @@ command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v mksquashfs >/dev/null || need_apt+=(squashfs-tools)
 command -v nsenter >/dev/null || need_apt+=(util-linux)
 command -v systemctl >/dev/null || need_apt+=(systemd)
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] || need_apt+=(ca-certificates) # the controller image's
 if ((${#need_apt[@]})); then
     echo "installing: ${need_apt[*]}"
     apt-get update -qq

@@ -3,6 +3,8 @@
 # (target/packages/ by default; PACKAGES_DIR overrides):
 #   inplace-agent-<version>-x86-64.raw   systemd-sysext image (Flatcar, any sysext host)
 #   inplace-agent_<version>_amd64.deb    Debian/Ubuntu package (image-builder)
+#   kubectl-inplace-v<version>-linux-amd64.tar.gz and inplace.yaml   the kubectl plugin and
+#                                        its krew manifest (packaging/krew)
 #   SHA256SUMS
 # usage: scripts/package.sh [BINARY]   (default: cargo build --profile node -p inplace-agent,
 # the size-optimised profile in Cargo.toml every node runs)
@@ -22,3 +24,5 @@ fi
 mkdir -p "$out"
 packaging/node/build-sysext.sh "$binary" "$version" "$out"
 packaging/node/build-deb.sh "$binary" "$version" "$out"
+${CARGO:-cargo} build --profile node --locked -p kubectl-inplace --bin kubectl-inplace
+packaging/krew/build-plugin.sh "$target/node/kubectl-inplace" "$version" "$out"

@@ -39,12 +39,5 @@ find "$root" -exec touch -h -d "@$epoch" {} +
 
 mkdir -p "$out"
 dpkg-deb --root-owner-group -Zxz --build "$root" "$out/$name" >/dev/null
-(
-    cd "$out"
-    touch SHA256SUMS
-    grep -v "  ${name}\$" SHA256SUMS > SHA256SUMS.new || true
-    sha256sum "$name" >> SHA256SUMS.new
-    sort -k2 SHA256SUMS.new > SHA256SUMS
-    rm -f SHA256SUMS.new
-)
+"$(dirname "$0")/../add-sha256sum.sh" "$out" "$name"
 echo "$out/$name"

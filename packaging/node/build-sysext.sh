@@ -40,12 +40,5 @@ rm -f "$out/$name"
 mksquashfs "$stage" "$out/$name" -all-root -noappend -quiet -no-progress \
     -mkfs-time "$epoch" -all-time "$epoch" >/dev/null
 chmod 0644 "$out/$name"
-(
-    cd "$out"
-    touch SHA256SUMS
-    grep -v "  ${name}\$" SHA256SUMS > SHA256SUMS.new || true
-    sha256sum "$name" >> SHA256SUMS.new
-    sort -k2 SHA256SUMS.new > SHA256SUMS
-    rm -f SHA256SUMS.new
-)
+"$(dirname "$0")/../add-sha256sum.sh" "$out" "$name"
 echo "$out/$name"

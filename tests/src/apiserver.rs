@@ -81,7 +81,7 @@ fn ensure_built() -> anyhow::Result<PathBuf> {
     Ok(binary)
 }
 
-fn is_newer_than_sources(binary: &Path, source: &Path) -> anyhow::Result<bool> {
+pub(crate) fn is_newer_than_sources(binary: &Path, source: &Path) -> anyhow::Result<bool> {
     let Ok(built) = binary.metadata().and_then(|m| m.modified()) else {
         return Ok(false);
     };

@@ -24,5 +24,6 @@ pub mod nspawn;
 pub mod prereq;
 pub mod sysext;
 pub mod test_api;
+pub mod tools;
 
 pub use error::{Error, Result};

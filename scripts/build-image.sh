@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the controller image (inplace-controller; the Cluster API extension is the same binary)
+# from the release build, without a container daemon, into $CARGO_TARGET_DIR/images/
+# (target/images/ by default; IMAGES_DIR overrides):
+#   inplace-controller.tar   docker-load-able tarball (`docker load -i`, `crane push`)
+#   inplace-controller/      OCI image layout (`crane push`, skopeo's oci: transport)
+#   inplace-controller.ref   the image's name:tag, as packaging/kubernetes references it
+# One layer: the binary, the shared libraries it links (no musl toolchain here, so the glibc
+# it was linked against comes along), CA certificates, /etc/passwd and /etc/group with the
+# non-root user 65532 the Deployments run as. Timestamps come from the last commit, so two
+# builds of one commit give the same layer.
+# usage: scripts/build-image.sh [BINARY]   (default: cargo build --release -p inplace-controller)
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+target=${CARGO_TARGET_DIR:-$repo/target}
+out=${IMAGES_DIR:-$target/images}
+tools=${INPLACE_TOOLS_BIN_DIR:-$target/tools/bin}
+# The one place the image's name is set; the manifests and the chart's values name the same.
+repository=${IMAGE_REPOSITORY:-ghcr.io/inplace-dev/inplace-controller}
+package_field() { sed -n "/^\[workspace.package\]/,/^\[/s/^$1 *= *\"\(.*\)\"/\1/p" Cargo.toml; }
+version=$(package_field version)
+if [[ $# -ge 1 ]]; then
+    binary=$1
+else
+    ${CARGO:-cargo} build --release --locked -p inplace-controller --bin inplace-controller
+    binary=$target/release/inplace-controller
+fi
+[[ -x $tools/oci-image ]] || tests/tools/build.sh "$tools"
+
+created=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+chmod 0755 "$root" # the image's / (mktemp makes it 0700)
+
+install -D -m 0755 "$binary" "$root/usr/bin/inplace-controller"
+# Every library the dynamic linker resolves for the binary, and the linker itself, at the
+# paths the binary asks for (symlinks followed: the image holds the files).
+for lib in $(ldd "$binary" | awk '/=> \//{print $3} /^\t\//{print $1}'); do
+    install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
+done
+install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' \
+    'nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin' >"$root/etc/passwd"
+printf '%s\n' 'root:x:0:' 'nonroot:x:65532:' >"$root/etc/group"
+install -d -m 1777 "$root/tmp"
+
+mkdir -p "$out"
+tar --sort=name --format=gnu --numeric-owner --owner=0 --group=0 --mtime="@$created" \
+    -cf "$out/inplace-controller-layer.tar" -C "$root" .
+"$tools/oci-image" \
+    --layer "$out/inplace-controller-layer.tar" \
+    --tag "$repository:v$version" \
+    --entrypoint /usr/bin/inplace-controller \
+    --user 65532:65532 \
+    --created "$created" \
+    --label "org.opencontainers.image.source=$(package_field repository)" \
+    --label "org.opencontainers.image.version=v$version" \
+    --label "org.opencontainers.image.revision=$revision" \
+    --label org.opencontainers.image.title=inplace-controller \
+    --label "org.opencontainers.image.licenses=$(package_field license)" \
+    --oci-layout "$out/inplace-controller" \
+    --tarball "$out/inplace-controller.tar"
+rm "$out/inplace-controller-layer.tar"
+echo "$repository:v$version" >"$out/inplace-controller.ref"
+echo "$out/inplace-controller.tar ($repository:v$version, revision $revision)"

@@ -1,0 +1,83 @@
+//! The packaging tools the suites run, built from the Go modules pinned in `tests/tools`
+//! (`crane`, `helm`, `oci-image`, `validate-krew-manifest`) by `tests/tools/build.sh`, cached
+//! under `target/tools/bin` (`make tools` builds them before the suites).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{Context, bail};
+
+use crate::apiserver::{is_newer_than_sources, repo_root, target_dir};
+
+/// Where `tests/tools/build.sh` puts the tools: `$INPLACE_TOOLS_BIN_DIR`, else
+/// `target/tools/bin` under the cargo target directory.
+pub fn bin_dir() -> PathBuf {
+    std::env::var_os("INPLACE_TOOLS_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("tools").join("bin"))
+}
+
+/// The tool `name` (built first, once per process, if missing or older than its sources).
+pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| ensure_built().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)?;
+    Ok(bin_dir().join(name))
+}
+
+fn ensure_built() -> anyhow::Result<()> {
+    let source = repo_root().join("tests").join("tools");
+    // build.sh builds kubectl-krew last.
+    let stamp = bin_dir().join("kubectl-krew");
+    let mut fresh = true;
+    for dir in [
+        source.clone(),
+        source.join("oci-image"),
+        source.join("krew"),
+    ] {
+        fresh &= is_newer_than_sources(&stamp, &dir)?;
+    }
+    if fresh {
+        return Ok(());
+    }
+    eprintln!("building crane, helm and krew's validator from the pinned Go modules (tests/tools)");
+    let output = Command::new(source.join("build.sh"))
+        .arg(bin_dir())
+        .output()
+        .context("running tests/tools/build.sh (is Go installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "tests/tools/build.sh failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `command`; its standard output, or a panic with both outputs (for tests).
+pub fn run_ok(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?}: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A child process killed (and reaped) when dropped.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

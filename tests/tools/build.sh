@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the packaging tools pinned in go.mod (crane, helm, oci-image) and krew/go.mod
+# (validate-krew-manifest, krew) into OUT_DIR (default: target/tools/bin at the repository root).
+# Go's build and module caches make a rebuild with nothing changed take seconds.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-${INPLACE_TOOLS_BIN_DIR:-$here/../../target/tools/bin}}
+mkdir -p "$out"
+cd "$here"
+# -s -w: no symbol tables; linking is the slowest step of a rebuild.
+go build -trimpath -ldflags "-s -w" -o "$out/" \
+    github.com/google/go-containerregistry/cmd/crane helm.sh/helm/v4/cmd/helm ./oci-image
+# krew as kubectl runs it, a plugin named kubectl-krew.
+(
+    cd krew
+    go build -trimpath -ldflags "-s -w" -o "$out/" sigs.k8s.io/krew/cmd/validate-krew-manifest
+    go build -trimpath -ldflags "-s -w" -o "$out/kubectl-krew" sigs.k8s.io/krew/cmd/krew
+)
+echo "$out: crane helm oci-image validate-krew-manifest kubectl-krew"
