@@ -20,13 +20,14 @@ const BUCKETS: [f64; 11] = [
 ];
 
 /// The node states of `inplace_rollout_nodes`.
-const NODE_STATES: [&str; 6] = [
+const NODE_STATES: [&str; 7] = [
     "total",
     "pending",
     "staged",
     "updating",
     "succeeded",
     "failed",
+    "skipped",
 ];
 
 type Labels<const N: usize> = [(&'static str, &'static str); N];
@@ -175,6 +176,7 @@ impl Metrics {
             counts.updating,
             counts.succeeded,
             counts.failed,
+            counts.skipped,
         ];
         for (state, value) in NODE_STATES.into_iter().zip(values) {
             self.rollout_nodes
@@ -280,6 +282,7 @@ inplace_controller_api_writes_total{kind="plan_apply"} 2
 # TYPE inplace_rollout_nodes gauge
 inplace_rollout_nodes{rollout="r\"1\\x\ny",state="failed"} 0
 inplace_rollout_nodes{rollout="r\"1\\x\ny",state="pending"} 0
+inplace_rollout_nodes{rollout="r\"1\\x\ny",state="skipped"} 0
 inplace_rollout_nodes{rollout="r\"1\\x\ny",state="staged"} 0
 inplace_rollout_nodes{rollout="r\"1\\x\ny",state="succeeded"} 1
 inplace_rollout_nodes{rollout="r\"1\\x\ny",state="total"} 3

@@ -12,8 +12,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::decision::{
-    CORDONED_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION, GRANTED_ANNOTATION, PlanIntent, PlanReport,
-    PlanView, READY_SINCE_ANNOTATION, ROLLOUT_LABEL,
+    CORDONED_ANNOTATION, DRAIN_SKIPPED_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION, DrainTimedOut,
+    GRANTED_ANNOTATION, PlanIntent, PlanReport, PlanView, READY_SINCE_ANNOTATION, ROLLOUT_LABEL,
 };
 use crate::error::{Error, Result};
 
@@ -36,7 +36,7 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
         granted_at: annotation(GRANTED_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
         ready_since: annotation(READY_SINCE_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
         cordoned: inplace_drain::cordon::is_recorded(annotations),
-        drain_timeout: annotation(DRAIN_TIMEOUT_ANNOTATION).cloned(),
+        drain_timeout: drain_timed_out(annotation),
         allow_downgrade: plan.spec.allow_downgrade,
         report: PlanReport {
             phase: status.and_then(|s| s.phase),
@@ -49,6 +49,17 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
             degraded: status.is_some_and(|s| s.agent_report().degraded),
         },
     }
+}
+
+/// A drain that timed out, from its annotation (a failure wins over a skip).
+fn drain_timed_out<'a>(annotation: impl Fn(&str) -> Option<&'a String>) -> Option<DrainTimedOut> {
+    let record = |message: &String, skipped| DrainTimedOut {
+        message: message.clone(),
+        skipped,
+    };
+    annotation(DRAIN_TIMEOUT_ANNOTATION)
+        .map(|m| record(m, false))
+        .or_else(|| annotation(DRAIN_SKIPPED_ANNOTATION).map(|m| record(m, true)))
 }
 
 /// The rollout that owns a plan, from its label.
@@ -99,8 +110,13 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> Result<V
     if intent.cordoned {
         annotations.insert(CORDONED_ANNOTATION, "true".to_owned());
     }
-    if let Some(message) = &intent.drain_timeout {
-        annotations.insert(DRAIN_TIMEOUT_ANNOTATION, message.clone());
+    if let Some(timed_out) = &intent.drain_timeout {
+        let key = if timed_out.skipped {
+            DRAIN_SKIPPED_ANNOTATION
+        } else {
+            DRAIN_TIMEOUT_ANNOTATION
+        };
+        annotations.insert(key, timed_out.message.clone());
     }
     Ok(json!({
         "apiVersion": API_VERSION,

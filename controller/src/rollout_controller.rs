@@ -21,7 +21,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::alert_gate::observe_alerts;
 use crate::context::Context;
-use crate::decision::{ReleaseState, RolloutInput, decide, needs_drain_pass};
+use crate::decision::{ReleaseState, RolloutInput, decide, drain_pass_options, needs_drain_pass};
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
 use crate::rollout_view::{LastRound, unschedulable};
@@ -302,17 +302,20 @@ async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result
     if wanted.is_empty() {
         return Ok(());
     }
-    let results: Vec<(usize, crate::decision::DrainProgress)> = stream::iter(wanted)
-        .map(|i| {
-            let node = input.nodes[i].name.clone();
-            async move {
-                drain_pass(&ctx.eviction_client, &node, &|| {
-                    ctx.metrics.wrote("eviction")
-                })
-                .await
-                .map(|p| (i, p))
-                .map_err(Error::from)
-            }
+    let mut passes = Vec::with_capacity(wanted.len());
+    for i in wanted {
+        let options =
+            drain_pass_options(input.spec, &input.nodes[i], input.now).map_err(Error::Selector)?;
+        passes.push((i, input.nodes[i].name.clone(), options));
+    }
+    let results: Vec<(usize, crate::decision::DrainProgress)> = stream::iter(passes)
+        .map(|(i, node, options)| async move {
+            drain_pass(&ctx.eviction_client, &node, &options, &|| {
+                ctx.metrics.wrote("eviction")
+            })
+            .await
+            .map(|p| (i, p))
+            .map_err(Error::from)
         })
         .buffer_unordered(DRAIN_CONCURRENCY)
         .try_collect()

@@ -571,11 +571,6 @@ async fn drain_evicts_pods_and_a_blocking_pdb_is_reported_as_drain_timeout() {
     );
 }
 
-async fn condition_status(bed: &Bed, rollout: &str, type_: &str) -> String {
-    let r = bed.rollouts().get(rollout).await.unwrap();
-    condition(&r, type_).map(|c| c.0).unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_mode_never_exceeds_its_slots() {
     let bed = Bed::start().await;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use inplace_proto::{DesiredState, NodeRollout};
 use jiff::{Timestamp, ToSpan};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::{Value, json};
 use support::sim_agent::SimConfig;
 use support::*;
@@ -38,23 +38,6 @@ fn daily_window(from_now: i64, duration: &str, zone: &str) -> Value {
         .strftime("%H:%M")
         .to_string();
     json!({"days": EVERY_DAY, "start": start, "duration": duration, "timeZone": zone})
-}
-
-/// The API server's answer to creating a rollout with `spec`: the refusal's message.
-async fn refusal(client: &kube::Client, name: &str, spec: Value) -> Option<String> {
-    let rollout: NodeRollout = serde_json::from_value(json!({
-        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .unwrap();
-    match Api::<NodeRollout>::all(client.clone())
-        .create(&PostParams::default(), &rollout)
-        .await
-    {
-        Ok(_) => None,
-        Err(kube::Error::Api(status)) => Some(status.message),
-        Err(other) => panic!("{other}"),
-    }
 }
 
 /// A bed with the controller, simulated agents (`config`) on `nodes` and release `rel`.

@@ -139,7 +139,8 @@ reasons! {
     NoNodesSelected,
     /// More nodes failed than `maxFailures` allows; no new activations.
     TooManyFailures,
-    /// A node could not be drained within `drainTimeout` (a PodDisruptionBudget, usually).
+    /// A node could not be drained within `drainTimeout` (a PodDisruptionBudget, usually);
+    /// failed, or skipped under `drain.onTimeout: Skip`.
     DrainTimeout,
     /// A node is already owned by another rollout and was left out.
     NodeOwnedByOtherRollout,

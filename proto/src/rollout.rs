@@ -67,9 +67,16 @@ pub struct NodeRolloutSpec {
     #[serde(default)]
     pub disruption: Disruption,
 
-    /// How long a drain may take before the node is reported as `DrainTimeout`.
+    /// How long a drain may take before `drain.onTimeout` applies (by default the node is
+    /// reported as `DrainTimeout`).
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout: Duration,
+
+    /// How `disruption: Drain` drains: pods it leaves alone, the grace period it gives, what
+    /// happens when `drainTimeout` passes. Unset: every pod but DaemonSet and mirror pods is
+    /// evicted with its own grace period, and a timeout fails the node.
+    #[serde(default, skip_serializing_if = "DrainSpec::is_default")]
+    pub drain: DrainSpec,
 
     /// Stop activating more nodes. Staging goes on; nodes already activating finish.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -131,6 +138,70 @@ pub struct TopologySpread {
     /// How many nodes of one group may hold an activation slot at once: at least 1.
     #[schemars(range(min = 1, max = 100000))]
     pub max: i32,
+}
+
+/// `spec.drain`: how a node is drained under `disruption: Drain`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.onTimeout) || self.onTimeout != 'Force' || (has(self.allowForce) && self.allowForce)", "message": "onTimeout: Force deletes pods without eviction, ignoring PodDisruptionBudgets; it needs allowForce: true", "fieldPath": ".onTimeout"},
+]))]
+pub struct DrainSpec {
+    /// Pods the drain leaves alone: a pod whose labels match is neither evicted nor waited
+    /// for (e.g. `matchLabels: {inplace.dev/skip: "true"}`). Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)", "message": "an empty podSelector would leave every pod alone; use disruption: Cordon for that"},
+        {"rule": "!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])", "message": "operator must be one of In, NotIn, Exists, DoesNotExist"},
+        {"rule": "!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))", "message": "In and NotIn need at least one value; Exists and DoesNotExist take none"},
+    ]))]
+    pub pod_selector: Option<LabelSelector>,
+
+    /// The grace period each pod is given to stop, in seconds, sent with its eviction (and
+    /// with its deletion under `onTimeout: Force`). Unset: each pod's own
+    /// `terminationGracePeriodSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub grace_period_seconds: Option<i64>,
+
+    /// What happens when a node is not drained within `drainTimeout`.
+    #[serde(default, skip_serializing_if = "OnDrainTimeout::is_default")]
+    pub on_timeout: OnDrainTimeout,
+
+    /// The opt-in that `onTimeout: Force` requires (the API server refuses Force without
+    /// it): forcing deletes pods without the Eviction API, so PodDisruptionBudgets are not
+    /// respected.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_force: bool,
+}
+
+impl DrainSpec {
+    fn is_default(&self) -> bool {
+        *self == DrainSpec::default()
+    }
+}
+
+/// `spec.drain.onTimeout`: what happens to a node not drained within `drainTimeout`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnDrainTimeout {
+    /// The node fails with `DrainTimeout` (counted toward `maxFailures`) and is uncordoned;
+    /// it stays at the revision it runs.
+    #[default]
+    Halt,
+    /// The node is left at the revision it runs, uncordoned and counted as skipped (not
+    /// failed); the rollout goes on with the next node.
+    Skip,
+    /// The pods still on the node are deleted without eviction (PodDisruptionBudgets are
+    /// NOT respected), with `gracePeriodSeconds`; once they are gone the node is activated.
+    /// If they are still there another `drainTimeout` later, the node fails with
+    /// `DrainTimeout`. Needs `allowForce: true`.
+    Force,
+}
+
+impl OnDrainTimeout {
+    fn is_default(&self) -> bool {
+        *self == OnDrainTimeout::Halt
+    }
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -224,7 +295,7 @@ pub struct NodeCounts {
     pub skipped: i32,
 }
 
-/// A node that failed, and why.
+/// A node that failed (or was skipped), and why.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeFailure {

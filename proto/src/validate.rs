@@ -529,6 +529,7 @@ impl crate::NodeRollout {
             out.invalid("spec.drainTimeout", "must be positive");
         }
         check_label_selector(&self.spec.node_selector, "spec.nodeSelector", &mut out);
+        self.spec.drain.check(&mut out);
         for (i, window) in self.spec.maintenance_windows.iter().enumerate() {
             window.check(&format!("spec.maintenanceWindows[{i}]"), &mut out);
         }
@@ -556,6 +557,37 @@ impl crate::NodeRollout {
             }
         }
         out.finish()
+    }
+}
+
+impl crate::DrainSpec {
+    /// What the CRD's schema and CEL refuse of `spec.drain`.
+    fn check(&self, out: &mut Collector) {
+        if let Some(selector) = &self.pod_selector {
+            check_label_selector(selector, "spec.drain.podSelector", out);
+            let empty = selector.match_labels.as_ref().is_none_or(|l| l.is_empty())
+                && selector
+                    .match_expressions
+                    .as_ref()
+                    .is_none_or(|e| e.is_empty());
+            if empty {
+                out.invalid(
+                    "spec.drain.podSelector",
+                    "an empty podSelector would leave every pod alone; use disruption: Cordon for that",
+                );
+            }
+        }
+        if let Some(seconds) = self.grace_period_seconds
+            && !(1..=86_400).contains(&seconds)
+        {
+            out.invalid("spec.drain.gracePeriodSeconds", "must be from 1 to 86400");
+        }
+        if self.on_timeout == crate::OnDrainTimeout::Force && !self.allow_force {
+            out.invalid(
+                "spec.drain.onTimeout",
+                "onTimeout: Force deletes pods without eviction, ignoring PodDisruptionBudgets; it needs allowForce: true",
+            );
+        }
     }
 }
 

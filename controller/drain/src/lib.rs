@@ -3,6 +3,9 @@
 //! drains: DaemonSet pods and mirror (static) pods stay, finished pods are ignored, every
 //! other pod is evicted through the Eviction API, and PodDisruptionBudgets are respected
 //! (an eviction they refuse is retried on the next pass until the caller's timeout).
+//! [`DrainOptions`] adds what a caller may ask for: pods to leave alone (a label selector),
+//! the grace period sent with each eviction, and a forced pass that deletes without the
+//! Eviction API (PodDisruptionBudgets ignored; the rollout's `onTimeout: Force`).
 //!
 //! * [`pod_disposition`]: what a drain does with one pod (pure);
 //! * [`drain_pass`]: one round of evictions over a node, and what is left
@@ -17,7 +20,11 @@ pub mod cordon;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, EvictParams, ListParams};
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::core::{Selector, SelectorExt};
 
 /// The annotation the kubelet puts on mirror pods of static pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -29,6 +36,8 @@ pub enum PodDisposition {
     DaemonSet,
     /// Left alone: a mirror of a static pod, which the API cannot remove.
     Mirror,
+    /// Left alone: the caller's selector of pods to keep matches it.
+    Kept,
     /// Left alone: it already ran to completion.
     Finished,
     /// Already being deleted: wait for it to go.
@@ -37,8 +46,25 @@ pub enum PodDisposition {
     Evict,
 }
 
-/// Decides what the drain does with `pod`.
-pub fn pod_disposition(pod: &Pod) -> PodDisposition {
+/// How a drain pass treats the pods it finds. The default is `kubectl drain
+/// --ignore-daemonsets --delete-emptydir-data --force`: every pod but DaemonSet and mirror
+/// pods is evicted with its own grace period.
+#[derive(Debug, Clone, Default)]
+pub struct DrainOptions {
+    /// Pods whose labels match are left alone: neither evicted nor waited for.
+    pub keep: Option<Selector>,
+    /// Sent with each eviction (and forced deletion) instead of each pod's own
+    /// `terminationGracePeriodSeconds`.
+    pub grace_period_seconds: Option<u32>,
+    /// Delete the pods outright instead of evicting them: PodDisruptionBudgets are not
+    /// consulted. Only for a caller whose user opted in.
+    pub force: bool,
+}
+
+/// Decides what the drain does with `pod`. Pods the drain never removes (DaemonSet, mirror,
+/// kept by the selector) are judged before a pending deletion, so they are never waited
+/// for either.
+pub fn pod_disposition(pod: &Pod, options: &DrainOptions) -> PodDisposition {
     let meta = &pod.metadata;
     if meta
         .annotations
@@ -55,6 +81,13 @@ pub fn pod_disposition(pod: &Pod) -> PodDisposition {
     {
         return PodDisposition::DaemonSet;
     }
+    if options
+        .keep
+        .as_ref()
+        .is_some_and(|keep| keep.matches(pod.labels()))
+    {
+        return PodDisposition::Kept;
+    }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return PodDisposition::Finished;
@@ -68,7 +101,8 @@ pub fn pod_disposition(pod: &Pod) -> PodDisposition {
 /// The result of one drain pass over a node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DrainProgress {
-    /// Pods that still have to leave the node (evicted now, or still terminating).
+    /// Pods that still have to leave the node (evicted or deleted now, or still
+    /// terminating).
     pub remaining: usize,
     /// Evictions refused (a PodDisruptionBudget, usually), one line per pod:
     /// `namespace/pod: Cannot evict pod as it would violate the pod's disruption budget`.
@@ -88,9 +122,11 @@ pub enum DrainError {
         #[source]
         source: kube::Error,
     },
-    /// An eviction failed otherwise than by a PodDisruptionBudget.
-    #[error("evicting pod {pod}: {source}")]
+    /// An eviction (or a forced deletion) failed otherwise than by a PodDisruptionBudget.
+    #[error("{action} pod {pod}: {source}")]
     Evict {
+        /// `evicting`, or `deleting` in a forced pass.
+        action: &'static str,
         /// `namespace/name`.
         pod: String,
         /// The client's error.
@@ -142,12 +178,13 @@ impl DrainError {
     }
 }
 
-/// One drain pass over `node`: evicts what should go and counts what remains. Evictions
-/// refused with 429 (a PodDisruptionBudget) are reported in `blocked`; `on_eviction` is
-/// called for every eviction sent (the caller's write metric).
+/// One drain pass over `node`: evicts (or, forced, deletes) what should go and counts what
+/// remains. Evictions refused with 429 (a PodDisruptionBudget) are reported in `blocked`;
+/// `on_eviction` is called for every eviction or deletion sent (the caller's write metric).
 pub async fn drain_pass(
     client: &kube::Client,
     node: &str,
+    options: &DrainOptions,
     on_eviction: &(dyn Fn() + Sync),
 ) -> Result<DrainProgress, DrainError> {
     let all: Api<Pod> = Api::all(client.clone());
@@ -163,15 +200,27 @@ pub async fn drain_pass(
     for pod in &pods.items {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        match pod_disposition(pod) {
-            PodDisposition::DaemonSet | PodDisposition::Mirror | PodDisposition::Finished => {}
+        match pod_disposition(pod, options) {
+            PodDisposition::DaemonSet
+            | PodDisposition::Mirror
+            | PodDisposition::Kept
+            | PodDisposition::Finished => {}
             PodDisposition::Leaving => progress.remaining += 1,
             PodDisposition::Evict => {
                 let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
                 on_eviction();
-                tracing::debug!(node, pod = name, "evicting");
-                match api.evict(name, &EvictParams::default()).await {
-                    Ok(_) => progress.remaining += 1,
+                tracing::debug!(node, pod = name, force = options.force, "evicting");
+                let sent = if options.force {
+                    let delete = DeleteParams {
+                        grace_period_seconds: options.grace_period_seconds,
+                        ..DeleteParams::default()
+                    };
+                    api.delete(name, &delete).await.map(|_| ())
+                } else {
+                    evict(&api, pod, options.grace_period_seconds).await
+                };
+                match sent {
+                    Ok(()) => progress.remaining += 1,
                     Err(kube::Error::Api(status)) if status.is_not_found() => {}
                     Err(kube::Error::Api(status)) if status.code == 429 => {
                         progress.remaining += 1;
@@ -181,6 +230,11 @@ pub async fn drain_pass(
                     }
                     Err(source) => {
                         return Err(DrainError::Evict {
+                            action: if options.force {
+                                "deleting"
+                            } else {
+                                "evicting"
+                            },
                             pod: format!("{namespace}/{name}"),
                             source,
                         });
@@ -190,6 +244,36 @@ pub async fn drain_pass(
         }
     }
     Ok(progress)
+}
+
+/// Evicts `pod` through the Eviction API with `grace_period_seconds`. Built here rather than
+/// with kube's `Api::evict`, which sends its delete options under the key `delete_options`:
+/// the API server ignores that key, and the grace period was lost.
+async fn evict(
+    api: &Api<Pod>,
+    pod: &Pod,
+    grace_period_seconds: Option<u32>,
+) -> Result<(), kube::Error> {
+    let name = pod.name_any();
+    let eviction = Eviction {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: pod.metadata.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        delete_options: grace_period_seconds.map(|seconds| DeleteOptions {
+            grace_period_seconds: Some(i64::from(seconds)),
+            ..DeleteOptions::default()
+        }),
+    };
+    api.create_subresource::<_, serde_json::Value>(
+        "eviction",
+        &name,
+        &PostParams::default(),
+        &eviction,
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Why an eviction was refused: the message, with the causes (the budget) when given.
@@ -216,14 +300,14 @@ pub trait Evictions: Send + Sync {
     async fn pass(&self, client: &kube::Client, node: &str) -> Result<DrainProgress, DrainError>;
 }
 
-/// [`drain_pass`] through the Eviction API.
+/// [`drain_pass`] through the Eviction API, with the default [`DrainOptions`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EvictionApi;
 
 #[async_trait]
 impl Evictions for EvictionApi {
     async fn pass(&self, client: &kube::Client, node: &str) -> Result<DrainProgress, DrainError> {
-        drain_pass(client, node, &|| {}).await
+        drain_pass(client, node, &DrainOptions::default(), &|| {}).await
     }
 }
 
@@ -246,6 +330,10 @@ mod tests {
             }
         }
         serde_json::from_value(base).expect("a pod")
+    }
+
+    fn pod_disposition(pod: &Pod) -> PodDisposition {
+        super::pod_disposition(pod, &DrainOptions::default())
     }
 
     #[test]
@@ -278,6 +366,69 @@ mod tests {
                 json!({"metadata": {"deletionTimestamp": "2026-11-22T03:00:00Z"}})
             )),
             PodDisposition::Leaving
+        );
+    }
+
+    #[test]
+    fn daemonset_and_mirror_pods_are_never_waited_for_even_while_terminating() {
+        let leaving = json!("2026-11-22T03:00:00Z");
+        assert_eq!(
+            pod_disposition(&pod(json!({"metadata": {
+                "annotations": {MIRROR_ANNOTATION: "x"}, "deletionTimestamp": leaving}}))),
+            PodDisposition::Mirror
+        );
+        assert_eq!(
+            pod_disposition(&pod(json!({"metadata": {"deletionTimestamp": leaving,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                     "name": "ds", "uid": "u", "controller": true}]}}))),
+            PodDisposition::DaemonSet
+        );
+        // Owned by a DaemonSet without being its controller: an ordinary pod.
+        assert_eq!(
+            pod_disposition(&pod(json!({"metadata": {"ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}
+            ]}}))),
+            PodDisposition::Evict
+        );
+    }
+
+    #[test]
+    fn pods_the_selector_keeps_are_neither_evicted_nor_waited_for() {
+        let keep: Selector = [("inplace.dev/skip".to_owned(), "true".to_owned())]
+            .into_iter()
+            .collect();
+        let options = DrainOptions {
+            keep: Some(keep),
+            ..DrainOptions::default()
+        };
+        let labelled = |extra: serde_json::Value| {
+            let mut p = pod(extra);
+            p.metadata
+                .labels
+                .get_or_insert_default()
+                .insert("inplace.dev/skip".into(), "true".into());
+            p
+        };
+        assert_eq!(
+            super::pod_disposition(&labelled(json!({})), &options),
+            PodDisposition::Kept
+        );
+        assert_eq!(
+            super::pod_disposition(
+                &labelled(json!({"metadata": {"deletionTimestamp": "2026-11-22T03:00:00Z"}})),
+                &options
+            ),
+            PodDisposition::Kept,
+            "a kept pod that is leaving anyway is not waited for"
+        );
+        assert_eq!(
+            super::pod_disposition(&pod(json!({})), &options),
+            PodDisposition::Evict
+        );
+        assert_eq!(
+            pod_disposition(&labelled(json!({}))),
+            PodDisposition::Evict,
+            "no selector, no exception"
         );
     }
 }

@@ -1,6 +1,6 @@
 //! Phase 1 of the decision: where each owned node stands for the rollout's revision
 //! ([`NodeState`]), what its plan should say before any grant ([`PlanIntent`]), and, for a
-//! granted node waiting for its drain, whether the drain is done or out of time.
+//! granted node waiting for its drain, what the drain's verdict (`drain.rs`) makes of it.
 
 use std::time::Duration as StdDuration;
 
@@ -8,10 +8,8 @@ use inplace_proto::reason::Reason;
 use inplace_proto::{DesiredState, Disruption, Duration, Outcome, Phase};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::{
-    DRAIN_RETRY, EventKind, EventNote, NodeState, NodeView, PlanIntent, PlanView, RolloutInput,
-    event,
-};
+use super::drain::{DrainVerdict, drain_verdict};
+use super::{EventNote, NodeState, NodeView, PlanIntent, PlanView, RolloutInput};
 
 /// Classifies a plan that carries `revision` by the agent's report (proto's one reading of
 /// it, [`Outcome`]) and the controller's own annotations. `None` when the plan is for
@@ -25,11 +23,8 @@ pub(crate) fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
     if outcome == Outcome::Reached {
         return Some(NodeState::Succeeded);
     }
-    if let Some(message) = &plan.drain_timeout {
-        return Some(NodeState::Failed {
-            reason: Reason::DrainTimeout.as_str().to_owned(),
-            message: message.clone(),
-        });
+    if let Some(timed_out) = &plan.drain_timeout {
+        return Some(timed_out.state());
     }
     if let Outcome::Failed(phase) = outcome {
         let fallback = if phase == Phase::RolledBack {
@@ -124,12 +119,9 @@ pub(super) fn classify_nodes(
         {
             match drain_verdict(input, node, granted_at, events) {
                 DrainVerdict::Drained => intent.desired_state = DesiredState::Active,
-                DrainVerdict::TimedOut(message) => {
-                    intent.drain_timeout = Some(message.clone());
-                    state = NodeState::Failed {
-                        reason: Reason::DrainTimeout.as_str().to_owned(),
-                        message,
-                    };
+                DrainVerdict::TimedOut(timed_out) => {
+                    state = timed_out.state();
+                    intent.drain_timeout = Some(timed_out);
                 }
                 DrainVerdict::Waiting(retry) => classified.drains_pending.push(retry),
             }
@@ -230,58 +222,4 @@ fn soaks(
         return true;
     }
     false
-}
-
-/// Where the drain of a granted node stands after this round's pass.
-enum DrainVerdict {
-    /// No pod left: activate.
-    Drained,
-    /// `drainTimeout` passed since the grant; the message names what blocks.
-    TimedOut(String),
-    /// Still draining: look again after this long.
-    Waiting(StdDuration),
-}
-
-fn drain_verdict(
-    input: &RolloutInput<'_>,
-    node: &NodeView,
-    granted_at: Timestamp,
-    events: &mut Vec<EventNote>,
-) -> DrainVerdict {
-    let drain_timeout =
-        SignedDuration::try_from(input.spec.drain_timeout.get()).unwrap_or(SignedDuration::MAX);
-    let deadline = granted_at
-        .saturating_add(drain_timeout)
-        .unwrap_or(granted_at);
-    let drain = node.drain.as_ref();
-    let blocked = drain
-        .filter(|d| !d.blocked.is_empty())
-        .map(|d| d.blocked.join("; "));
-    if drain.is_some_and(|d| d.remaining == 0) {
-        events.push(event(
-            EventKind::Normal,
-            "Drained",
-            format!("node {} drained; activating", node.name),
-            &node.name,
-        ));
-        DrainVerdict::Drained
-    } else if input.now >= deadline {
-        let blocked = blocked.map(|b| format!(": {b}")).unwrap_or_default();
-        DrainVerdict::TimedOut(format!(
-            "node {} not drained within {}{blocked}",
-            node.name,
-            input.spec.drain_timeout.as_str()
-        ))
-    } else {
-        if let Some(blocked) = blocked {
-            events.push(event(
-                EventKind::Warning,
-                "EvictionBlocked",
-                format!("draining node {}: {blocked}", node.name),
-                &node.name,
-            ));
-        }
-        let left = deadline.duration_since(input.now).unsigned_abs();
-        DrainVerdict::Waiting(left.min(DRAIN_RETRY).max(StdDuration::from_millis(100)))
-    }
 }

@@ -24,20 +24,20 @@ use std::time::Duration as StdDuration;
 
 use inplace_proto::reason::rollout_condition;
 use inplace_proto::{
-    AgentReport, DesiredState, Disruption, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase,
-    Steering,
+    AgentReport, DesiredState, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase, Steering,
 };
 use k8s_openapi::jiff::Timestamp;
 
 // The table tests (`tests.rs`, `use super::*`) name these, as they did before the phases
 // moved out of this file.
 #[cfg(test)]
-use inplace_proto::{NodeCounts, rollout_slots::activation_slots};
+use inplace_proto::{Disruption, NodeCounts, rollout_slots::activation_slots};
 #[cfg(test)]
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 mod actions;
 mod classify;
+mod drain;
 mod grant;
 mod health;
 mod status;
@@ -45,6 +45,7 @@ mod steer;
 mod window;
 
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
+pub use drain::{drain_pass_options, needs_drain_pass};
 pub use health::{AlertObservation, Readiness};
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
@@ -61,6 +62,10 @@ pub use inplace_drain::cordon::CORDONED_ANNOTATION;
 /// Annotation on a plan: the node could not be drained within `drainTimeout`; the value is
 /// the message. Counts as a failure of this revision.
 pub const DRAIN_TIMEOUT_ANNOTATION: &str = "inplace.dev/drain-timeout";
+/// Annotation on a plan: the node could not be drained within `drainTimeout` and the
+/// rollout's `drain.onTimeout: Skip` left it at the revision it runs; the value is the
+/// message. The node counts as skipped for this revision, not failed.
+pub const DRAIN_SKIPPED_ANNOTATION: &str = "inplace.dev/drain-skipped";
 /// The label that marks control-plane nodes; they are activated first, one at a time.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 /// Condition type on a NodeRollout: True when selected nodes were left out because another
@@ -168,8 +173,8 @@ pub struct PlanView {
     pub ready_since: Option<Timestamp>,
     /// [`CORDONED_ANNOTATION`].
     pub cordoned: bool,
-    /// [`DRAIN_TIMEOUT_ANNOTATION`].
-    pub drain_timeout: Option<String>,
+    /// [`DRAIN_TIMEOUT_ANNOTATION`] or [`DRAIN_SKIPPED_ANNOTATION`].
+    pub drain_timeout: Option<DrainTimedOut>,
     /// `spec.allowDowngrade`.
     pub allow_downgrade: bool,
     /// The status the agent wrote.
@@ -178,6 +183,17 @@ pub struct PlanView {
 
 /// The result of this round's drain pass over one node (the one drain, `inplace-drain`).
 pub use inplace_drain::DrainProgress;
+
+/// A drain that ran out of `drainTimeout` for the plan's revision, as recorded on the plan:
+/// final for that revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainTimedOut {
+    /// What was left on the node, in words.
+    pub message: String,
+    /// `onTimeout: Skip` left the node at its revision ([`DRAIN_SKIPPED_ANNOTATION`]);
+    /// otherwise it failed ([`DRAIN_TIMEOUT_ANNOTATION`]).
+    pub skipped: bool,
+}
 
 /// One node the rollout's selector picks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,8 +254,8 @@ pub struct PlanIntent {
     pub ready_since: Option<Timestamp>,
     /// [`CORDONED_ANNOTATION`].
     pub cordoned: bool,
-    /// [`DRAIN_TIMEOUT_ANNOTATION`].
-    pub drain_timeout: Option<String>,
+    /// [`DRAIN_TIMEOUT_ANNOTATION`] or [`DRAIN_SKIPPED_ANNOTATION`].
+    pub drain_timeout: Option<DrainTimedOut>,
     /// `spec.allowDowngrade`, the rollout's own.
     pub allow_downgrade: bool,
 }
@@ -330,7 +346,8 @@ pub(crate) enum NodeState {
     Succeeded,
     /// Failed, rolled back or could not be drained.
     Failed { reason: String, message: String },
-    /// Skipped by a person: left at the revision it runs.
+    /// Left at the revision it runs, not failed: skipped by a person (`steer.rs`) or by its
+    /// drain's `onTimeout: Skip` (`drain.rs`).
     Skipped,
 }
 
@@ -369,28 +386,6 @@ pub fn resolve_ownership(
         },
         _ => Ownership::Ours,
     }
-}
-
-/// Whether this round should run a drain pass (evictions) over `node` before deciding:
-/// the node holds a slot for `revision` under `disruption: Drain`, is cordoned, its plan
-/// is not active yet and its drain has not timed out.
-pub fn needs_drain_pass(spec: &NodeRolloutSpec, release: &ReleaseState, node: &NodeView) -> bool {
-    let ReleaseState::Valid { revision } = release else {
-        return false;
-    };
-    let Some(plan) = &node.plan else {
-        return false;
-    };
-    spec.disruption == Disruption::Drain
-        && node.ownership == Ownership::Ours
-        && node.unschedulable
-        && plan.revision.as_deref() == Some(revision)
-        && plan.granted_at.is_some()
-        && plan.drain_timeout.is_none()
-        && plan.desired_state == DesiredState::Staged
-        && !node.steering.hold
-        && !node.steering.skip
-        && !matches!(classify(plan, revision), Some(NodeState::Failed { .. }))
 }
 
 /// The decision, in named phases, each pure and in its own file: classify the nodes

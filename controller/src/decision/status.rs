@@ -478,8 +478,15 @@ fn steering_events(input: &RolloutInput<'_>, decision: &mut Decision) {
             );
         }
     }
+    // A node skipped by its drain's `onTimeout: Skip` had its own Event (`drain.rs`).
+    let person_skipped: BTreeSet<&str> = input
+        .nodes
+        .iter()
+        .filter(|n| n.steering.skip)
+        .map(|n| n.name.as_str())
+        .collect();
     for name in &decision.status.skipped_nodes {
-        if !skipped_before.contains(name) {
+        if !skipped_before.contains(name) && person_skipped.contains(name.as_str()) {
             notes.push(
                 event(
                     EventKind::Normal,

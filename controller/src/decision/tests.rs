@@ -21,6 +21,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
         max_failures,
         disruption: Disruption::None,
         drain_timeout: Duration::from_secs(60),
+        drain: Default::default(),
         paused: false,
         allow_downgrade: false,
         maintenance_windows: Vec::new(),
@@ -759,7 +760,9 @@ fn drain_timeout_fails_the_node_uncordons_it_and_counts_against_max_failures() {
     assert_eq!(d.actions[0], NodeAction::Uncordon { node: "a".into() });
     let a = applies(&d);
     assert_eq!(a.len(), 1);
-    let message = a[0].1.drain_timeout.as_deref().unwrap();
+    let timed_out = a[0].1.drain_timeout.as_ref().unwrap();
+    assert!(!timed_out.skipped, "onTimeout: Halt is the default");
+    let message = &timed_out.message;
     assert!(message.contains("PodDisruptionBudget web"), "{message}");
     assert!(!a[0].1.cordoned);
     assert_eq!(d.status.failed_nodes[0].reason, "DrainTimeout");
@@ -785,7 +788,10 @@ fn a_recorded_drain_timeout_stays_a_failure() {
     let mut n = staged(node("a"));
     let p = n.plan.as_mut().unwrap();
     p.granted_at = Some(t(0));
-    p.drain_timeout = Some("not drained".into());
+    p.drain_timeout = Some(DrainTimedOut {
+        message: "not drained".into(),
+        skipped: false,
+    });
     assert!(!needs_drain_pass(
         &s,
         &ReleaseState::Valid {
@@ -1274,6 +1280,7 @@ proptest! {
     }
 }
 
+mod drain;
 mod health;
 mod steering;
 mod timing;

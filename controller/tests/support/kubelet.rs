@@ -3,7 +3,11 @@
 //! (Terminating) until the node's kubelet has stopped its containers and deletes it with
 //! grace period 0. No kubelet runs next to the test API servers, so an evicted pod would
 //! stay forever and a drain waiting for it would never finish. [`PodDeletions`] does that
-//! last step at once for every pod whose deletion has begun.
+//! last step at once for every pod whose deletion has begun, and remembers the grace period
+//! each pod was given (`deletionGracePeriodSeconds`), which a kubelet would have waited.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
@@ -13,6 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 /// Finishes every pod deletion, as the pod's kubelet would; stops when dropped.
 pub struct PodDeletions {
     task: tokio::task::JoinHandle<()>,
+    grace_periods: Arc<Mutex<BTreeMap<String, Option<i64>>>>,
 }
 
 impl PodDeletions {
@@ -20,6 +25,8 @@ impl PodDeletions {
     /// `deletionTimestamp` is set.
     pub fn finish(client: kube::Client) -> PodDeletions {
         let pods: Api<Pod> = Api::all(client.clone());
+        let grace_periods = Arc::new(Mutex::new(BTreeMap::new()));
+        let seen = Arc::clone(&grace_periods);
         let task = tokio::spawn(async move {
             let mut events = watcher(pods, watcher::Config::default())
                 .default_backoff()
@@ -38,6 +45,10 @@ impl PodDeletions {
                 else {
                     continue;
                 };
+                if let Ok(mut seen) = seen.lock() {
+                    seen.entry(format!("{namespace}/{name}"))
+                        .or_insert(pod.metadata.deletion_grace_period_seconds);
+                }
                 let params = DeleteParams {
                     grace_period_seconds: Some(0),
                     preconditions: Some(Preconditions {
@@ -52,7 +63,16 @@ impl PodDeletions {
                     .await;
             }
         });
-        PodDeletions { task }
+        PodDeletions {
+            task,
+            grace_periods,
+        }
+    }
+
+    /// The grace period the pod `namespace/name` was deleted with, once its deletion began
+    /// (`Some(None)`: a deletion without one).
+    pub fn grace_period(&self, pod: &str) -> Option<Option<i64>> {
+        self.grace_periods.lock().ok()?.get(pod).copied()
     }
 }
 

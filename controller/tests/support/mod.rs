@@ -41,7 +41,8 @@ pub struct Bed {
     pub metrics: Arc<Metrics>,
     stop: Option<watch::Sender<bool>>,
     controller: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    _kubelets: kubelet::PodDeletions,
+    /// The stand-in for the kubelets' part of pod deletions.
+    pub kubelets: kubelet::PodDeletions,
 }
 
 /// Where the committed CRDs are.
@@ -163,7 +164,7 @@ impl Bed {
         let config = api.admin_config().await.unwrap();
         let (metrics, stop, controller) = start_controller(config, settings);
         Bed {
-            _kubelets: kubelet::PodDeletions::finish(client.clone()),
+            kubelets: kubelet::PodDeletions::finish(client.clone()),
             api,
             client,
             metrics,
@@ -188,7 +189,7 @@ impl Bed {
     ) -> Bed {
         let (metrics, stop, controller) = start_controller(config, settings);
         Bed {
-            _kubelets: kubelet::PodDeletions::finish(client.clone()),
+            kubelets: kubelet::PodDeletions::finish(client.clone()),
             api,
             client,
             metrics,
@@ -429,6 +430,12 @@ pub fn condition(rollout: &NodeRollout, type_: &str) -> Option<(String, String, 
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// The status of a rollout condition as stored now ("" when it has none).
+pub async fn condition_status(bed: &Bed, rollout: &str, type_: &str) -> String {
+    let r = bed.rollouts().get(rollout).await.unwrap();
+    condition(&r, type_).map(|c| c.0).unwrap_or_default()
+}
+
 /// Whether a rollout condition has this status and reason.
 pub fn has_condition(rollout: &NodeRollout, type_: &str, status: &str, reason: &str) -> bool {
     condition(rollout, type_).is_some_and(|(s, r, _)| s == status && r == reason)
@@ -521,4 +528,21 @@ pub async fn daemonset_owner(bed: &Bed, name: &str) -> Value {
         .unwrap();
     json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name,
            "uid": created.metadata.uid, "controller": true})
+}
+
+/// The API server's answer to creating a rollout with `spec`: the refusal's message.
+pub async fn refusal(client: &kube::Client, name: &str, spec: Value) -> Option<String> {
+    let rollout: NodeRollout = serde_json::from_value(json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    match Api::<NodeRollout>::all(client.clone())
+        .create(&PostParams::default(), &rollout)
+        .await
+    {
+        Ok(_) => None,
+        Err(kube::Error::Api(status)) => Some(status.message),
+        Err(other) => panic!("{other}"),
+    }
 }

@@ -1,0 +1,202 @@
+//! The drain's part of the decision (`disruption: Drain`): which nodes get a drain pass
+//! this round and with which options ([`needs_drain_pass`], [`drain_pass_options`]), and,
+//! after the pass, whether a granted node is drained, still draining or out of time — where
+//! `spec.drain.onTimeout` decides: `Halt` fails the node, `Skip` leaves it at its revision
+//! (skipped, not failed), `Force` deletes what is left without eviction and waits up to
+//! another `drainTimeout` for it to go.
+
+use std::time::Duration as StdDuration;
+
+use inplace_drain::DrainOptions;
+use inplace_proto::reason::Reason;
+use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec, OnDrainTimeout};
+use k8s_openapi::jiff::Timestamp;
+use kube::core::Selector;
+
+use super::classify::{classify, progress_deadline_at};
+use super::{
+    DRAIN_RETRY, DrainTimedOut, EventKind, EventNote, NODE_SKIPPED, NodeState, NodeView, Ownership,
+    ReleaseState, RolloutInput, event,
+};
+
+impl DrainTimedOut {
+    /// Where a node whose drain timed out stands for the revision: failed, or skipped.
+    pub(super) fn state(&self) -> NodeState {
+        if self.skipped {
+            NodeState::Skipped
+        } else {
+            NodeState::Failed {
+                reason: Reason::DrainTimeout.as_str().to_owned(),
+                message: self.message.clone(),
+            }
+        }
+    }
+}
+
+/// Whether this round should run a drain pass (evictions) over `node` before deciding:
+/// the node holds a slot for `revision` under `disruption: Drain`, is cordoned, its plan
+/// is not active yet and its drain has not timed out.
+pub fn needs_drain_pass(spec: &NodeRolloutSpec, release: &ReleaseState, node: &NodeView) -> bool {
+    let ReleaseState::Valid { revision } = release else {
+        return false;
+    };
+    let Some(plan) = &node.plan else {
+        return false;
+    };
+    spec.disruption == Disruption::Drain
+        && node.ownership == Ownership::Ours
+        && node.unschedulable
+        && plan.revision.as_deref() == Some(revision)
+        && plan.granted_at.is_some()
+        && plan.drain_timeout.is_none()
+        && plan.desired_state == DesiredState::Staged
+        && !node.steering.hold
+        && !node.steering.skip
+        && !matches!(classify(plan, revision), Some(NodeState::Failed { .. }))
+}
+
+/// How this round's pass over `node` drains: the rollout's `drain.podSelector` and
+/// `gracePeriodSeconds`, and forced (deletions, no eviction) once `drainTimeout` has passed
+/// under `onTimeout: Force`. An unreadable selector is an error naming the field.
+pub fn drain_pass_options(
+    spec: &NodeRolloutSpec,
+    node: &NodeView,
+    now: Timestamp,
+) -> Result<DrainOptions, String> {
+    let keep = spec
+        .drain
+        .pod_selector
+        .clone()
+        .map(Selector::try_from)
+        .transpose()
+        .map_err(|e| format!("spec.drain.podSelector: {e}"))?;
+    let granted_at = node.plan.as_ref().and_then(|p| p.granted_at);
+    Ok(DrainOptions {
+        keep,
+        grace_period_seconds: spec
+            .drain
+            .grace_period_seconds
+            .and_then(|s| u32::try_from(s).ok()),
+        force: granted_at.is_some_and(|at| {
+            on_timeout(spec) == OnDrainTimeout::Force && now >= drain_deadline(spec, at)
+        }),
+    })
+}
+
+/// `onTimeout` as the controller follows it: `Force` without `allowForce` (which the API
+/// server refuses, but an object may predate the rule) is `Halt`.
+fn on_timeout(spec: &NodeRolloutSpec) -> OnDrainTimeout {
+    match spec.drain.on_timeout {
+        OnDrainTimeout::Force if !spec.drain.allow_force => OnDrainTimeout::Halt,
+        other => other,
+    }
+}
+
+/// When `drainTimeout` passes for a node granted at `granted_at`.
+fn drain_deadline(spec: &NodeRolloutSpec, granted_at: Timestamp) -> Timestamp {
+    progress_deadline_at(&spec.drain_timeout, granted_at)
+}
+
+/// Where the drain of a granted node stands after this round's pass.
+pub(super) enum DrainVerdict {
+    /// No pod left: activate.
+    Drained,
+    /// Out of time (`drainTimeout`, or twice that when forced): final for this revision.
+    TimedOut(DrainTimedOut),
+    /// Still draining: look again after this long.
+    Waiting(StdDuration),
+}
+
+/// The verdict on a granted node's drain after this round's pass (Events `Drained`,
+/// `EvictionBlocked` and `DrainForced` go to `events`).
+pub(super) fn drain_verdict(
+    input: &RolloutInput<'_>,
+    node: &NodeView,
+    granted_at: Timestamp,
+    events: &mut Vec<EventNote>,
+) -> DrainVerdict {
+    let spec = input.spec;
+    let deadline = drain_deadline(spec, granted_at);
+    let drain = node.drain.as_ref();
+    let blocked = drain
+        .filter(|d| !d.blocked.is_empty())
+        .map(|d| d.blocked.join("; "));
+    if drain.is_some_and(|d| d.remaining == 0) {
+        events.push(event(
+            EventKind::Normal,
+            "Drained",
+            format!("node {} drained; activating", node.name),
+            &node.name,
+        ));
+        return DrainVerdict::Drained;
+    }
+    let timeout = spec.drain_timeout.as_str();
+    let waiting_until = if input.now < deadline {
+        if let Some(blocked) = &blocked {
+            events.push(event(
+                EventKind::Warning,
+                "EvictionBlocked",
+                format!("draining node {}: {blocked}", node.name),
+                &node.name,
+            ));
+        }
+        deadline
+    } else {
+        let what = blocked.map(|b| format!(": {b}")).unwrap_or_default();
+        let message = format!("node {} not drained within {timeout}{what}", node.name);
+        match on_timeout(spec) {
+            OnDrainTimeout::Halt => {
+                return DrainVerdict::TimedOut(DrainTimedOut {
+                    message,
+                    skipped: false,
+                });
+            }
+            OnDrainTimeout::Skip => {
+                let message = format!("{message}; left at the revision it runs (onTimeout: Skip)");
+                // Once: from the next round the plan's record makes the node Skipped without
+                // a verdict.
+                events.push(event(
+                    EventKind::Warning,
+                    NODE_SKIPPED,
+                    format!(
+                        "node {} skipped ({}): {message}",
+                        node.name,
+                        Reason::DrainTimeout.as_str()
+                    ),
+                    &node.name,
+                ));
+                return DrainVerdict::TimedOut(DrainTimedOut {
+                    message,
+                    skipped: true,
+                });
+            }
+            OnDrainTimeout::Force => {
+                let forced_deadline = drain_deadline(spec, deadline);
+                let left = drain.map_or(0, |d| d.remaining);
+                if input.now >= forced_deadline {
+                    return DrainVerdict::TimedOut(DrainTimedOut {
+                        message: format!(
+                            "node {} not drained within {timeout}, nor {timeout} after its \
+                             {left} remaining pods were deleted (onTimeout: Force)",
+                            node.name
+                        ),
+                        skipped: false,
+                    });
+                }
+                events.push(event(
+                    EventKind::Warning,
+                    "DrainForced",
+                    format!(
+                        "node {} not drained within {timeout}: its {left} remaining pods are \
+                         deleted without eviction, PodDisruptionBudgets ignored (onTimeout: Force)",
+                        node.name
+                    ),
+                    &node.name,
+                ));
+                forced_deadline
+            }
+        }
+    };
+    let left = waiting_until.duration_since(input.now).unsigned_abs();
+    DrainVerdict::Waiting(left.min(DRAIN_RETRY).max(StdDuration::from_millis(100)))
+}
