@@ -16,7 +16,7 @@ use kube::core::Selector;
 use super::classify::{classify, progress_deadline_at};
 use super::{
     DRAIN_RETRY, DrainTimedOut, EventKind, EventNote, NODE_SKIPPED, NodeState, NodeView, Ownership,
-    ReleaseState, RolloutInput, event,
+    ReleaseState, RolloutInput, event, node_event,
 };
 
 impl DrainTimedOut {
@@ -155,16 +155,19 @@ pub(super) fn drain_verdict(
                 let message = format!("{message}; left at the revision it runs (onTimeout: Skip)");
                 // Once: from the next round the plan's record makes the node Skipped without
                 // a verdict.
-                events.push(event(
-                    EventKind::Warning,
-                    NODE_SKIPPED,
-                    format!(
-                        "node {} skipped ({}): {message}",
-                        node.name,
-                        Reason::DrainTimeout.as_str()
-                    ),
-                    &node.name,
-                ));
+                events.push(
+                    event(
+                        EventKind::Warning,
+                        NODE_SKIPPED,
+                        format!(
+                            "node {} skipped ({}): {message}",
+                            node.name,
+                            Reason::DrainTimeout.as_str()
+                        ),
+                        &node.name,
+                    )
+                    .on_node(node_event::SKIPPED),
+                );
                 return DrainVerdict::TimedOut(DrainTimedOut {
                     message,
                     skipped: true,

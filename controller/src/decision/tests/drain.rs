@@ -114,6 +114,8 @@ fn skip_uncordons_counts_the_node_skipped_and_the_rollout_goes_on() {
     let skipped = d.events.iter().find(|e| e.reason == NODE_SKIPPED).unwrap();
     assert!(skipped.note.contains("(DrainTimeout)"), "{}", skipped.note);
     assert!(skipped.note.contains("onTimeout: Skip"), "{}", skipped.note);
+    // Also on the Node and its plan, as a person's skip is.
+    assert_eq!(skipped.on_node, Some(node_event::SKIPPED));
     assert!(!has_event(&d, "DrainTimeout"), "not a failure");
 }
 
