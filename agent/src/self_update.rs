@@ -170,9 +170,11 @@ pub async fn guard(
 ) -> Result<Verdict, GuardError> {
     let started_at = now();
     loop {
-        let pending = read_pending(&paths.pending)?;
+        let Some(pending) = read_pending(&paths.pending)? else {
+            return Ok(Verdict::Done);
+        };
         let link = std::fs::read_link(&paths.extension_link).ok();
-        match judge(pending.as_ref(), link.as_deref(), started_at, now()) {
+        match judge(Some(&pending), link.as_deref(), started_at, now()) {
             Verdict::Done => return Ok(Verdict::Done),
             Verdict::Disarm => {
                 disarm(paths)?;
@@ -183,7 +185,6 @@ pub async fn guard(
                 tokio::time::sleep(Duration::from_secs(seconds.clamp(1, 5))).await;
             }
             Verdict::Restore => {
-                let pending = pending.expect("Restore only when armed");
                 restore(paths, &pending, systemd).await?;
                 return Ok(Verdict::Restore);
             }
