@@ -87,7 +87,7 @@ async fn a_firing_alert_holds_the_rollout_a_gate_without_an_answer_fails_closed(
         timeout: TIMEOUT,
     });
     settings.reconcile.alert_recheck = Duration::from_millis(500);
-    let bed = Bed::start_with_settings(settings).await;
+    let bed = Bed::start_with(settings).await;
     let _fleet = bed.fleet(SimConfig::default());
     for name in ["a", "b", "c"] {
         create_node(&bed.client, name, &[]).await;

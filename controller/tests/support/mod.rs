@@ -152,25 +152,10 @@ impl Bed {
     }
 
     /// The default API with the controller run with `settings`.
-    pub async fn start_with_settings(settings: Settings) -> Bed {
-        let (api, client) = prepare(TestApi::start().await.unwrap()).await;
-        let config = api.admin_config().await.unwrap();
-        Bed::with_controller(api, client, config, settings)
-    }
-
-    /// The default API with the controller run with `settings`.
     pub async fn start_with(settings: Settings) -> Bed {
         let (api, client) = prepare(TestApi::start().await.unwrap()).await;
         let config = api.admin_config().await.unwrap();
-        let (metrics, stop, controller) = start_controller(config, settings);
-        Bed {
-            kubelets: kubelet::PodDeletions::finish(client.clone()),
-            api,
-            client,
-            metrics,
-            stop: Some(stop),
-            controller: Some(controller),
-        }
+        Bed::with_controller(api, client, config, settings)
     }
 
     /// The default API + CRDs + the shipped controller namespace and RBAC, and the
