@@ -8,7 +8,7 @@
 //! configured, and answers from the plan's status. See `docs/usage/cluster-api.md`.
 //!
 //! Layout: [`hooks`] (wire types), [`claim`] and [`progress`] (pure decisions),
-//! [`catalog`], [`workload`], [`drain`] (I/O edges behind traits), [`extension`] (the hooks
+//! [`target`] (what a call is about), [`catalog`], [`workload`], [`drain`] (I/O edges behind traits), [`extension`] (the hooks
 //! wired to the edges), [`tls`] and [`server`] (HTTPS), [`run`] (the entry point).
 
 pub mod catalog;
@@ -20,6 +20,7 @@ pub mod hooks;
 pub mod machines;
 pub mod progress;
 pub mod server;
+pub mod target;
 pub mod tls;
 pub mod workload;
 

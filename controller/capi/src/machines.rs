@@ -11,7 +11,7 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::extension::MachineTarget;
+use crate::target::MachineTarget;
 
 /// Set by the controller that owns a Machine when it starts an in-place update; removed by
 /// the Machine controller when the update is done.
