@@ -144,7 +144,7 @@ async fn cluster_api_s_own_client_and_types_accept_every_answer() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let agent = SimAgent::new(bed.workload_client.clone());
+    let agent = SimAgent::new(&bed).await;
     let mut seen_cordoned = false;
     let status = loop {
         if let Some(status) = run.try_wait().unwrap() {

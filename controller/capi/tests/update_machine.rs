@@ -30,7 +30,7 @@ fn message(answer: &Value) -> &str {
 #[tokio::test]
 async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
     let bed = Bed::start().await;
-    let agent = SimAgent::new(bed.workload_client.clone());
+    let agent = SimAgent::new(&bed).await;
     let desired = machine("v1.31.2", Some("node-1"));
 
     let mut messages = Vec::new();
@@ -110,7 +110,7 @@ async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
 #[tokio::test]
 async fn the_cluster_api_sequence_claim_then_update_to_done() {
     let bed = Bed::start().await;
-    let agent = SimAgent::new(bed.workload_client.clone());
+    let agent = SimAgent::new(&bed).await;
     let current = machine("v1.31.1", Some("node-2"));
     let desired = machine("v1.31.2", Some("node-2"));
     let infra = update_machine_object("infrastructureMachine");
@@ -196,7 +196,7 @@ async fn repeated_calls_without_progress_change_nothing() {
 #[tokio::test]
 async fn a_failing_node_answers_failure_with_the_reason() {
     let bed = Bed::start().await;
-    let agent = SimAgent::new(bed.workload_client.clone());
+    let agent = SimAgent::new(&bed).await;
     let desired = machine("v1.31.2", Some("fail-node"));
     let mut last = Value::Null;
     for _ in 0..10 {
@@ -450,7 +450,7 @@ async fn with_drain_the_plan_stays_staged_until_the_node_is_drained() {
         seen_active_while_draining: AtomicUsize::new(0),
     });
     let bed = Bed::start_with(true, drainer.clone(), 30).await;
-    let agent = SimAgent::new(bed.workload_client.clone());
+    let agent = SimAgent::new(&bed).await;
     let desired = machine("v1.31.2", Some("node-1"));
 
     let mut messages = Vec::new();
@@ -507,7 +507,7 @@ async fn with_drain_a_rolled_back_node_is_uncordoned_and_fails() {
         seen_active_while_draining: AtomicUsize::new(0),
     });
     let bed = Bed::start_with(true, drainer.clone(), 30).await;
-    let agent = SimAgent::new(bed.workload_client.clone());
+    let agent = SimAgent::new(&bed).await;
     let desired = machine("v1.31.2", Some("fail-node"));
     let mut last = Value::Null;
     for _ in 0..15 {

@@ -143,6 +143,9 @@ pub fn refused_kubeconfig_yaml(api: &TestApi) -> String {
     serde_yaml::to_string(&kubeconfig).unwrap()
 }
 
+/// The workload cluster's nodes (a `fail-*` node's simulated agent rolls back).
+pub const NODES: [&str; 3] = ["node-1", "node-2", "fail-node"];
+
 pub struct Bed {
     pub management: TestApi,
     pub workload: TestApi,
@@ -184,7 +187,9 @@ impl Bed {
         let management = TestApi::start().await.unwrap();
         let crds = packaging("crds");
         apply_crd_file(&management, &crds.join("nodereleases.yaml")).await;
-        apply_crd_file(&workload, &crds.join("nodeupdateplans.yaml")).await;
+        // The workload cluster holds what every node's agent needs (the plans' CRD, the
+        // agent's RBAC and admission policy): the simulated agents write as their nodes.
+        workload.install_agent_objects().await.unwrap();
         for file in inplace_tests::capi::crd_files().unwrap() {
             apply_crd_file(&management, &file).await;
         }
@@ -213,7 +218,7 @@ impl Bed {
 
         // Workload cluster: the nodes.
         let nodes: Api<Node> = Api::all(workload_client.clone());
-        for name in ["node-1", "node-2", "fail-node"] {
+        for name in NODES {
             nodes
                 .create(
                     &PostParams::default(),
@@ -458,27 +463,34 @@ pub fn update_machine_request(machine: &Value) -> Value {
 }
 
 /// A simulated node agent for the workload cluster: each [`SimAgent::step`] moves every
-/// plan one phase further through the status subresource, as the real agent would report:
-/// Pending → Downloading (half, then all bytes) → Staged → (once Active) Activating →
+/// node's plan one phase further through the status subresource, as the real agent would
+/// report: Pending → Downloading (half, then all bytes) → Staged → (once Active) Activating →
 /// Verifying → Succeeded, or RolledBack with HealthCheckFailed on nodes named `fail-*`.
+/// Each node's agent reads and writes only its own plan, as its node's identity
+/// (`system:node:NAME`), through the shipped RBAC and admission policy.
 pub struct SimAgent {
-    plans: Api<NodeUpdatePlan>,
+    nodes: Vec<Api<NodeUpdatePlan>>,
 }
 
 impl SimAgent {
-    pub fn new(workload: kube::Client) -> Self {
-        SimAgent {
-            plans: Api::all(workload),
+    pub async fn new(bed: &Bed) -> Self {
+        let mut nodes = Vec::new();
+        for node in NODES {
+            let client = bed.workload.client_as_node(node).await.unwrap();
+            nodes.push(Api::all(client));
         }
+        SimAgent { nodes }
     }
 
     pub async fn step(&self) {
-        for plan in self.plans.list(&ListParams::default()).await.unwrap().items {
+        for (plans, node) in self.nodes.iter().zip(NODES) {
+            let Some(plan) = plans.get_opt(node).await.unwrap() else {
+                continue;
+            };
             if let Some(status) = next_status(&plan) {
-                let name = plan.metadata.name.clone().unwrap();
-                self.plans
+                plans
                     .patch_status(
-                        &name,
+                        node,
                         &PatchParams::default(),
                         &Patch::Merge(json!({"status": status})),
                     )
