@@ -2,7 +2,8 @@
 //! writes) to a booted [`Node`], the way Ignition's files stage writes them into a Flatcar
 //! root before its first boot: files (fetched, then checked against their
 //! `verification.hash`), symbolic links, unit files and drop-ins under
-//! `/etc/systemd/system`, and `enabled` units as a preset. Anything in the config this
+//! `/etc/systemd/system`, and `enabled` units as a preset (applied to the unit files the
+//! config writes, as a first boot applies it). Anything in the config this
 //! applier does not know is an error, so a Butane file that grows a section nobody applies
 //! fails its test instead of being skipped. Reboot the node afterwards: that boot is the
 //! node's first with the config in place.
@@ -148,10 +149,14 @@ impl Config {
             node.symlink(&link.target, &link.path).await?;
         }
         let mut presets = String::new();
+        let mut written = vec![];
         for unit in &self.systemd.units {
             let dir = format!("/etc/systemd/system/{}", unit.name);
             if let Some(contents) = &unit.contents {
                 node.write_file(&dir, contents.as_bytes(), 0o644).await?;
+                if unit.enabled.is_some() {
+                    written.push(unit.name.as_str());
+                }
             }
             for dropin in &unit.dropins {
                 let path = format!("{dir}.d/{}", dropin.name);
@@ -167,6 +172,15 @@ impl Config {
         if !presets.is_empty() {
             node.write_file(PRESET_FILE, presets.as_bytes(), 0o644)
                 .await?;
+        }
+        // On a node's first boot systemd applies every preset to the unit files it finds; a
+        // test node has booted before, so the units this config wrote get theirs here. A unit
+        // from an extension not merged yet would not be found at that moment on Flatcar
+        // either (the node install upholds the agent for that reason).
+        if !written.is_empty() {
+            let mut args = vec!["preset"];
+            args.extend(written);
+            node.systemctl(&args).await?;
         }
         Ok(())
     }

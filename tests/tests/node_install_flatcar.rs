@@ -3,7 +3,8 @@
 //! (tests/butane/go.mod); the Ignition config it writes holds what the sysext install needs,
 //! and applied to a real systemd 252 node before a (re)boot, the way Ignition's files stage
 //! does, it gives a node whose agent runs from the merged image against the real
-//! kube-apiserver with the node's kubelet identity. Needs root, systemd-nspawn, debootstrap,
+//! kube-apiserver with the node's kubelet identity, and the self-update guard's path unit
+//! enabled and watching. Needs root, systemd-nspawn, debootstrap,
 //! squashfs-tools and Go; a missing prerequisite fails with an install hint.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -26,8 +27,12 @@ use support::packaging::{
 const STORED: &str = "/opt/extensions/inplace-agent/inplace-agent-0.1.0-x86-64.raw";
 const LINK: &str = "/etc/extensions/inplace-agent.raw";
 
+/// The guard of the agent's self-update, installed beside the image (not in it).
+const GUARD_UNITS: [&str; 2] = ["inplace-agent-guard.path", "inplace-agent-guard.service"];
+
 /// The page's commands in a copy of the layout they expect (the repository root with
-/// `target/packages/` holding the image), with `base_url` pointing at `base_url`.
+/// `target/packages/` holding the image, `packaging/node/flatcar/` the Butane file and
+/// `systemd/` the guard's units it reads), with `base_url` pointing at `base_url`.
 fn run_documented_butane(image: &Path, base_url: &str) -> String {
     let block = inplace_tests::docs::shell_block(
         &repo().join("docs/usage/flatcar.md"),
@@ -46,6 +51,11 @@ fn run_documented_butane(image: &Path, base_url: &str) -> String {
         flatcar.join("inplace-agent.bu"),
     )
     .unwrap();
+    std::fs::create_dir(root.path().join("systemd")).unwrap();
+    for unit in GUARD_UNITS {
+        let unit = format!("systemd/{unit}");
+        std::fs::copy(repo().join(&unit), root.path().join(&unit)).unwrap();
+    }
     let path = format!(
         "{}:{}",
         node_tool("tests/butane/build.sh", "butane/bin").display(),
@@ -104,6 +114,14 @@ fn check_config(config: &Config, image_url: &str, image: &[u8]) {
             .contains("Upholds=inplace-agent.service"),
         "{target:?}"
     );
+    // The guard: the shipped unit files as they are, the path unit enabled (the service is
+    // started by it and has no [Install] section).
+    for (name, enabled) in GUARD_UNITS.into_iter().zip([Some(true), None]) {
+        let unit = config.unit(name).expect("the guard's unit");
+        let shipped = std::fs::read_to_string(repo().join("systemd").join(name)).unwrap();
+        assert_eq!(unit.contents.as_deref(), Some(shipped.as_str()), "{name}");
+        assert_eq!(unit.enabled, enabled, "{name}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,6 +207,19 @@ async fn flatcar_butane_config_as_documented_installs_a_running_agent() {
             .trim()
             .ends_with("lib/systemd/system/inplace-agent.service"),
         "{fragment}"
+    );
+
+    // The guard is installed and armed for a pending switch after this (and every) boot.
+    for (unit, state) in [
+        ("inplace-agent-guard.path", "enabled"),
+        ("inplace-agent-guard.service", "static"),
+    ] {
+        let enabled = node.exec(&["systemctl", "is-enabled", unit]).await.unwrap();
+        assert_eq!(enabled.stdout_text().trim(), state, "{unit}");
+    }
+    assert!(
+        node.is_active("inplace-agent-guard.path").await.unwrap(),
+        "the guard's path unit watches for a pending switch"
     );
 
     let plan = refused_plan(&name);
