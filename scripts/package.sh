@@ -5,6 +5,7 @@
 #   inplace-agent_<version>_amd64.deb    Debian/Ubuntu package (image-builder)
 #   kubectl-inplace-v<version>-linux-amd64.tar.gz and inplace.yaml   the kubectl plugin and
 #                                        its krew manifest (packaging/krew)
+#   kubectl-inplace_<version>_amd64.deb  the kubectl plugin for Debian/Ubuntu
 #   SHA256SUMS
 # usage: scripts/package.sh [BINARY]   (default: cargo build --profile node -p inplace-agent,
 # the size-optimised profile in Cargo.toml every node runs)

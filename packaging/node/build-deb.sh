@@ -33,11 +33,5 @@ install -m 0644 "$here/conffiles" "$root/DEBIAN/conffiles"
 for script in postinst prerm postrm; do
     install -m 0755 "$here/$script" "$root/DEBIAN/$script"
 done
-(cd "$root" && find usr lib etc -type f -print0 | sort -z | xargs -0 md5sum > DEBIAN/md5sums)
-chmod 0644 "$root/DEBIAN/md5sums"
-find "$root" -exec touch -h -d "@$epoch" {} +
-
-mkdir -p "$out"
-dpkg-deb --root-owner-group -Zxz --build "$root" "$out/$name" >/dev/null
-"$(dirname "$0")/../add-sha256sum.sh" "$out" "$name"
+"$repo/packaging/pack-deb.sh" "$root" "$out" "$name"
 echo "$out/$name"
