@@ -6,6 +6,7 @@ use inplace_proto::validate::{FieldError, Problems};
 use inplace_proto::{DesiredState, NodeUpdatePlan, Reason, UpdateContent};
 
 use crate::journal::{FailedRevision, Failure, Journal, Step};
+use crate::self_update::admission::{self, Admission};
 use crate::settings::Policy;
 
 /// What the agent needs to know about its plan, computed once per plan version.
@@ -26,12 +27,14 @@ pub struct PlanView {
 }
 
 impl PlanView {
-    /// Validates `plan` (API rules, then this node's policy) without any I/O.
-    pub fn new(plan: &NodeUpdatePlan, policy: &Policy) -> PlanView {
+    /// Validates `plan` (API rules, then this node's policy, then whether it may replace
+    /// the agent) without any I/O.
+    pub fn new(plan: &NodeUpdatePlan, policy: &Policy, self_update: &Admission) -> PlanView {
         let mut problems = plan.validate().err().map(|p| p.0).unwrap_or_default();
         if let Err(more) = crate::policy::check(&plan.spec.content, policy) {
             problems.extend(more.0);
         }
+        problems.extend(admission::check(&plan.spec.content, policy, self_update));
         PlanView {
             generation: plan.metadata.generation,
             revision: inplace_proto::revision_of(&plan.spec.content),

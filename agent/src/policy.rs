@@ -259,6 +259,7 @@ mod tests {
         UpdateContent {
             kubernetes_version: None,
             artifacts,
+            agent: None,
             activation: Default::default(),
             health_checks: Default::default(),
         }

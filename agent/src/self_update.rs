@@ -209,7 +209,7 @@ async fn restore(
         Err(e) => format!("its state could not be read: {e}"),
     };
     let record = RolledBack {
-        reason: "AgentNotConfirmed".to_owned(),
+        reason: inplace_proto::Reason::AgentNotConfirmed.as_str().to_owned(),
         message: format!(
             "agent {} did not confirm itself by its deadline ({OWN_UNIT}: {seen}); restored {}",
             pending.expected_version,
@@ -229,5 +229,6 @@ async fn restore(
     disarm(paths)
 }
 
+pub mod admission;
 #[cfg(test)]
 mod tests;

@@ -423,6 +423,7 @@ pub fn build_release(
             members: Vec::new(),
             max_extracted_size: None,
         }],
+        agent: None,
         activation: Activation {
             restart_units: vec![KUBELET_UNIT.to_owned()],
             daemon_reload: None,

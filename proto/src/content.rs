@@ -19,8 +19,19 @@ pub const ARTIFACT_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$";
 
 /// The artifacts, activation and health checks of one revision. Shared by NodeRelease and
 /// NodeUpdatePlan; the revision hash is computed over exactly this.
+///
+/// Either `artifacts` or `agent`: an agent update replaces the judge of every other
+/// activation, so it travels alone (no artifacts, no restarted units, no health checks;
+/// docs/design/agent-self-update.md). The rules below are the CRD's; `validate.rs` checks
+/// the same for objects that never went through the API server.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.agent) || (has(self.artifacts) && size(self.artifacts) > 0)", "message": "at least one artifact is required (or agent)", "fieldPath": ".artifacts", "reason": "FieldValueRequired"},
+    {"rule": "!has(self.agent) || !has(self.artifacts) || size(self.artifacts) == 0", "message": "a release with agent carries no other artifact", "fieldPath": ".artifacts", "reason": "FieldValueForbidden"},
+    {"rule": "!has(self.agent) || !has(self.activation) || !has(self.activation.restartUnits) || size(self.activation.restartUnits) == 0", "message": "a release with agent restarts no unit: the agent restarts itself", "fieldPath": ".activation.restartUnits", "reason": "FieldValueForbidden"},
+    {"rule": "!has(self.agent) || !has(self.healthChecks) || ((!has(self.healthChecks.units) || size(self.healthChecks.units) == 0) && (!has(self.healthChecks.http) || size(self.healthChecks.http) == 0) && (!has(self.healthChecks.nodeKubeletVersion) || !self.healthChecks.nodeKubeletVersion))", "message": "a release with agent has no health checks: the new agent confirms itself", "fieldPath": ".healthChecks", "reason": "FieldValueForbidden"},
+]))]
 pub struct UpdateContent {
     /// The Kubernetes version this content brings (for example `v1.31.2`). Lets Cluster API
     /// machines map to a release, and is what the `nodeKubeletVersion` health check expects.
@@ -28,10 +39,20 @@ pub struct UpdateContent {
     #[schemars(length(max = 64))]
     pub kubernetes_version: Option<String>,
 
-    /// The files to download, verify and install. Names are unique.
-    #[schemars(length(min = 1, max = 32))]
+    /// The files to download, verify and install. Names are unique. At least one, unless
+    /// the content is an agent update (`agent`), which has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub artifacts: Vec<Artifact>,
+
+    /// A new build of the node agent itself: its system extension image as `make packages`
+    /// builds it. The node switches to it, and the new agent must confirm itself by the
+    /// node's `[self_update] confirm_timeout`, or a guard outside the image restores the
+    /// previous agent (`RolledBack`). Nodes refuse it unless their policy sets
+    /// `[self_update] allow`; it must be signed whatever `require_signatures` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentImage>,
 
     /// What to do after the files are in place.
     #[serde(default)]
@@ -40,6 +61,37 @@ pub struct UpdateContent {
     /// How to tell that the new revision works. A failing check rolls the node back.
     #[serde(default)]
     pub health_checks: HealthChecks,
+}
+
+/// The agent's own system extension image, the content of an agent update.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentImage {
+    /// The version the new agent reports (`inplace-agent --version`), for example `0.4.0`.
+    /// The new agent confirms only if it is this version, and the signature's trusted
+    /// comment must name it (`version:0.4.0`).
+    #[schemars(length(min = 1, max = 64))]
+    pub version: String,
+
+    /// Where to download the image from (https, unless the node's policy allows http). The
+    /// URL must end in the image's file name.
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: String,
+
+    /// The sha256 of the image: 64 lowercase hex digits.
+    #[schemars(regex(pattern = SHA256_PATTERN))]
+    pub sha256: String,
+
+    /// The size in bytes. Optional, but enforced while streaming when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>", range(min = 1))]
+    pub size: Option<u64>,
+
+    /// Where to download the image's detached minisign signature. Nodes require it for the
+    /// agent image, whatever their `require_signatures` says: the image runs as root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub signature_url: Option<String>,
 }
 
 /// One downloadable file.

@@ -121,6 +121,14 @@ reasons! {
     /// The host no longer matches the committed revision (a managed link was changed or
     /// removed by something else); the message names the path.
     Drifted,
+    /// The plan asks to replace the agent (`spec.agent`) and this agent cannot switch
+    /// itself: it was installed by a package, not as a system extension, or this build does
+    /// not carry out agent switches; nothing was done.
+    SelfUpdateUnsupported,
+    /// The new agent did not confirm itself by the node's `[self_update] confirm_timeout`
+    /// (it crashed, hung before READY=1 or could not reach the API server); the guard
+    /// restored the previous agent, which reports `RolledBack` with this in its message.
+    AgentNotConfirmed,
     /// The release passed validation.
     ValidRelease,
     /// The release breaks a rule (the message names every field).

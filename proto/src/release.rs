@@ -26,9 +26,7 @@ use crate::content::UpdateContent;
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Valid\")].message"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "self == oldSelf", "message": "a NodeRelease is immutable: create a new release instead"},
-]))]
+#[schemars(transform = add_immutability_rule)]
 pub struct NodeReleaseSpec {
     /// A free-form version label shown by kubectl (for example `v1.31.2`).
     #[schemars(length(min = 1, max = 64))]
@@ -37,6 +35,24 @@ pub struct NodeReleaseSpec {
     /// The artifacts, activation and health checks.
     #[serde(flatten)]
     pub content: UpdateContent,
+}
+
+/// Puts `self == oldSelf` first among the spec's rules, keeping the content's own (an
+/// `extend` here would replace the rules the flattened content brings).
+fn add_immutability_rule(schema: &mut schemars::Schema) {
+    let rule = serde_json::json!({
+        "rule": "self == oldSelf",
+        "message": "a NodeRelease is immutable: create a new release instead",
+    });
+    match schema
+        .get_mut("x-kubernetes-validations")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        Some(rules) => rules.insert(0, rule),
+        None => {
+            schema.insert("x-kubernetes-validations".into(), vec![rule].into());
+        }
+    }
 }
 
 /// What the controller found out about a release.

@@ -14,6 +14,8 @@ use url::Url;
 use crate::content::{Artifact, ArtifactType, UpdateContent};
 use crate::reason::Reason;
 
+mod agent_image;
+
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
@@ -113,11 +115,13 @@ pub(crate) fn check_content(content: &UpdateContent, at: &str, out: &mut Collect
         );
     }
 
-    if content.artifacts.is_empty() {
-        out.invalid(
+    match &content.agent {
+        Some(agent) => agent_image::check_agent_update(content, agent, at, out),
+        None if content.artifacts.is_empty() => out.invalid(
             format!("{at}.artifacts"),
             "at least one artifact is required",
-        );
+        ),
+        None => {}
     }
     if content.artifacts.len() > 32 {
         out.invalid(
@@ -206,13 +210,7 @@ fn check_artifact(
         }
         Err(message) => out.invalid(format!("{path}.url"), message),
     }
-    if let Some(signature_url) = &artifact.signature_url {
-        let at = format!("{path}.signatureUrl");
-        match parse_url(signature_url) {
-            Ok(url) => check_url_scheme_and_credentials(&url, &at, out),
-            Err(message) => out.invalid(at, message),
-        }
-    }
+    check_signature_url(artifact.signature_url.as_deref(), path, out);
 
     let mut target = |field: String, value: &str, out: &mut Collector| {
         if let Err(message) = check_node_path(value) {
@@ -315,7 +313,7 @@ pub fn check_sha256(digest: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_url(text: &str) -> Result<Url, String> {
+pub(crate) fn parse_url(text: &str) -> Result<Url, String> {
     if text.len() > MAX_URL_LEN {
         return Err(format!(
             "{} characters is longer than {MAX_URL_LEN}",
@@ -325,7 +323,18 @@ fn parse_url(text: &str) -> Result<Url, String> {
     Url::parse(text).map_err(|e| format!("{text:?} is not a URL: {e}"))
 }
 
-fn check_url_scheme_and_credentials(url: &Url, path: &str, out: &mut Collector) {
+/// A `signatureUrl` (of the object at `path`), when given: a URL, http(s), no credentials.
+pub(crate) fn check_signature_url(signature_url: Option<&str>, path: &str, out: &mut Collector) {
+    if let Some(signature_url) = signature_url {
+        let at = format!("{path}.signatureUrl");
+        match parse_url(signature_url) {
+            Ok(url) => check_url_scheme_and_credentials(&url, &at, out),
+            Err(message) => out.invalid(at, message),
+        }
+    }
+}
+
+pub(crate) fn check_url_scheme_and_credentials(url: &Url, path: &str, out: &mut Collector) {
     if !matches!(url.scheme(), "https" | "http") {
         out.denied(
             path,

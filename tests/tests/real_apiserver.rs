@@ -441,3 +441,75 @@ async fn a_watch_survives_an_api_server_restart() {
         }
     }
 }
+
+/// An agent update (`spec.agent`) travels alone: the server takes a release with the agent
+/// image and nothing else, and refuses one that adds artifacts or restarted units (the
+/// rules the flattened content brings, kept beside the release's `self == oldSelf`).
+#[tokio::test]
+async fn an_agent_update_travels_alone_and_the_server_says_so() {
+    let server = server_with_agent_objects().await;
+    let api: Api<NodeRelease> = Api::all(server.client().await.unwrap());
+    let agent = json!({"version": "0.4.0", "url": "https://x.example/inplace-agent-0.4.0.raw",
+        "sha256": "c".repeat(64), "signatureUrl": "https://x.example/inplace-agent-0.4.0.raw.minisig"});
+    let agent_release = |name: &str, extra: serde_json::Value| -> NodeRelease {
+        let mut spec = json!({"version": "agent-0.4.0", "agent": agent});
+        for (key, value) in extra.as_object().unwrap() {
+            spec[key] = value.clone();
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap()
+    };
+    let created = api
+        .create(&PostParams::default(), &agent_release("agent", json!({})))
+        .await
+        .expect("an agent image alone is a release");
+    created
+        .validate()
+        .expect("and valid for the controller too");
+
+    let refusals = [
+        (
+            json!({"artifacts": [sysext("kubernetes", "a")]}),
+            "spec.artifacts",
+        ),
+        (
+            json!({"activation": {"restartUnits": ["kubelet.service"]}}),
+            "spec.activation.restartUnits",
+        ),
+        (
+            json!({"healthChecks": {"units": ["kubelet.service"]}}),
+            "spec.healthChecks",
+        ),
+    ];
+    for (extra, field) in refusals {
+        let (code, _, message) = refusal(
+            api.create(&PostParams::default(), &agent_release("mixed", extra))
+                .await,
+        );
+        assert_eq!(code, 422, "{message}");
+        assert!(message.contains(field), "{field} not named: {message}");
+    }
+    let (code, _, message) = refusal(
+        api.create(&PostParams::default(), &release(json!([])))
+            .await,
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains("at least one artifact is required"),
+        "{message}"
+    );
+    // The content's rules did not push out the release's own.
+    let (code, _, message) = refusal(
+        api.patch(
+            "agent",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"agent": {"version": "0.4.1"}}})),
+        )
+        .await,
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(message.contains("a NodeRelease is immutable"), "{message}");
+}

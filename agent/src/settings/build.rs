@@ -8,11 +8,11 @@ use inplace_proto::Duration;
 
 use super::fragment::{
     ActivationFragment, DownloadFragment, Fragment, KubernetesFragment, MetricsFragment,
-    PathsFragment, PolicyFragment,
+    PathsFragment, PolicyFragment, SelfUpdateFragment,
 };
 use super::{
-    ActivationSettings, DownloadSettings, KubeAuth, MetricsSettings, Paths, Policy, Settings,
-    SettingsError,
+    ActivationSettings, DownloadSettings, KubeAuth, MetricsSettings, Paths, Policy,
+    SelfUpdateSettings, Settings, SettingsError,
 };
 use crate::policy::OWN_UNIT;
 use crate::url_prefix::UrlPrefix;
@@ -46,6 +46,7 @@ pub(super) fn build(
         activation: activation_settings(f.activation)?,
         paths: paths(f.paths)?,
         metrics: metrics_settings(f.metrics)?,
+        self_update: self_update_settings(f.self_update)?,
     })
 }
 
@@ -206,6 +207,25 @@ fn activation_settings(a: ActivationFragment) -> Result<ActivationSettings, Sett
         ));
     }
     Ok(activation)
+}
+
+/// How long the new agent has by default to confirm itself: it must start, read its
+/// journal and write one status, seconds on a healthy node; minutes leave room for a slow
+/// API server without leaving a broken agent in place for long.
+const DEFAULT_CONFIRM_TIMEOUT: StdDuration = StdDuration::from_secs(120);
+
+fn self_update_settings(u: SelfUpdateFragment) -> Result<SelfUpdateSettings, SettingsError> {
+    let settings = SelfUpdateSettings {
+        allow: u.allow.unwrap_or(false),
+        confirm_timeout: duration(u.confirm_timeout, DEFAULT_CONFIRM_TIMEOUT),
+    };
+    if settings.confirm_timeout.is_zero() {
+        return Err(invalid(
+            "self_update.confirm_timeout",
+            "must be positive: the new agent needs time to confirm itself",
+        ));
+    }
+    Ok(settings)
 }
 
 fn paths(q: PathsFragment) -> Result<Paths, SettingsError> {

@@ -24,6 +24,8 @@ pub(super) struct Fragment {
     pub(super) paths: PathsFragment,
     #[serde(default)]
     pub(super) metrics: MetricsFragment,
+    #[serde(default)]
+    pub(super) self_update: SelfUpdateFragment,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -86,6 +88,13 @@ pub(super) struct MetricsFragment {
     pub(super) listen: Option<String>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SelfUpdateFragment {
+    pub(super) allow: Option<bool>,
+    pub(super) confirm_timeout: Option<Duration>,
+}
+
 impl Fragment {
     /// Lays `other` over `self`: every key `other` sets wins.
     pub(super) fn merge(&mut self, other: Fragment) {
@@ -135,6 +144,9 @@ impl Fragment {
         over(&mut m.enabled, o.enabled);
         over(&mut m.socket, o.socket);
         over(&mut m.listen, o.listen);
+        let (u, o) = (&mut self.self_update, other.self_update);
+        over(&mut u.allow, o.allow);
+        over(&mut u.confirm_timeout, o.confirm_timeout);
     }
 }
 

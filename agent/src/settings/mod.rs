@@ -152,6 +152,19 @@ pub struct MetricsSettings {
     pub listen: Option<SocketAddr>,
 }
 
+/// Whether plans may replace the agent itself (`spec.agent`), and how long the new agent
+/// has to confirm itself (docs/design/agent-self-update.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfUpdateSettings {
+    /// Whether a plan may switch this node to another agent build. Off by default: a plan
+    /// with `spec.agent` is `PolicyDenied` at `spec.agent`.
+    pub allow: bool,
+    /// The guard's deadline: the new agent must confirm itself (its version, its image's
+    /// sha256, a status write with its identity) within this long, or the guard restores
+    /// the previous agent.
+    pub confirm_timeout: StdDuration,
+}
+
 /// The validated configuration, built once at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -171,6 +184,8 @@ pub struct Settings {
     pub paths: Paths,
     /// Metrics endpoints.
     pub metrics: MetricsSettings,
+    /// Agent switches.
+    pub self_update: SelfUpdateSettings,
 }
 
 /// The files read for a main configuration file: vendor defaults (only for the default

@@ -22,6 +22,11 @@ fn defaults_are_safe() {
         PathBuf::from("/etc/inplace/keys")
     );
     assert_eq!(s.paths.extensions_dir, PathBuf::from("/etc/extensions"));
+    assert!(
+        !s.self_update.allow,
+        "a plan may not replace the agent by default"
+    );
+    assert_eq!(s.self_update.confirm_timeout, StdDuration::from_secs(120));
 }
 
 #[test]
@@ -83,6 +88,10 @@ fn error_in_dropin_names_that_file() {
 #[test]
 fn semantic_errors_name_the_key() {
     let cases = [
+        (
+            "[self_update]\nconfirm_timeout = \"0s\"",
+            "self_update.confirm_timeout",
+        ),
         ("node_name = \"Not_A_Node\"", "node_name"),
         ("state_dir = \"relative\"", "state_dir"),
         (

@@ -28,6 +28,7 @@ use crate::health::Probes;
 use crate::journal::{Failure, Journal, JournalError, JournalFile, Step, TransitionError};
 use crate::machine::{self, Action, PlanView, RollbackCause};
 use crate::metrics::AgentMetrics;
+use crate::self_update::admission::{Admission, Installation};
 use crate::settings::Settings;
 use crate::status::StatusSink;
 use crate::systemd::SystemdManager;
@@ -75,6 +76,8 @@ pub struct Agent {
     plans: Option<tokio::sync::watch::Receiver<crate::watch::PlanState>>,
     /// What the metrics endpoint shows.
     metrics: Arc<AgentMetrics>,
+    /// Whether plans may replace this agent, read once at start.
+    self_update: Admission,
 }
 
 impl Agent {
@@ -100,6 +103,10 @@ impl Agent {
             }
             Err(e) => return Err(e.into()),
         };
+        let self_update = Admission {
+            settings: settings.self_update.clone(),
+            installation: Installation::detect(&settings.paths.extensions_dir),
+        };
         let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .ok()
             .map(|s| s.trim().to_owned());
@@ -112,6 +119,7 @@ impl Agent {
             shown: Mutex::new(Shown::default()),
             plans: None,
             metrics: Arc::default(),
+            self_update,
         };
         agent.record_running();
         Ok(agent)
@@ -154,7 +162,7 @@ impl Agent {
     pub async fn handle(&mut self, plan: Option<&NodeUpdatePlan>) -> Result<(), AgentError> {
         use tracing::Instrument;
         let plan = plan.filter(|p| p.metadata.name.as_deref() == Some(&self.settings.node_name));
-        let view = plan.map(|p| PlanView::new(p, &self.settings.policy));
+        let view = plan.map(|p| PlanView::new(p, &self.settings.policy, &self.self_update));
         // Every log line of this pass carries the plan's revision and generation (journald
         // fields REVISION, GENERATION).
         let span = tracing::info_span!(

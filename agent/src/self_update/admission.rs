@@ -1,0 +1,134 @@
+//! Whether this node may take a plan's agent update (`spec.agent`): pure, before any I/O,
+//! like the rest of the node policy. Every refusal names the field.
+//!
+//! The rules (docs/design/agent-self-update.md): `[self_update] allow` (off by default);
+//! only an agent installed as a system extension can switch (a package owns `/usr/bin`, and
+//! the agent cannot swap it under `ProtectSystem=strict`); the image is always signed,
+//! because it runs as root, and comes from where `[policy]` lets artifacts come from.
+
+use std::path::Path;
+
+use inplace_proto::validate::FieldError;
+use inplace_proto::{AgentImage, Reason, UpdateContent};
+
+use crate::policy::{OWN_EXTENSION, url_problem};
+use crate::settings::{Policy, SelfUpdateSettings};
+
+/// How this agent was installed, which decides whether it can replace itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Installation {
+    /// From its system extension image, linked as `<extensions_dir>/inplace-agent.raw`.
+    Sysext,
+    /// From a package (the .deb): no extension link of its own.
+    Package,
+}
+
+impl Installation {
+    /// Looks for the agent's own extension link in `extensions_dir`.
+    pub fn detect(extensions_dir: &Path) -> Installation {
+        let link = extensions_dir.join(format!("{OWN_EXTENSION}.raw"));
+        if link.symlink_metadata().is_ok() {
+            Installation::Sysext
+        } else {
+            Installation::Package
+        }
+    }
+}
+
+/// What the check needs to know about this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// The `[self_update]` settings.
+    pub settings: SelfUpdateSettings,
+    /// How the running agent was installed.
+    pub installation: Installation,
+}
+
+/// The problems of `content`'s agent update on this node (none when it has no `agent`).
+pub fn check(content: &UpdateContent, policy: &Policy, admission: &Admission) -> Vec<FieldError> {
+    let Some(agent) = &content.agent else {
+        return Vec::new();
+    };
+    let problem = |path: &str, reason, message: String| FieldError {
+        path: format!("spec.agent{path}"),
+        reason,
+        message,
+    };
+    // The first two refuse the whole idea on this node: nothing else is worth reporting.
+    if !admission.settings.allow {
+        return vec![problem(
+            "",
+            Reason::PolicyDenied,
+            format!(
+                "agent {} would replace this node's agent and [self_update] allow is false",
+                agent.version
+            ),
+        )];
+    }
+    if admission.installation == Installation::Package {
+        return vec![problem(
+            "",
+            Reason::SelfUpdateUnsupported,
+            format!(
+                "agent {}: this agent was installed by a package, not as the {OWN_EXTENSION} system extension, and cannot replace itself; update the package",
+                agent.version
+            ),
+        )];
+    }
+    let mut problems = image_problems(agent, policy)
+        .into_iter()
+        .map(|(path, reason, message)| problem(path, reason, message))
+        .collect::<Vec<_>>();
+    if problems.is_empty() {
+        // The switch and the new agent's confirmation are not wired into the coordinator
+        // yet (issue 23): taking the plan would stage an image nothing activates.
+        problems.push(problem(
+            "",
+            Reason::SelfUpdateUnsupported,
+            format!(
+                "agent {}: this agent build cannot carry out an agent switch yet",
+                agent.version
+            ),
+        ));
+    }
+    problems
+}
+
+fn image_problems(agent: &AgentImage, policy: &Policy) -> Vec<(&'static str, Reason, String)> {
+    let mut problems = Vec::new();
+    if let Some(message) = url_problem(&agent.url, policy) {
+        problems.push((".url", Reason::PolicyDenied, message));
+    }
+    if let Some(size) = agent.size
+        && size > policy.max_artifact_size
+    {
+        problems.push((
+            ".size",
+            Reason::PolicyDenied,
+            format!(
+                "{size} bytes is more than this node's limit of {} bytes",
+                policy.max_artifact_size
+            ),
+        ));
+    }
+    match &agent.signature_url {
+        Some(url) => {
+            if let Some(message) = url_problem(url, policy) {
+                problems.push((".signatureUrl", Reason::PolicyDenied, message));
+            }
+        }
+        // After the PolicyDenied ones, as in the node policy: the reason is the first one's.
+        None => problems.push((
+            ".signatureUrl",
+            Reason::SignatureInvalid,
+            format!(
+                "agent {} has no signatureUrl; the agent image runs as root and is always verified",
+                agent.version
+            ),
+        )),
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests;
