@@ -55,7 +55,9 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) deny --log-level error check bans licenses sources
 
-unit: testbed kube node-tools tools
+# images: the suites run the install pages, which push what `make images` wrote (built here,
+# so that no test builds the release itself).
+unit: testbed kube node-tools tools images
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 ## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.

@@ -48,10 +48,17 @@ printf '%s\n' 'root:x:0:' 'nonroot:x:65532:' >"$root/etc/group"
 install -d -m 1777 "$root/tmp"
 
 mkdir -p "$out"
+# Written beside $out's files, then renamed over them: a suite pushing the tarball while
+# another runs the documented `make images` reads the old file or the new one, never half of
+# one; the lock keeps two builds from replacing the layout at once.
+exec 9>"$out/.lock"
+flock 9
+build=$(mktemp -d -p "$out" .build.XXXXXX)
+trap 'rm -rf "$root" "$build"' EXIT
 tar --sort=name --format=gnu --numeric-owner --owner=0 --group=0 --mtime="@$created" \
-    -cf "$out/inplace-controller-layer.tar" -C "$root" .
+    -cf "$build/layer.tar" -C "$root" .
 "$tools/oci-image" \
-    --layer "$out/inplace-controller-layer.tar" \
+    --layer "$build/layer.tar" \
     --tag "$repository:v$version" \
     --entrypoint /usr/bin/inplace-controller \
     --user 65532:65532 \
@@ -61,8 +68,11 @@ tar --sort=name --format=gnu --numeric-owner --owner=0 --group=0 --mtime="@$crea
     --label "org.opencontainers.image.revision=$revision" \
     --label org.opencontainers.image.title=inplace-controller \
     --label "org.opencontainers.image.licenses=$(package_field license)" \
-    --oci-layout "$out/inplace-controller" \
-    --tarball "$out/inplace-controller.tar"
-rm "$out/inplace-controller-layer.tar"
-echo "$repository:v$version" >"$out/inplace-controller.ref"
+    --oci-layout "$build/inplace-controller" \
+    --tarball "$build/inplace-controller.tar"
+echo "$repository:v$version" >"$build/inplace-controller.ref"
+rm -rf "$out/inplace-controller"
+mv "$build/inplace-controller" "$out/inplace-controller"
+mv -f "$build/inplace-controller.tar" "$out/inplace-controller.tar"
+mv -f "$build/inplace-controller.ref" "$out/inplace-controller.ref"
 echo "$out/inplace-controller.tar ($repository:v$version, revision $revision)"

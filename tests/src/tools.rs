@@ -1,6 +1,7 @@
 //! The packaging tools the suites run, built from the Go modules pinned in `tests/tools`
 //! (`crane`, `helm`, `oci-image`, `validate-krew-manifest`) by `tests/tools/build.sh`, cached
-//! under `target/tools/bin` (`make tools` builds them before the suites).
+//! under `target/tools/bin` (`make tools` builds them before the suites), and what `make images`
+//! writes: the controller image under `target/images`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,6 +27,38 @@ pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
         .clone()
         .map_err(anyhow::Error::msg)?;
     Ok(bin_dir().join(name))
+}
+
+/// `PATH` with the tools and the pinned kubectl first, for documented commands that name
+/// `crane`, `helm` and `kubectl`.
+pub fn path_with_tools() -> anyhow::Result<std::ffi::OsString> {
+    tool("crane")?;
+    let kubectl = crate::apiserver::kubectl()?;
+    let mut dirs = vec![
+        bin_dir(),
+        kubectl
+            .parent()
+            .context("kubectl's directory")?
+            .to_path_buf(),
+    ];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    Ok(std::env::join_paths(dirs)?)
+}
+
+/// What `make images` (`scripts/build-image.sh`) wrote: the directory, and the image's
+/// `name:tag`. An error naming `make images` when it has not run.
+pub fn controller_image() -> anyhow::Result<(PathBuf, String)> {
+    let dir = target_dir().join("images");
+    let reference =
+        std::fs::read_to_string(dir.join("inplace-controller.ref")).with_context(|| {
+            format!(
+                "no controller image in {}: run `make images`",
+                dir.display()
+            )
+        })?;
+    Ok((dir, reference.trim().to_owned()))
 }
 
 fn ensure_built() -> anyhow::Result<()> {
