@@ -230,5 +230,6 @@ async fn restore(
 }
 
 pub mod admission;
+pub mod resume;
 #[cfg(test)]
 mod tests;
