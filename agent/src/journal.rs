@@ -11,6 +11,7 @@ use inplace_proto::{Reason, UpdateContent};
 use serde::{Deserialize, Serialize};
 
 use crate::links::{self, DurableOps, Prior, StdFs};
+use crate::self_update::resume::Switch;
 
 /// Failed revisions remembered (the oldest are forgotten first).
 const MAX_FAILED: usize = 16;
@@ -76,6 +77,10 @@ pub enum Step {
     Verifying,
     /// Going back: `before` is being restored.
     RollingBack,
+    /// The agent is switching to another build of itself (`spec.agent`); `switch` says
+    /// from which image to which (docs/design/agent-self-update.md). Journaled before the
+    /// guard is armed.
+    SwitchingAgent,
 }
 
 /// Why a revision failed.
@@ -140,6 +145,9 @@ pub struct InFlight {
     failure: Option<Failure>,
     /// When work on it started.
     started_at: DateTime<Utc>,
+    /// The agent switch (set with `Step::SwitchingAgent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    switch: Option<Switch>,
 }
 
 impl InFlight {
@@ -181,6 +189,11 @@ impl InFlight {
     /// When work on it started.
     pub fn started_at(&self) -> DateTime<Utc> {
         self.started_at
+    }
+
+    /// The agent switch, when this revision is one.
+    pub fn switch(&self) -> Option<&Switch> {
+        self.switch.as_ref()
     }
 
     /// The paths activation removes: recorded in `before` but not linked by this revision
@@ -252,6 +265,10 @@ impl FailedRevision {
 /// | [`rolling_back`](Self::rolling_back) | `Activating`, `Verifying`, `RollingBack` | `RollingBack` |
 /// | [`rolled_back`](Self::rolled_back) | `RollingBack` | nothing in flight, denied if it failed |
 /// | [`rollback_failed`](Self::rollback_failed) | `RollingBack` | nothing in flight, denied if it failed, degraded |
+/// | [`begin_switch`](Self::begin_switch) | `Staged` | `SwitchingAgent` |
+/// | [`restart_switch`](Self::restart_switch) | `SwitchingAgent` | `SwitchingAgent` (next attempt) |
+/// | [`confirm_switch`](Self::confirm_switch) | `SwitchingAgent` | nothing in flight, `agent` recorded (`committed` untouched) |
+/// | [`switch_failed`](Self::switch_failed) | `SwitchingAgent` | nothing in flight, revision denied as rolled back |
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Journal {
@@ -270,6 +287,11 @@ pub struct Journal {
     /// Set when a rollback failed: the node needs a person; nothing more is done.
     #[serde(default)]
     degraded: Option<Failure>,
+    /// The agent build the last confirmed switch installed. Apart from `committed`: an
+    /// agent update has no links, and the next release must still be diffed against (and
+    /// roll back to) the node's content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    agent: Option<AgentInstalled>,
 }
 
 /// A transition the journal refused: the step in flight (or none) does not lead there.
@@ -317,6 +339,11 @@ impl Journal {
     /// Why the node is degraded (a rollback failed), if it is.
     pub fn degraded(&self) -> Option<&Failure> {
         self.degraded.as_ref()
+    }
+
+    /// The agent build the last confirmed switch installed.
+    pub fn agent(&self) -> Option<&AgentInstalled> {
+        self.agent.as_ref()
     }
 
     /// Whether `revision` failed here before.
@@ -445,7 +472,10 @@ async fn run_blocking<T: Send + 'static>(
     })
 }
 
+mod switch;
 mod transitions;
+
+pub use switch::AgentInstalled;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -115,6 +115,7 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
                 }
                 return Action::ResumeActivation;
             }
+            Step::SwitchingAgent => return switch_in_flight(flight.revision()),
             Step::Staging | Step::Staged => {}
         }
     }
@@ -124,7 +125,11 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
     if let Some(problems) = &plan.problems {
         return Action::Refuse(problems.clone());
     }
-    if journal.current_revision() == Some(plan.revision.as_str()) {
+    if journal.current_revision() == Some(plan.revision.as_str())
+        || journal
+            .agent()
+            .is_some_and(|a| a.revision() == plan.revision)
+    {
         return Action::UpToDate;
     }
     if let Some(problems) = downgrade_problem(plan, journal) {
@@ -136,6 +141,18 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
     Action::Stage {
         activate: plan.desired == DesiredState::Active,
     }
+}
+
+/// What to do with an agent switch in flight. The coordinator does not carry switches out
+/// yet (issue 23; admission refuses every agent update), so a journal that holds one is
+/// left alone and reported: the node needs a person rather than a guess.
+fn switch_in_flight(revision: &str) -> Action {
+    Action::StayDegraded(Failure {
+        reason: Reason::SelfUpdateUnsupported,
+        message: format!(
+            "an agent switch (revision {revision}) is in flight and this agent build cannot carry it on"
+        ),
+    })
 }
 
 /// The refusal of a plan that would lower the Kubernetes version the node runs committed,
@@ -237,6 +254,41 @@ mod tests {
     fn committed_revision_is_up_to_date() {
         let p = plan("a", DesiredState::Active);
         assert_eq!(decide(Some(&p), &committed(&p), 3), Action::UpToDate);
+    }
+
+    /// A journal whose agent switch for `p` (staged as content) is in flight.
+    fn switching(p: &PlanView) -> Journal {
+        let mut j = in_flight(p, Step::Staged);
+        j.begin_switch(crate::self_update::resume::Switch {
+            previous_image: "/opt/extensions/inplace-agent/a.raw".into(),
+            next_image: "/opt/extensions/inplace-agent/b.raw".into(),
+            next_sha256: "b".repeat(64),
+            expected_version: "0.2.0".into(),
+            attempt: 1,
+        })
+        .unwrap();
+        j
+    }
+
+    #[test]
+    fn a_confirmed_agent_switch_is_up_to_date_and_the_content_chain_unchanged() {
+        let p = plan("agent", DesiredState::Active);
+        let mut j = switching(&p);
+        j.confirm_switch(Utc::now()).unwrap();
+        assert_eq!(j.current_revision(), None);
+        assert_eq!(decide(Some(&p), &j, 3), Action::UpToDate);
+    }
+
+    #[test]
+    fn an_agent_switch_in_flight_is_left_alone_by_this_build() {
+        let p = plan("agent", DesiredState::Active);
+        match decide(Some(&p), &switching(&p), 3) {
+            Action::StayDegraded(failure) => {
+                assert_eq!(failure.reason, Reason::SelfUpdateUnsupported);
+                assert!(failure.message.contains(&p.revision), "{}", failure.message);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

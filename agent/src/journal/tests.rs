@@ -24,6 +24,7 @@ fn flight(rev: &str) -> InFlight {
         before: vec![],
         failure: None,
         started_at: Utc::now(),
+        switch: None,
     }
 }
 

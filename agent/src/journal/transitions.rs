@@ -15,7 +15,7 @@ use super::{
 impl Journal {
     /// The in-flight revision, if its step is one of `from`; otherwise the refusal of
     /// `transition`.
-    fn flight_at(
+    pub(super) fn flight_at(
         &mut self,
         transition: &'static str,
         from: &[Step],
@@ -32,7 +32,7 @@ impl Journal {
 
     /// Takes the in-flight revision out, if its step is one of `from`; otherwise the
     /// refusal of `transition` (and the journal is unchanged).
-    fn take_flight(
+    pub(super) fn take_flight(
         &mut self,
         transition: &'static str,
         from: &[Step],
@@ -70,6 +70,7 @@ impl Journal {
             before: Vec::new(),
             failure: None,
             started_at: at,
+            switch: None,
         });
         Ok(())
     }
@@ -216,7 +217,7 @@ impl Journal {
     }
 
     /// Adds `revision` to the bounded denylist (the oldest are forgotten first).
-    fn remember_failed(
+    pub(super) fn remember_failed(
         &mut self,
         revision: &str,
         failure: Failure,
