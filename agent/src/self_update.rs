@@ -230,6 +230,7 @@ async fn restore(
 }
 
 pub mod admission;
+pub mod host;
 pub mod resume;
 #[cfg(test)]
 mod tests;

@@ -192,3 +192,92 @@ async fn an_unreadable_pending_file_is_an_error_naming_it() {
     assert!(err.to_string().contains("pending.json"), "{err}");
     assert!(systemd.calls.lock().unwrap().is_empty());
 }
+
+#[test]
+fn the_previous_binary_is_kept_executable_with_its_sha256() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("inplace-agent");
+    std::fs::write(&exe, b"#!/bin/true\nan agent build").unwrap();
+    let kept = dir.path().join("state/self-update/previous/inplace-agent");
+    let sha256 = host::keep_previous_binary(&exe, &kept).unwrap();
+    assert_eq!(std::fs::read(&kept).unwrap(), std::fs::read(&exe).unwrap());
+    assert_eq!(sha256, crate::store::hash_file(&kept).unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    let names: Vec<_> = std::fs::read_dir(kept.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["inplace-agent"], "no temporary file left");
+}
+
+#[tokio::test]
+async fn the_swap_repoints_the_link_then_refreshes_reloads_and_restarts_the_agent() {
+    let node = switched_node(1_000);
+    links::swap_symlink(&node.paths.extension_link, &node.pending.previous_image).unwrap();
+    let systemd = RecordingSystemd::default();
+    host::swap_to(&node.paths, &node.pending.next_image, &systemd)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_link(&node.paths.extension_link).unwrap(),
+        node.pending.next_image
+    );
+    assert_eq!(
+        *systemd.calls.lock().unwrap(),
+        ["refresh", "daemon-reload", "restart inplace-agent.service"]
+    );
+}
+
+/// The guard's restore, then what the old agent finds and decides at its start: the
+/// rollback with the guard's reason; once reported, the record is gone.
+#[tokio::test(start_paused = true)]
+async fn after_the_guards_restore_the_old_agent_finds_and_reports_it() {
+    let node = switched_node(100);
+    let switch = resume::Switch {
+        previous_image: node.pending.previous_image.clone(),
+        next_image: node.pending.next_image.clone(),
+        next_sha256: "b".repeat(64),
+        expected_version: node.pending.expected_version.clone(),
+        attempt: 1,
+    };
+    std::fs::write(&node.pending.next_image, b"the new image").unwrap();
+    let before = host::Observed::read(&node.paths).unwrap();
+    assert!(before.armed && before.rolled_back.is_none());
+    assert_eq!(
+        before.link.as_deref(),
+        Some(node.pending.next_image.as_path())
+    );
+    assert_eq!(
+        before.link_sha256,
+        Some(crate::store::hash_file(&node.pending.next_image).unwrap())
+    );
+
+    let systemd = RecordingSystemd::default();
+    let clock = AtomicU64::new(0);
+    let now = || clock.fetch_add(10, Ordering::SeqCst);
+    guard(&node.paths, &systemd, &now).await.unwrap();
+
+    let after = host::Observed::read(&node.paths).unwrap();
+    assert!(!after.armed);
+    assert_eq!(
+        after.link.as_deref(),
+        Some(node.pending.previous_image.as_path())
+    );
+    match resume::resolve(&switch, after.found("0.1.0"), 3) {
+        resume::Resolution::ReportRolledBack(record) => {
+            assert_eq!(record.reason, "AgentNotConfirmed");
+        }
+        other => panic!("{other:?}"),
+    }
+    host::forget_rolled_back(&node.paths).unwrap();
+    assert!(
+        host::Observed::read(&node.paths)
+            .unwrap()
+            .rolled_back
+            .is_none()
+    );
+}
