@@ -7,8 +7,9 @@
 #                                        its krew manifest (packaging/krew)
 #   kubectl-inplace_<version>_amd64.deb  the kubectl plugin for Debian/Ubuntu
 #   SHA256SUMS
-# usage: scripts/package.sh [BINARY]   (default: cargo build --profile node -p inplace-agent,
-# the size-optimised profile in Cargo.toml every node runs)
+# usage: scripts/package.sh [AGENT_BINARY [PLUGIN_BINARY]]   (default: cargo build --profile
+# node of inplace-agent and of kubectl-inplace, the size-optimised profile in Cargo.toml every
+# node runs)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,5 +26,10 @@ fi
 mkdir -p "$out"
 packaging/node/build-sysext.sh "$binary" "$version" "$out"
 packaging/node/build-deb.sh "$binary" "$version" "$out"
-${CARGO:-cargo} build --profile node --locked -p kubectl-inplace --bin kubectl-inplace
-packaging/krew/build-plugin.sh "$target/node/kubectl-inplace" "$version" "$out"
+if [[ $# -ge 2 ]]; then
+    plugin=$2
+else
+    ${CARGO:-cargo} build --profile node --locked -p kubectl-inplace --bin kubectl-inplace
+    plugin=$target/node/kubectl-inplace
+fi
+packaging/krew/build-plugin.sh "$plugin" "$version" "$out"

@@ -195,7 +195,10 @@ fn the_package_script_writes_under_cargo_target_dir() {
     std::fs::copy("/bin/true", &binary).unwrap();
     let target = dir.path().join("target");
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/package.sh");
+    // The plugin too: without it the script builds kubectl-inplace cold in this fresh
+    // target directory (a node-profile build, longer than the test's limit on a loaded machine).
     let status = std::process::Command::new(script)
+        .arg(&binary)
         .arg(&binary)
         .env("CARGO_TARGET_DIR", &target)
         .env_remove("PACKAGES_DIR")
@@ -207,6 +210,9 @@ fn the_package_script_writes_under_cargo_target_dir() {
         "SHA256SUMS".to_owned(),
         format!("inplace-agent_{version}_amd64.deb"),
         format!("inplace-agent-{version}-x86-64.raw"),
+        format!("kubectl-inplace-v{version}-linux-amd64.tar.gz"),
+        format!("kubectl-inplace_{version}_amd64.deb"),
+        "inplace.yaml".to_owned(),
     ] {
         let path = target.join("packages").join(&name);
         assert!(path.is_file(), "{} was not written", path.display());
