@@ -94,7 +94,7 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> Result<V
         source.release_spec,
         intent.desired_state,
     );
-    spec.revision = Some(intent.revision.clone());
+    spec.revision = Some(intent.revision.to_string());
     spec.allow_downgrade = intent.allow_downgrade;
     let spec = serde_json::to_value(&spec).map_err(|source| Error::Serialize {
         what: "plan spec",

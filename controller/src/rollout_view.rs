@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use inplace_proto::{NodeRollout, NodeRolloutSpec, Steering};
 use k8s_openapi::api::core::v1::Node;
@@ -18,7 +18,9 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
-use crate::decision::{CONTROL_PLANE_LABEL, NodeView, ReleaseState, resolve_ownership};
+use crate::decision::{
+    CONTROL_PLANE_LABEL, NodeView, ReleaseState, activation_order, resolve_ownership,
+};
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
 
@@ -148,7 +150,20 @@ pub struct LastRound {
     /// When the decision asked to be looked at again (a drain, a window, a soak, a
     /// deadline, the next staging batch, or the resync period).
     pub wake_at: Instant,
+    /// When that round's decision was made, and how long refreshing the views and
+    /// deciding took (not its writes): what [`RolloutView::paced_until`] spaces rounds by.
+    pub decided_at: Instant,
+    /// See [`LastRound::decided_at`].
+    pub deciding_took: Duration,
 }
+
+/// How many times its own deciding time a round waits after the last decision before it
+/// decides again: the decision walks every selected node, so rounds back to back (every
+/// agent report wakes the rollout) would keep a core busy at a large fleet; spaced so, the
+/// decision takes at most a fifth of a core, and a 100 µs decision (a small fleet) waits
+/// 400 µs — nothing a person or a slot would notice. Changes in the meantime are kept
+/// and decided together.
+pub const PACING_FACTOR: u32 = 4;
 
 /// One rollout's selected nodes as the decision sees them, kept between rounds.
 #[derive(Debug, Default)]
@@ -161,6 +176,9 @@ pub struct RolloutView {
     pub uids: HashMap<String, String>,
     /// The last round that decided.
     pub last: Option<LastRound>,
+    /// A round saw changes but was too soon after the last decision
+    /// ([`RolloutView::paced_until`]): the next round decides, whatever it sees.
+    pub owes_decision: bool,
 }
 
 /// How many node views a refresh built, and whether any of them differs from before.
@@ -195,19 +213,26 @@ impl RolloutView {
                 }
             }
             self.key = Some(key);
+            self.sort();
             return Ok(Refreshed {
                 built: self.nodes.len(),
                 changed: true,
             });
         }
         let mut refreshed = Refreshed::default();
+        let mut reordered = false;
         for node_name in pending.nodes {
             let built = match ctx.nodes.get(&ObjectRef::new(&node_name)) {
                 Some(node) => builder.build(&node, ctx)?,
                 None => None,
             };
             refreshed.built += usize::from(built.is_some());
-            refreshed.changed |= self.replace(&node_name, built);
+            let change = self.replace(&node_name, built);
+            refreshed.changed |= change != Change::None;
+            reordered |= change == Change::Order;
+        }
+        if reordered {
+            self.sort();
         }
         Ok(refreshed)
     }
@@ -220,25 +245,39 @@ impl RolloutView {
             .is_some_and(|last| last.release == *release && now < last.wake_at)
     }
 
+    /// When the next decision may be made, if not yet at `now`: [`PACING_FACTOR`] times
+    /// the last decision's own time after it.
+    pub fn paced_until(&self, now: Instant) -> Option<Instant> {
+        let last = self.last.as_ref()?;
+        let until = last.decided_at + last.deciding_took * PACING_FACTOR;
+        (now < until).then_some(until)
+    }
+
     fn insert(&mut self, view: NodeView, uid: String) {
         self.index.insert(view.name.clone(), self.nodes.len());
         self.uids.insert(view.name.clone(), uid);
         self.nodes.push(view);
     }
 
-    /// Puts `built` in place of the node's view (removing it when `None`); whether that
-    /// changed anything.
-    fn replace(&mut self, node: &str, built: Option<(NodeView, String)>) -> bool {
+    /// Puts `built` in place of the node's view (removing it when `None`); what that
+    /// changed.
+    fn replace(&mut self, node: &str, built: Option<(NodeView, String)>) -> Change {
         match (self.index.get(node).copied(), built) {
             (Some(i), Some((view, uid))) => {
                 self.uids.insert(view.name.clone(), uid);
-                let changed = self.nodes[i] != view;
+                let change = if self.nodes[i].control_plane != view.control_plane {
+                    Change::Order
+                } else if self.nodes[i] != view {
+                    Change::View
+                } else {
+                    Change::None
+                };
                 self.nodes[i] = view;
-                changed
+                change
             }
             (None, Some((view, uid))) => {
                 self.insert(view, uid);
-                true
+                Change::Order
             }
             (Some(i), None) => {
                 self.index.remove(node);
@@ -247,11 +286,34 @@ impl RolloutView {
                 if let Some(moved) = self.nodes.get(i) {
                     self.index.insert(moved.name.clone(), i);
                 }
-                true
+                Change::Order
             }
-            (None, None) => false,
+            (None, None) => Change::None,
         }
     }
+
+    /// Puts the nodes in activation order, the order the decision walks them in: kept so
+    /// between rounds, the decision's sort of an already sorted fleet is one pass, not
+    /// N log N comparisons of names every round.
+    fn sort(&mut self) {
+        self.nodes.sort_by(activation_order);
+        self.index = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+    }
+}
+
+/// What replacing one node's view changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    None,
+    /// The view differs; the nodes' order holds.
+    View,
+    /// A node came, went or changed its place in activation order.
+    Order,
 }
 
 /// Builds one node's view for one rollout.
@@ -360,4 +422,41 @@ pub fn unschedulable(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decided(took_ms: u64, at: Instant) -> RolloutView {
+        RolloutView {
+            last: Some(LastRound {
+                release: ReleaseState::Missing,
+                wake_at: at + Duration::from_secs(60),
+                decided_at: at,
+                deciding_took: Duration::from_millis(took_ms),
+            }),
+            ..RolloutView::default()
+        }
+    }
+
+    #[test]
+    fn a_round_waits_four_times_the_last_decisions_own_time() {
+        let at = Instant::now();
+        let view = decided(10, at);
+        let until = at + Duration::from_millis(40);
+        assert_eq!(view.paced_until(at + Duration::from_millis(1)), Some(until));
+        assert_eq!(
+            view.paced_until(at + Duration::from_millis(39)),
+            Some(until)
+        );
+        assert_eq!(view.paced_until(until), None);
+    }
+
+    #[test]
+    fn the_first_round_and_a_cheap_decision_are_not_held_back() {
+        let at = Instant::now();
+        assert_eq!(RolloutView::default().paced_until(at), None);
+        assert_eq!(decided(0, at).paced_until(at), None);
+    }
 }

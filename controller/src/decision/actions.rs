@@ -3,6 +3,8 @@
 //! is final (never after `RollbackFailed`), the plan applied when it differs, and staging
 //! started for at most [`staging_batch`] nodes per round.
 
+use std::borrow::Cow;
+
 use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec};
 
 use super::classify::{Classified, keeps_cordon};
@@ -30,7 +32,7 @@ pub(super) fn node_actions(
         let intent = &mut classified.intents[i];
         let actions_before = decision.actions.len();
         let written = cordon_actions(spec, node, state, intent, decision);
-        if plan_differs(written.as_ref(), intent)
+        if plan_differs(written.as_deref(), intent)
             && !leaves_plan_alone(node, state, &intent.revision)
         {
             // Only a plain "start staging" write waits for a later round; a node with
@@ -39,7 +41,7 @@ pub(super) fn node_actions(
                 && decision.actions.len() == actions_before
                 && written
                     .as_ref()
-                    .is_none_or(|p| p.revision.as_deref() != Some(intent.revision.as_str()));
+                    .is_none_or(|p| p.revision.as_deref() != Some(&*intent.revision));
             if starts_staging && staging_started == staging_limit {
                 staging_deferred = true;
             } else {
@@ -71,15 +73,16 @@ pub(super) fn node_actions(
 }
 
 /// The cordon (recorded first) or uncordon `node` needs this round, with their Events;
-/// returns the plan as it stands after them.
-fn cordon_actions(
+/// returns the plan as it stands after them (borrowed unless a cordon record rewrote it:
+/// a round looks at every node, so the common case copies nothing).
+fn cordon_actions<'a>(
     spec: &NodeRolloutSpec,
-    node: &NodeView,
+    node: &'a NodeView,
     state: &NodeState,
     intent: &mut PlanIntent,
     decision: &mut Decision,
-) -> Option<PlanView> {
-    let mut written = node.plan.clone();
+) -> Option<Cow<'a, PlanView>> {
+    let mut written = node.plan.as_ref().map(Cow::Borrowed);
     let wants_cordon = *state == NodeState::Updating
         && intent.granted_at.is_some()
         && spec.disruption != Disruption::None;
@@ -90,12 +93,12 @@ fn cordon_actions(
             intent.cordoned = true;
             let mut record = intent.clone();
             record.desired_state = DesiredState::Staged;
-            if plan_differs(written.as_ref(), &record) {
+            if plan_differs(written.as_deref(), &record) {
                 decision.actions.push(NodeAction::ApplyPlan {
                     node: node.name.clone(),
                     intent: record.clone(),
                 });
-                written = Some(view_of(&record));
+                written = Some(Cow::Owned(view_of(&record)));
             }
             decision.actions.push(cordon(node));
             decision.events.push(event(
@@ -133,7 +136,7 @@ fn cordon(node: &NodeView) -> NodeAction {
 /// The controller-owned fields a plan has after `intent` was applied.
 fn view_of(intent: &PlanIntent) -> PlanView {
     PlanView {
-        revision: Some(intent.revision.clone()),
+        revision: Some(intent.revision.to_string()),
         desired_state: intent.desired_state,
         granted_at: intent.granted_at,
         ready_since: intent.ready_since,
@@ -149,7 +152,7 @@ fn plan_differs(plan: Option<&PlanView>, intent: &PlanIntent) -> bool {
     let Some(plan) = plan else {
         return true;
     };
-    plan.revision.as_deref() != Some(intent.revision.as_str())
+    plan.revision.as_deref() != Some(&*intent.revision)
         || plan.desired_state != intent.desired_state
         || plan.granted_at != intent.granted_at
         || plan.ready_since != intent.ready_since

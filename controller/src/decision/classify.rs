@@ -2,6 +2,7 @@
 //! ([`NodeState`]), what its plan should say before any grant ([`PlanIntent`]), and, for a
 //! granted node waiting for its drain, what the drain's verdict (`drain.rs`) makes of it.
 
+use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use inplace_proto::reason::Reason;
@@ -85,7 +86,7 @@ pub(super) struct Classified {
 pub(super) fn classify_nodes(
     input: &RolloutInput<'_>,
     owned: &[&NodeView],
-    revision: &str,
+    revision: &Arc<str>,
     events: &mut Vec<EventNote>,
 ) -> Classified {
     let mut classified = Classified {
@@ -136,10 +137,14 @@ pub(super) fn classify_nodes(
 /// the rollout's `allowDowngrade`, the grant, drain timeout and desired state kept while
 /// the plan is for this revision, the cordon record kept whatever the revision (the cordon
 /// is undone before it is forgotten).
-fn intent_for(input: &RolloutInput<'_>, plan: Option<&PlanView>, revision: &str) -> PlanIntent {
-    let current = plan.filter(|p| p.revision.as_deref() == Some(revision));
+fn intent_for(
+    input: &RolloutInput<'_>,
+    plan: Option<&PlanView>,
+    revision: &Arc<str>,
+) -> PlanIntent {
+    let current = plan.filter(|p| p.revision.as_deref() == Some(&**revision));
     PlanIntent {
-        revision: revision.to_owned(),
+        revision: Arc::clone(revision),
         desired_state: current.map_or(DesiredState::Staged, |p| p.desired_state),
         granted_at: current.and_then(|p| p.granted_at),
         ready_since: current.and_then(|p| p.ready_since),

@@ -20,6 +20,7 @@
 //! continues where the last one stopped.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use inplace_proto::reason::rollout_condition;
@@ -244,8 +245,9 @@ pub struct RolloutInput<'a> {
 /// The controller-owned part of a plan: what the controller applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanIntent {
-    /// `spec.revision` (the content is copied from the release alongside).
-    pub revision: String,
+    /// `spec.revision` (the content is copied from the release alongside). Shared: every
+    /// owned node's intent names the same revision, and a round builds one per node.
+    pub revision: Arc<str>,
     /// `spec.desiredState`.
     pub desired_state: DesiredState,
     /// [`GRANTED_ANNOTATION`].
@@ -414,7 +416,8 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     };
     decision.status.revision = Some(revision.clone());
 
-    let mut nodes = classify::classify_nodes(input, &owned, revision, &mut decision.events);
+    let shared_revision: Arc<str> = Arc::from(revision.as_str());
+    let mut nodes = classify::classify_nodes(input, &owned, &shared_revision, &mut decision.events);
     let failures = grant::failures(&owned, &nodes.states);
     let halted = grant::is_halted(input.spec, &failures);
     let window = window::window_verdict(&input.spec.maintenance_windows, input.now);

@@ -234,7 +234,7 @@ fn new_nodes_get_a_staged_plan_and_no_slot() {
     assert_eq!(a[0].0, "a", "activation order: by name");
     for (_, intent) in a {
         assert_eq!(intent.desired_state, DesiredState::Staged);
-        assert_eq!(intent.revision, REV);
+        assert_eq!(&*intent.revision, REV);
         assert_eq!(intent.granted_at, None);
     }
     assert_eq!(d.status.nodes.pending, 2);
@@ -884,7 +884,7 @@ fn carry_out(v: &mut NodeView, action: &NodeAction) {
     match action {
         NodeAction::ApplyPlan { intent, .. } => {
             let p = v.plan.get_or_insert_with(PlanView::default);
-            p.revision = Some(intent.revision.clone());
+            p.revision = Some(intent.revision.to_string());
             p.desired_state = intent.desired_state;
             p.granted_at = intent.granted_at;
             p.ready_since = intent.ready_since;
