@@ -269,6 +269,7 @@ impl FailedRevision {
 /// | [`restart_switch`](Self::restart_switch) | `SwitchingAgent` | `SwitchingAgent` (next attempt) |
 /// | [`confirm_switch`](Self::confirm_switch) | `SwitchingAgent` | nothing in flight, `agent` recorded (`committed` untouched) |
 /// | [`switch_failed`](Self::switch_failed) | `SwitchingAgent` | nothing in flight, revision denied as rolled back |
+/// | [`honour_retry`](Self::honour_retry) | any | (same step, the revision no longer denied) |
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Journal {
@@ -292,6 +293,10 @@ pub struct Journal {
     /// roll back to) the node's content.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     agent: Option<AgentInstalled>,
+    /// The last retry token (`inplace.dev/retry`) honoured: kept with the denylist it
+    /// changed, so a token is honoured once across restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_honoured: Option<String>,
 }
 
 /// A transition the journal refused: the step in flight (or none) does not lead there.
@@ -344,6 +349,11 @@ impl Journal {
     /// The agent build the last confirmed switch installed.
     pub fn agent(&self) -> Option<&AgentInstalled> {
         self.agent.as_ref()
+    }
+
+    /// The last retry token honoured ([`Self::honour_retry`]).
+    pub fn retry_honoured(&self) -> Option<&str> {
+        self.retry_honoured.as_deref()
     }
 
     /// Whether `revision` failed here before.

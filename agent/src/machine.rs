@@ -24,6 +24,8 @@ pub struct PlanView {
     pub content: UpdateContent,
     /// API validation and node policy problems; `None` when the plan may be acted on.
     pub problems: Option<Problems>,
+    /// The retry token a person set on the plan (`inplace.dev/retry`), if any.
+    pub retry: Option<String>,
 }
 
 impl PlanView {
@@ -42,8 +44,21 @@ impl PlanView {
             allow_downgrade: plan.spec.allow_downgrade,
             content: plan.spec.content.clone(),
             problems: (!problems.is_empty()).then_some(Problems(problems)),
+            retry: inplace_proto::steering::pending_retry(plan.metadata.annotations.as_ref(), None)
+                .map(str::to_owned),
         }
     }
+}
+
+/// The retry token to honour now: the plan's, unless the journal honoured it already, and
+/// only while the plan asks for `Staged`. A failed node's plan says `Active` until its
+/// controller sees the token and moves it back to `Staged`; honouring earlier would start
+/// the activation again at once, without the slot the controller grants.
+pub fn retry_to_honour<'a>(plan: Option<&'a PlanView>, journal: &Journal) -> Option<&'a str> {
+    let plan = plan.filter(|p| p.desired == DesiredState::Staged)?;
+    plan.retry
+        .as_deref()
+        .filter(|token| Some(*token) != journal.retry_honoured())
 }
 
 /// Why a rollback happens.
@@ -210,6 +225,7 @@ mod tests {
             allow_downgrade: false,
             content,
             problems: None,
+            retry: None,
         }
     }
 
@@ -317,6 +333,55 @@ mod tests {
             decide(Some(&other), &j, 3),
             Action::Stage { activate: true }
         );
+    }
+
+    #[test]
+    fn a_retry_token_is_honoured_once_and_only_while_the_plan_asks_for_staged() {
+        let with = |desired, token: Option<&str>| PlanView {
+            retry: token.map(str::to_owned),
+            ..plan("a", desired)
+        };
+        let mut honoured = Journal::default();
+        honoured.honour_retry("t1", "a");
+        let cases = [
+            // (plan's desired state, plan's token, journal, to honour)
+            (DesiredState::Staged, None, Journal::default(), None),
+            (
+                DesiredState::Staged,
+                Some("t1"),
+                Journal::default(),
+                Some("t1"),
+            ),
+            // The controller has not moved the failed node back to Staged yet.
+            (DesiredState::Active, Some("t1"), Journal::default(), None),
+            (DesiredState::Staged, Some("t1"), honoured.clone(), None),
+            (DesiredState::Staged, Some("t2"), honoured, Some("t2")),
+        ];
+        for (desired, token, journal, want) in cases {
+            let p = with(desired, token);
+            assert_eq!(
+                retry_to_honour(Some(&p), &journal),
+                want,
+                "{desired:?} {token:?} {:?}",
+                journal.retry_honoured()
+            );
+        }
+        assert_eq!(retry_to_honour(None, &Journal::default()), None);
+    }
+
+    #[test]
+    fn an_honoured_retry_stages_the_failed_revision_again() {
+        let p = PlanView {
+            retry: Some("t1".into()),
+            ..plan("a", DesiredState::Staged)
+        };
+        let mut j = in_flight(&p, Step::Staging);
+        j.deny(failure(Reason::HashMismatch), Utc::now()).unwrap();
+        assert!(matches!(decide(Some(&p), &j, 3), Action::Deny(_)));
+        let token = retry_to_honour(Some(&p), &j).unwrap().to_owned();
+        j.honour_retry(&token, &p.revision);
+        assert_eq!(decide(Some(&p), &j, 3), Action::Stage { activate: false });
+        assert_eq!(retry_to_honour(Some(&p), &j), None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Watches this node's NodeUpdatePlan only (`fieldSelector=metadata.name=<node>`): no
 //! polling. kube-runtime's watcher relists on `410 Gone` and backs off during outages; the
 //! latest plan is published on a channel, changed only when the plan's identity,
-//! generation or spec changes (our own status writes do not wake the coordinator).
+//! generation, spec or retry token (`inplace.dev/retry`) changes (our own status writes do
+//! not wake the coordinator).
 
 use futures::StreamExt;
 use inplace_proto::NodeUpdatePlan;
@@ -13,7 +14,8 @@ use tokio::sync::watch;
 /// then `Some(None)` (no plan) or `Some(Some(plan))`.
 pub type PlanState = Option<Option<NodeUpdatePlan>>;
 
-/// Whether two plans call for the same work (status and resourceVersion ignored).
+/// Whether two plans call for the same work (status, resourceVersion and annotations but
+/// the retry token ignored: a person's token does not bump the generation).
 pub fn same_work(a: &Option<NodeUpdatePlan>, b: &Option<NodeUpdatePlan>) -> bool {
     match (a, b) {
         (None, None) => true,
@@ -21,9 +23,14 @@ pub fn same_work(a: &Option<NodeUpdatePlan>, b: &Option<NodeUpdatePlan>) -> bool
             a.metadata.uid == b.metadata.uid
                 && a.metadata.generation == b.metadata.generation
                 && a.spec == b.spec
+                && retry_token(a) == retry_token(b)
         }
         _ => false,
     }
+}
+
+fn retry_token(plan: &NodeUpdatePlan) -> Option<&str> {
+    inplace_proto::steering::pending_retry(plan.metadata.annotations.as_ref(), None)
 }
 
 /// Runs the watch until the receiver is dropped.
@@ -83,7 +90,7 @@ mod tests {
     }
 
     #[test]
-    fn status_writes_are_not_new_work_but_spec_and_identity_changes_are() {
+    fn status_writes_are_not_new_work_but_spec_identity_and_retry_token_changes_are() {
         let a = plan("u1", 1, "Staged");
         let mut status_only = a.clone();
         status_only.metadata.resource_version = Some("2".into());
@@ -95,6 +102,18 @@ mod tests {
             "recreated"
         );
         assert!(!same_work(&Some(a.clone()), &None));
+        let mut retried = a.clone();
+        retried.metadata.annotations = Some(
+            [(
+                inplace_proto::steering::RETRY_ANNOTATION.to_owned(),
+                "t1".to_owned(),
+            )]
+            .into(),
+        );
+        assert!(
+            !same_work(&Some(a.clone()), &Some(retried)),
+            "a retry token is new work"
+        );
         assert!(same_work(&None, &None));
     }
 }

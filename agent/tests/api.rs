@@ -375,3 +375,47 @@ async fn a_token_file_and_a_ca_file_reach_the_real_server() {
         .unwrap_err();
     assert!(!matches!(err, kube::Error::Api(_)), "{err}");
 }
+
+/// `inplace.dev/retry` on the plan, read with the node's identity: a revision denied here
+/// is staged again while the plan asks for `Staged`, and the token is reported in `status.retryHonoured` through the status subresource (the shipped RBAC and
+/// admission policy only).
+#[tokio::test]
+async fn a_retry_token_on_the_plan_stages_a_denied_revision_again() {
+    let bed = Bed::new();
+    let run = start(&bed).await;
+    let plan = bed.plan("OK v1", "kubectl v1", "Staged");
+    let url = plan.spec.content.artifacts[0].url.clone();
+    // The download does not match its sha256: the revision is denied.
+    let good = bed
+        .fetcher
+        .objects
+        .lock()
+        .unwrap()
+        .insert(url.clone(), b"not it".to_vec())
+        .unwrap();
+    run.admin
+        .create(&PostParams::default(), &plan)
+        .await
+        .unwrap();
+    let rev = revision(&plan);
+    wait_for(&run.admin, NODE, Phase::Failed, &rev).await;
+    let status = run.admin.get(NODE).await.unwrap().status.unwrap();
+    assert_eq!(status.failed_revisions, vec![rev.clone()]);
+    assert_eq!(status.retry_honoured, None);
+
+    // The download is repaired; a person asks for a retry.
+    bed.fetcher.objects.lock().unwrap().insert(url, good);
+    let annotate = |token: &str| {
+        serde_json::json!({"metadata": {"annotations": {
+            inplace_proto::steering::RETRY_ANNOTATION: token
+        }}})
+    };
+    run.admin
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(annotate("t1")))
+        .await
+        .unwrap();
+    wait_for(&run.admin, NODE, Phase::Staged, &rev).await;
+    let status = run.admin.get(NODE).await.unwrap().status.unwrap();
+    assert_eq!(status.retry_honoured.as_deref(), Some("t1"));
+    assert!(status.failed_revisions.is_empty(), "{status:?}");
+}

@@ -38,6 +38,11 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
         cordoned: inplace_drain::cordon::is_recorded(annotations),
         drain_timeout: drain_timed_out(annotation),
         allow_downgrade: plan.spec.allow_downgrade,
+        retry_pending: inplace_proto::steering::pending_retry(
+            annotations,
+            status.and_then(|s| s.retry_honoured.as_deref()),
+        )
+        .is_some(),
         report: PlanReport {
             phase: status.and_then(|s| s.phase),
             target_revision: status.and_then(|s| s.target_revision.clone()),
@@ -238,7 +243,9 @@ impl RecentWrites {
             return Some(seen);
         }
         let mut view = written.view.clone();
-        // The agent's report from the cache, judged against the generation we wrote.
+        // A person's token and the agent's report from the cache, the report judged
+        // against the generation we wrote.
+        view.retry_pending = seen.retry_pending;
         view.report = PlanReport {
             plan_generation: view.report.plan_generation,
             ..seen.report

@@ -206,6 +206,7 @@ mod tests {
             cordoned,
             drain_timeout: None,
             allow_downgrade: false,
+            retry_pending: false,
             report: PlanReport {
                 phase,
                 target_revision: Some(REV.into()),

@@ -28,6 +28,34 @@ async fn annotate_node(client: &kube::Client, node: &str, key: &str, value: Opti
         .unwrap();
 }
 
+/// Simulated agents where node `broken` rolls back (`HealthCheckFailed`) — until a retry is
+/// honoured, when `fixed_by_retry`.
+fn broken_fleet_config(fixed_by_retry: bool) -> SimConfig {
+    let mut config = SimConfig::default();
+    config.failures.insert(
+        "broken".into(),
+        Failure {
+            phase: Phase::RolledBack,
+            reason: "HealthCheckFailed".into(),
+        },
+    );
+    if fixed_by_retry {
+        config.fixed_by_retry.insert("broken".into());
+    }
+    config
+}
+
+/// Release `rel` and rollout `ro` over every node, halting on the first failure.
+async fn roll_out(bed: &Bed, max_unavailable: i32) {
+    create_release(&bed.client, "rel", "v2").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": max_unavailable, "maxFailures": 0}),
+    )
+    .await;
+}
+
 fn names(list: &[String]) -> Vec<&str> {
     list.iter().map(String::as_str).collect()
 }
@@ -52,27 +80,13 @@ async fn described_with(bed: &Bed, kind: &str, name: &str, reasons: &[&str]) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_skipped_and_failed_nodes_are_steered_and_each_node_tells_its_story() {
     let bed = Bed::start_with_shipped_rbac().await;
-    let mut config = SimConfig::default();
-    config.failures.insert(
-        "broken".into(),
-        Failure {
-            phase: Phase::RolledBack,
-            reason: "HealthCheckFailed".into(),
-        },
-    );
-    let _fleet = bed.fleet(config);
+    let _fleet = bed.fleet(broken_fleet_config(false));
     for name in ["broken", "held", "skipped", "worker"] {
         create_node(&bed.client, name, &[]).await;
     }
     annotate_node(&bed.client, "held", "inplace.dev/hold", Some("true")).await;
     annotate_node(&bed.client, "skipped", "inplace.dev/skip", Some("true")).await;
-    create_release(&bed.client, "rel", "v2").await;
-    create_rollout(
-        &bed.client,
-        "ro",
-        json!({"release": "rel", "maxUnavailable": 2, "maxFailures": 0}),
-    )
-    .await;
+    roll_out(&bed, 2).await;
 
     // broken rolls back and halts the rollout; worker updates; held waits staged.
     let rollout = rollout_when(&bed.client, "ro", "halted, worker updated", |r| {
@@ -152,4 +166,54 @@ async fn held_skipped_and_failed_nodes_are_steered_and_each_node_tells_its_story
 
 async fn done_now(bed: &Bed) -> inplace_proto::NodeRollout {
     bed.rollouts().get("ro").await.unwrap()
+}
+
+/// `inplace.dev/retry` end to end: a node that rolled back halts the rollout; the token a
+/// person sets on its plan (with the pinned kubectl, as docs/usage shows) un-halts it, the
+/// controller moves the plan back to `Staged`, the agent honours the token once and stages
+/// again, and the node is granted, activated and succeeds. The token is set while the
+/// controller is down: the agent waits for the plan to say `Staged`, and the new controller
+/// finds everything on the plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_node_retried_with_a_token_is_staged_again_and_updated() {
+    let mut bed = Bed::start_with_shipped_rbac().await;
+    let _fleet = bed.fleet(broken_fleet_config(true));
+    for name in ["broken", "worker"] {
+        create_node(&bed.client, name, &[]).await;
+    }
+    roll_out(&bed, 1).await;
+    rollout_when(&bed.client, "ro", "halted by broken", |r| {
+        has_condition(r, "Halted", "True", "TooManyFailures")
+            && r.status.as_ref().is_some_and(|s| s.nodes.staged == 1)
+    })
+    .await;
+
+    // The token is set while no controller runs: the agent must not act on it while the
+    // plan still says Active (that would activate without a slot).
+    bed.stop_controller().await;
+    let real = bed.api.real().expect("the real API server");
+    real.run_kubectl(&[
+        "annotate",
+        "nodeupdateplan",
+        "broken",
+        "inplace.dev/retry=t1",
+        "--overwrite",
+    ])
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let waiting = bed.plans().get("broken").await.unwrap();
+    assert_eq!(waiting.spec.desired_state, DesiredState::Active);
+    assert_eq!(waiting.status.unwrap().retry_honoured, None);
+    let config = shipped_controller_identity(&bed.api).await;
+    let (_metrics, _stop, _controller) = start_controller(config, test_settings());
+    let done = rollout_when(&bed.client, "ro", "Complete=True", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    let status = done.status.unwrap();
+    assert_eq!((status.nodes.succeeded, status.nodes.failed), (2, 0));
+    let plan = bed.plans().get("broken").await.unwrap();
+    let plan_status = plan.status.unwrap();
+    assert_eq!(plan_status.retry_honoured.as_deref(), Some("t1"));
+    assert_eq!(plan_status.phase, Some(Phase::Succeeded));
 }

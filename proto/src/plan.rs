@@ -109,6 +109,11 @@ pub struct NodeUpdatePlanStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_revisions: Vec<String>,
 
+    /// The last retry token (`inplace.dev/retry` on this plan) the agent honoured: it forgot
+    /// the failure of the plan's revision once for it, and never honours that token again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_honoured: Option<String>,
+
     /// `Ready` and `Degraded`, with a reason from the documented set and a message that
     /// names the artifact, unit or check involved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

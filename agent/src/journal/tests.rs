@@ -460,3 +460,39 @@ fn denylist_is_bounded() {
     assert!(j.failure_of("r39").is_some());
     assert!(j.failure_of("r0").is_none());
 }
+
+#[test]
+fn a_retry_forgets_the_revisions_failure_and_remembers_its_token() {
+    let mut j = at("a", Step::RollingBack);
+    j.rolling_back(Some(failure(Reason::HealthCheckFailed)))
+        .unwrap();
+    j.rolled_back(Utc::now()).unwrap();
+    let mut b = at("b", Step::Staging);
+    b.deny(failure(Reason::HashMismatch), Utc::now()).unwrap();
+    j.failed.extend(b.failed);
+
+    let forgotten = j.honour_retry("t1", "a").unwrap();
+    assert_eq!(forgotten.revision(), "a");
+    assert!(j.failure_of("a").is_none());
+    assert!(
+        j.failure_of("b").is_some(),
+        "only the retried revision is forgotten"
+    );
+    assert_eq!(j.retry_honoured(), Some("t1"));
+    // A token for a revision that never failed is still remembered (and honoured once).
+    assert_eq!(j.honour_retry("t2", "c"), None);
+    assert_eq!(j.retry_honoured(), Some("t2"));
+}
+
+#[tokio::test]
+async fn an_honoured_retry_token_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = JournalFile::new(dir.path());
+    let mut j = at("a", Step::Staging);
+    j.deny(failure(Reason::HashMismatch), Utc::now()).unwrap();
+    j.honour_retry("t1", "a");
+    file.save(&j).await.unwrap();
+    let loaded = file.load().await.unwrap();
+    assert_eq!(loaded.retry_honoured(), Some("t1"));
+    assert!(loaded.failure_of("a").is_none());
+}

@@ -211,6 +211,15 @@ impl Journal {
         self.degraded = Some(failure);
     }
 
+    /// A person asked to retry `revision` with `token`: its failure is forgotten (it may be
+    /// staged again) and the token remembered, so it is never honoured twice. Returns the
+    /// failure forgotten, if the revision had failed. Any step: only the denylist changes.
+    pub fn honour_retry(&mut self, token: &str, revision: &str) -> Option<FailedRevision> {
+        self.retry_honoured = Some(token.to_owned());
+        let index = self.failed.iter().position(|f| f.revision == revision)?;
+        Some(self.failed.remove(index))
+    }
+
     /// Clears the degraded mark (`inplace-agent clear-degraded`); returns what it said.
     pub fn clear_degraded(&mut self) -> Option<Failure> {
         self.degraded.take()

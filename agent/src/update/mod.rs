@@ -175,6 +175,7 @@ impl Agent {
 
     async fn handle_view(&mut self, view: Option<PlanView>) -> Result<(), AgentError> {
         self.show_plan(view.as_ref());
+        self.honour_retry(view.as_ref()).await?;
         loop {
             if machine::staging_is_stale(view.as_ref(), &self.journal) {
                 self.abandon_staging().await?;
@@ -189,6 +190,24 @@ impl Agent {
                 return Ok(());
             }
         }
+    }
+
+    /// Honours the plan's retry token once ([`machine::retry_to_honour`]): the revision's
+    /// failure is forgotten and the token kept, in one journal write, before deciding; the
+    /// next report carries `status.retryHonoured` with the new attempt's phase.
+    async fn honour_retry(&mut self, view: Option<&PlanView>) -> Result<(), AgentError> {
+        let (Some(view), Some(token)) = (view, machine::retry_to_honour(view, &self.journal))
+        else {
+            return Ok(());
+        };
+        let forgotten = self.journal.honour_retry(token, &view.revision);
+        self.save().await?;
+        tracing::info!(
+            token,
+            forgotten = forgotten.is_some(),
+            "retry honoured: the revision may be staged again"
+        );
+        Ok(())
     }
 
     /// Carries out one action. True when the plan must be decided on again at once (a

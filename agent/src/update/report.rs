@@ -288,6 +288,7 @@ pub(super) fn status(
             .iter()
             .map(|f| f.revision().to_owned())
             .collect(),
+        retry_honoured: journal.retry_honoured().map(str::to_owned),
         conditions,
         started_at,
         finished_at,

@@ -2,13 +2,14 @@
 //! with a progress bar and every node's phase and reason; `kubectl inplace plan <node>`
 //! explains one node's plan, its last error and what to do next. `--watch` re-renders on
 //! watch events. `kubectl inplace pause|resume <rollout>` sets the rollout's `spec.paused`;
-//! `kubectl inplace hold|release|skip <node>` set or remove the Node's steering annotations.
+//! `kubectl inplace hold|release|skip <node>` set or remove the Node's steering annotations;
+//! `kubectl inplace retry <node>` sets a new retry token on the node's plan.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use kubectl_inplace::steer::{NodeSteer, set_paused, steer_node};
+use kubectl_inplace::steer::{NodeSteer, retry_node, set_paused, steer_node};
 use kubectl_inplace::view::Style;
 use kubectl_inplace::{Watched, client, plan, status, watch};
 
@@ -72,6 +73,11 @@ enum Command {
         /// The Node.
         node: String,
     },
+    /// Retry a failed node once: a new token in its plan's inplace.dev/retry annotation.
+    Retry {
+        /// The Node (its plan has the node's name).
+        node: String,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -118,6 +124,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hold { node } => return steer(&client, &node, NodeSteer::Hold).await,
         Command::Release { node } => return steer(&client, &node, NodeSteer::Release).await,
         Command::Skip { node } => return steer(&client, &node, NodeSteer::Skip).await,
+        Command::Retry { node } => {
+            println!("{}", retry_node(&client, &node).await?);
+            return Ok(());
+        }
     };
     if !follow {
         let lines = match &watched {

@@ -3,8 +3,8 @@
 //! plugin adds no state and no API of its own.
 
 use anyhow::Context as _;
-use inplace_proto::NodeRollout;
-use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
+use inplace_proto::steering::{HOLD_ANNOTATION, RETRY_ANNOTATION, SKIP_ANNOTATION};
+use inplace_proto::{NodeRollout, NodeUpdatePlan};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -92,5 +92,34 @@ pub async fn steer_node(client: &Client, node: &str, verb: NodeSteer) -> anyhow:
             anyhow::bail!("node {node} not found")
         }
         Err(e) => Err(e).with_context(|| format!("patching node {node}")),
+    }
+}
+
+/// The merge patch of `kubectl inplace retry NODE`: a new token in the plan's
+/// `inplace.dev/retry` (a token the agent has honoured is never honoured again, so each
+/// retry needs a new one: the time, to the nanosecond).
+pub fn retry_patch(token: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": { RETRY_ANNOTATION: token }}})
+}
+
+/// `kubectl inplace retry NODE`: sets a new retry token on the node's plan (the agent reads
+/// only its plan, so the token lives there, not on the Node).
+pub async fn retry_node(client: &Client, node: &str) -> anyhow::Result<String> {
+    let token = k8s_openapi::jiff::Timestamp::now().to_string();
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    match Api::<NodeUpdatePlan>::all(client.clone())
+        .patch(node, &params, &Patch::Merge(retry_patch(&token)))
+        .await
+    {
+        Ok(_) => Ok(format!(
+            "node {node}: retry {token} asked ({RETRY_ANNOTATION} on its plan); its agent stages the failed revision again once its rollout moves the plan back to Staged"
+        )),
+        Err(kube::Error::Api(status)) if status.is_not_found() => {
+            anyhow::bail!("node {node} has no NodeUpdatePlan: nothing to retry")
+        }
+        Err(e) => Err(e).with_context(|| format!("patching the plan of node {node}")),
     }
 }

@@ -306,7 +306,8 @@ async fn pause_and_resume_patch_the_rollout() {
 
 /// The node steering commands of docs/usage/standalone-rollouts.md § 4 (docs are test
 /// input): each `kubectl inplace VERB worker-7` line, with the raw `kubectl annotate` line
-/// marked "the same, raw" that follows it.
+/// marked "the same, raw" that follows it. The retry token the raw form takes from the shell
+/// (`"$(date +%s)"`) is filled in here as the shell would.
 fn documented_steering() -> Vec<(Vec<String>, Vec<String>)> {
     let doc = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/usage/standalone-rollouts.md"),
@@ -330,13 +331,19 @@ fn documented_steering() -> Vec<(Vec<String>, Vec<String>)> {
                 "no raw form after {:?}",
                 w[0]
             );
-            (words(w[0]), words(w[1]))
+            (
+                words(w[0]),
+                words(&w[1].replace("\"$(date +%s)\"", RAW_TOKEN)),
+            )
         })
         .collect()
 }
 
-fn steering_annotations(node: &k8s_openapi::api::core::v1::Node) -> Vec<(String, String)> {
-    node.metadata
+/// The token the documented raw retry gets from `date +%s` in this test.
+const RAW_TOKEN: &str = "1795672800";
+
+fn steering_annotations(meta: &impl kube::Resource) -> Vec<(String, String)> {
+    meta.meta()
         .annotations
         .iter()
         .flatten()
@@ -346,7 +353,7 @@ fn steering_annotations(node: &k8s_openapi::api::core::v1::Node) -> Vec<(String,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hold_release_and_skip_annotate_the_node_as_the_documented_raw_commands_do() {
+async fn steering_verbs_annotate_as_the_documented_raw_commands_do() {
     use k8s_openapi::api::core::v1::Node;
     let (api, client) = cluster().await;
     let Some(real) = api.real() else {
@@ -360,8 +367,12 @@ async fn hold_release_and_skip_annotate_the_node_as_the_documented_raw_commands_
     let dir = tempfile::tempdir().unwrap();
     let documented = documented_steering();
     let verbs: Vec<&str> = documented.iter().map(|(p, _)| p[1].as_str()).collect();
-    assert_eq!(verbs, ["hold", "release", "skip"]);
+    assert_eq!(verbs, ["hold", "release", "skip", "retry"]);
     for (plugin_form, raw_form) in &documented {
+        if plugin_form[1] == "retry" {
+            retry_sets_a_new_token_on_the_plan(&api, &client, dir.path(), raw_form).await;
+            continue;
+        }
         let args: Vec<&str> = plugin_form[1..].iter().map(String::as_str).collect();
         let (ok, out, err) = tokio::task::block_in_place(|| plugin(&api, dir.path(), &args));
         assert!(ok, "{args:?}: {err}");
@@ -391,6 +402,50 @@ async fn hold_release_and_skip_annotate_the_node_as_the_documented_raw_commands_
     let (ok, _, err) =
         tokio::task::block_in_place(|| plugin(&api, dir.path(), &["hold", "no-such-node"]));
     assert!(!ok && err.contains("node no-such-node not found"), "{err}");
+}
+
+/// `kubectl inplace retry worker-7` and its raw form each leave a token in the plan's
+/// `inplace.dev/retry`, a new one each time; a node without a plan is an error.
+async fn retry_sets_a_new_token_on_the_plan(
+    api: &TestApi,
+    client: &kube::Client,
+    dir: &Path,
+    raw_form: &[String],
+) {
+    let plans = Api::<NodeUpdatePlan>::all(client.clone());
+    let plan: NodeUpdatePlan = serde_json::from_value(plan_json("worker-7")).unwrap();
+    plans.create(&PostParams::default(), &plan).await.unwrap();
+    let token = |plan: &NodeUpdatePlan| {
+        steering_annotations(plan)
+            .into_iter()
+            .find(|(k, _)| k == "inplace.dev/retry")
+            .map(|(_, v)| v)
+    };
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (ok, out, err) =
+            tokio::task::block_in_place(|| plugin(api, dir, &["retry", "worker-7"]));
+        assert!(ok, "{err}");
+        assert!(out.contains("node worker-7: retry"), "{out}");
+        let now = token(&plans.get("worker-7").await.unwrap()).expect("a token");
+        assert!(
+            !seen.contains(&now),
+            "a new token each time: {now} after {seen:?}"
+        );
+        seen.push(now);
+    }
+    let raw: Vec<&str> = raw_form.iter().map(String::as_str).collect();
+    api.real().unwrap().run_kubectl(&raw).unwrap();
+    assert_eq!(
+        token(&plans.get("worker-7").await.unwrap()).as_deref(),
+        Some(RAW_TOKEN),
+        "{raw:?}"
+    );
+    let (ok, _, err) = tokio::task::block_in_place(|| plugin(api, dir, &["retry", "no-such-node"]));
+    assert!(
+        !ok && err.contains("node no-such-node has no NodeUpdatePlan"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -143,6 +143,7 @@ fn view_of(intent: &PlanIntent) -> PlanView {
         cordoned: intent.cordoned,
         drain_timeout: intent.drain_timeout.clone(),
         allow_downgrade: intent.allow_downgrade,
+        retry_pending: false,
         report: PlanReport::default(),
     }
 }

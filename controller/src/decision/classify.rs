@@ -109,6 +109,7 @@ pub(super) fn classify_nodes(
         {
             state = failed;
         }
+        super::steer::retry(node, &mut state, &mut intent);
         super::steer::steer(node, &mut state, &mut intent);
         if state == NodeState::Succeeded && soaks(input, node, &mut intent, &mut classified) {
             classified.soaking.push(index);

@@ -178,6 +178,9 @@ pub struct PlanView {
     pub drain_timeout: Option<DrainTimedOut>,
     /// `spec.allowDowngrade`.
     pub allow_downgrade: bool,
+    /// A person's retry token (`inplace.dev/retry`) the agent has not honoured yet
+    /// (`status.retryHonoured` does not show it): `steer::retry`.
+    pub retry_pending: bool,
     /// The status the agent wrote.
     pub report: PlanReport,
 }

@@ -71,6 +71,7 @@ fn plan(desired: DesiredState, report: PlanReport) -> PlanView {
         cordoned: false,
         drain_timeout: None,
         allow_downgrade: false,
+        retry_pending: false,
         report,
     }
 }

@@ -5,7 +5,10 @@
 //! a plan with a new revision → `Downloading` → `Staged` (target = the plan's revision);
 //! `desiredState: Active` on a staged plan → `Activating` → `Verifying` → `Succeeded`
 //! (current = target), or, for a node configured to fail, `RolledBack` / `Failed` with a
-//! `Ready=False` condition carrying the reason. One fleet watches all plans (one watch), and
+//! `Ready=False` condition carrying the reason. A retry token on the plan
+//! (`inplace.dev/retry`) is honoured once while the plan asks for `Staged`, as the agent
+//! does: the revision is staged again and the token reported in `status.retryHonoured`
+//! (a node in [`SimConfig::fixed_by_retry`] then succeeds). One fleet watches all plans (one watch), and
 //! each node's steps run in their own task, so 30,000 nodes cost one watch and a timer each.
 //!
 //! [`Fleet::start_as_nodes`] writes each plan's status as that node's own identity
@@ -52,6 +55,8 @@ pub struct SimConfig {
     pub failures: HashMap<String, Failure>,
     /// Report `Downloading` and `Verifying` too (the full protocol); off for scale runs.
     pub every_phase: bool,
+    /// Failing nodes that succeed once a retry was honoured.
+    pub fixed_by_retry: HashSet<String>,
 }
 
 impl Default for SimConfig {
@@ -63,6 +68,7 @@ impl Default for SimConfig {
             slow: HashMap::new(),
             failures: HashMap::new(),
             every_phase: true,
+            fixed_by_retry: HashSet::new(),
         }
     }
 }
@@ -73,6 +79,8 @@ struct Local {
     target: Option<String>,
     current: Option<String>,
     phase: Option<Phase>,
+    /// The last retry token honoured.
+    retry_honoured: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +88,8 @@ struct Seen {
     revision: Option<String>,
     desired: DesiredState,
     generation: Option<i64>,
+    /// The plan's retry token.
+    retry: Option<String>,
 }
 
 #[derive(Default)]
@@ -192,6 +202,11 @@ impl Fleet {
                                     revision: plan.spec.revision.clone(),
                                     desired: plan.spec.desired_state,
                                     generation: plan.metadata.generation,
+                                    retry: inplace_proto::steering::pending_retry(
+                                        plan.metadata.annotations.as_ref(),
+                                        None,
+                                    )
+                                    .map(str::to_owned),
                                 },
                             );
                         }
@@ -242,6 +257,14 @@ fn next_step(
         };
         return Some((delay, next));
     }
+    if seen.desired == DesiredState::Staged
+        && seen.retry.is_some()
+        && seen.retry != local.retry_honoured
+    {
+        next.retry_honoured = seen.retry.clone();
+        next.phase = Some(Phase::Downloading);
+        return Some((Duration::ZERO, next));
+    }
     let (activate, verify) = match config.slow.get(node) {
         Some(total) => (*total / 2, *total / 2),
         None => (config.activate, config.verify),
@@ -260,14 +283,14 @@ fn next_step(
                 next.phase = Some(Phase::Verifying);
                 return Some((activate, next));
             }
-            next.phase = Some(final_phase(config, node));
+            next.phase = Some(final_phase(config, node, local));
             if next.phase == Some(Phase::Succeeded) {
                 next.current = next.target.clone();
             }
             Some((activate + verify, next))
         }
         Phase::Verifying => {
-            next.phase = Some(final_phase(config, node));
+            next.phase = Some(final_phase(config, node, local));
             if next.phase == Some(Phase::Succeeded) {
                 next.current = next.target.clone();
             }
@@ -277,7 +300,10 @@ fn next_step(
     }
 }
 
-fn final_phase(config: &SimConfig, node: &str) -> Phase {
+fn final_phase(config: &SimConfig, node: &str, local: &Local) -> Phase {
+    if local.retry_honoured.is_some() && config.fixed_by_retry.contains(node) {
+        return Phase::Succeeded;
+    }
     config
         .failures
         .get(node)
@@ -347,6 +373,7 @@ async fn drive(
                 "phase": phase,
                 "targetRevision": next.target,
                 "currentRevision": next.current,
+                "retryHonoured": next.retry_honoured,
                 "conditions": [{
                     "type": "Ready", "status": ready, "reason": reason, "message": message,
                     "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),

@@ -26,6 +26,7 @@ fn view(tag: &str, desired: DesiredState, sizes: [Option<u64>; 2]) -> PlanView {
         allow_downgrade: false,
         content,
         problems: None,
+        retry: None,
     }
 }
 

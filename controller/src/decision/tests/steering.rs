@@ -261,3 +261,130 @@ fn hold_release_and_skip_are_announced_once() {
     assert!(has_event(&third, NODE_RELEASED), "{:?}", third.events);
     assert_eq!(granted(&third), ["a"]);
 }
+
+/// A person's token on the plan that its agent has not honoured yet.
+fn retried(mut n: NodeView) -> NodeView {
+    n.plan.as_mut().unwrap().retry_pending = true;
+    n
+}
+
+/// A failed node with a drain that timed out (`inplace.dev/drain-timeout`), still cordoned.
+fn drain_timed_out(name: &str) -> NodeView {
+    let mut n = draining_granted(name);
+    n.plan.as_mut().unwrap().drain_timeout = Some(DrainTimedOut {
+        message: "pod p left".into(),
+        skipped: false,
+    });
+    n
+}
+
+/// (name, spec, nodes, grants, counts [staged, updating, succeeded, failed, skipped],
+/// halted)
+type RetryCase = (
+    &'static str,
+    NodeRolloutSpec,
+    Vec<NodeView>,
+    &'static [&'static str],
+    [i32; 5],
+    bool,
+);
+
+#[test]
+fn retry_table() {
+    let halting = || spec(IntOrString::Int(1), 0);
+    let rolled_back = |name| failed(node(name), Phase::RolledBack, "HealthCheckFailed");
+    let cases: Vec<RetryCase> = vec![
+        (
+            "without a token a failure halts the rollout",
+            halting(),
+            vec![rolled_back("a"), staged(node("b"))],
+            &[],
+            [1, 0, 0, 1, 0],
+            true,
+        ),
+        (
+            "a pending retry is not a failure: the halt lifts and the next node is granted",
+            halting(),
+            vec![retried(rolled_back("a")), staged(node("b"))],
+            &["b"],
+            [0, 1, 0, 0, 0],
+            false,
+        ),
+        (
+            "a node retried is not granted before its agent stages the revision again",
+            halting(),
+            vec![retried(rolled_back("a"))],
+            &[],
+            [0, 0, 0, 0, 0],
+            false,
+        ),
+        (
+            "a drain timeout is retried too",
+            drain_spec(1),
+            vec![retried(drain_timed_out("a"))],
+            &[],
+            [0, 0, 0, 0, 0],
+            false,
+        ),
+        (
+            "a token on a node that did not fail changes nothing",
+            halting(),
+            vec![retried(staged(node("a"))), retried(succeeded(node("b")))],
+            &["a"],
+            [0, 1, 1, 0, 0],
+            false,
+        ),
+        (
+            "skip wins over retry: the node counts as skipped",
+            halting(),
+            vec![skipped(retried(rolled_back("a")))],
+            &[],
+            [0, 0, 0, 0, 1],
+            false,
+        ),
+    ];
+    for (name, spec, nodes, grants, counts, halted) in cases {
+        let d = decide(&input(&spec, nodes));
+        let c = &d.status.nodes;
+        assert_eq!(granted(&d), grants, "{name}: grants");
+        assert_eq!(
+            [c.staged, c.updating, c.succeeded, c.failed, c.skipped],
+            counts,
+            "{name}: counts {c:?}"
+        );
+        let is_halted = condition(&d, "Halted").status == "True";
+        assert_eq!(is_halted, halted, "{name}: halted");
+    }
+}
+
+#[test]
+fn a_retried_node_goes_back_to_staged_without_its_grant_or_drain_record() {
+    let cases = [
+        (
+            spec(IntOrString::Int(1), 0),
+            retried(failed(node("a"), Phase::RolledBack, "HealthCheckFailed")),
+        ),
+        (drain_spec(1), retried(drain_timed_out("a"))),
+    ];
+    for (s, n) in cases {
+        let d = decide(&input(&s, vec![n]));
+        let (_, intent) = applies(&d).into_iter().find(|(n, _)| *n == "a").unwrap();
+        assert_eq!(intent.desired_state, DesiredState::Staged);
+        assert_eq!(intent.granted_at, None);
+        assert_eq!(intent.drain_timeout, None);
+    }
+}
+
+#[test]
+fn once_the_agent_honoured_the_token_its_new_report_counts() {
+    // `retry_pending` is false once status.retryHonoured shows the token: a failure
+    // reported after it is a failure again.
+    let s = spec(IntOrString::Int(1), 0);
+    let again = failed(node("a"), Phase::RolledBack, "HealthCheckFailed");
+    let d = decide(&input(&s, vec![again]));
+    assert_eq!(d.status.nodes.failed, 1);
+    let mut staged_again = staged(node("a"));
+    staged_again.plan.as_mut().unwrap().retry_pending = false;
+    let d = decide(&input(&s, vec![staged_again]));
+    assert_eq!(granted(&d), ["a"]);
+}
