@@ -1,0 +1,87 @@
+use super::*;
+
+fn decided(took_ms: u64, at: Instant) -> RolloutView {
+    RolloutView {
+        last: Some(LastRound {
+            release: ReleaseState::Missing,
+            wake_at: at + Duration::from_secs(60),
+            decided_at: at,
+            deciding_took: Duration::from_millis(took_ms),
+        }),
+        ..RolloutView::default()
+    }
+}
+
+#[test]
+fn a_round_waits_four_times_the_last_decisions_own_time() {
+    let at = Instant::now();
+    let view = decided(10, at);
+    let until = at + Duration::from_millis(40);
+    assert_eq!(view.paced_until(at + Duration::from_millis(1)), Some(until));
+    assert_eq!(
+        view.paced_until(at + Duration::from_millis(39)),
+        Some(until)
+    );
+    assert_eq!(view.paced_until(until), None);
+}
+
+fn view_of(name: usize, control_plane: bool) -> (NodeView, String) {
+    let view = NodeView {
+        name: format!("n{name:02}"),
+        control_plane,
+        topology: String::new(),
+        unschedulable: false,
+        readiness: crate::decision::Readiness::Ready,
+        ownership: crate::decision::Ownership::Ours,
+        plan: None,
+        drain: None,
+        steering: Steering::default(),
+    };
+    (view, format!("uid-{name}"))
+}
+
+proptest::proptest! {
+    /// The view kept between rounds (nodes coming, going, changing their control-plane
+    /// label, one round's changes at a time) is the view built from scratch: the same
+    /// nodes, in activation order, each found by its name in the index.
+    #[test]
+    fn the_kept_order_is_the_order_built_from_scratch(
+        rounds in proptest::collection::vec(
+            proptest::collection::vec((0usize..24, proptest::option::of(proptest::bool::ANY)), 1..8),
+            1..12,
+        ),
+    ) {
+        let mut kept = RolloutView::default();
+        let mut fleet: BTreeMap<usize, bool> = BTreeMap::new();
+        for changes in rounds {
+            let mut reordered = false;
+            for (name, node) in changes {
+                match node {
+                    Some(cp) => fleet.insert(name, cp),
+                    None => fleet.remove(&name),
+                };
+                let built = node.map(|cp| view_of(name, cp));
+                reordered |= kept.replace(&format!("n{name:02}"), built) == Change::Order;
+            }
+            if reordered {
+                kept.sort();
+            }
+            let mut scratch = RolloutView::default();
+            for (&name, &cp) in &fleet {
+                let (view, uid) = view_of(name, cp);
+                scratch.insert(view, uid);
+            }
+            scratch.sort();
+            proptest::prop_assert_eq!(&kept.nodes, &scratch.nodes);
+            proptest::prop_assert_eq!(&kept.index, &scratch.index);
+            proptest::prop_assert_eq!(&kept.uids, &scratch.uids);
+        }
+    }
+}
+
+#[test]
+fn the_first_round_and_a_cheap_decision_are_not_held_back() {
+    let at = Instant::now();
+    assert_eq!(RolloutView::default().paced_until(at), None);
+    assert_eq!(decided(0, at).paced_until(at), None);
+}
