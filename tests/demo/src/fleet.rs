@@ -404,7 +404,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
         .await
         .context("creating NodeRelease kubelet-v2")?;
     step(&format!(
-        "rolling out kubelet {V2}: NodeRollout {ROLLOUT} → release kubelet-v2, maxUnavailable {MAX_UNAVAILABLE}, disruption Cordon"
+        "rolling out kubelet {V2}: NodeRollout {ROLLOUT} → release kubelet-v2, maxUnavailable {MAX_UNAVAILABLE}, disruption Cordon, in a maintenance window opening a minute from now"
     ));
     let limits = Concurrency::start(&client, &format!("{FLEET_LABEL}=true"));
     limits.listed().await?;
@@ -417,15 +417,20 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
         .map(|m| measure::poll_kubelet(m.port, V1.into(), V2.into(), Arc::clone(&seen[&m.name])))
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let rollout_started = Instant::now();
+    let (window, opens) = crate::window::opening_soon(k8s_openapi::jiff::Timestamp::now())?;
     rollouts
         .patch(
             ROLLOUT,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"release": "kubelet-v2", "maxUnavailable": MAX_UNAVAILABLE, "disruption": "Cordon"}})),
+            &Patch::Merge(json!({"spec": {"release": "kubelet-v2", "maxUnavailable": MAX_UNAVAILABLE, "disruption": "Cordon",
+                                          "maintenanceWindows": [window]}})),
         )
         .await
         .context("pointing the rollout at kubelet-v2")?;
+    crate::window::show_the_hold(&client, ROLLOUT, opens, &style).await?;
+    // The rollout's time counts from the window's opening (staging goes on before it).
+    let until_open = opens.duration_since(k8s_openapi::jiff::Timestamp::now());
+    let rollout_started = Instant::now() + Duration::try_from(until_open).unwrap_or(Duration::ZERO);
     let rollout_v2 = Stage {
         release: "kubelet-v2",
         seen: Some(&seen),

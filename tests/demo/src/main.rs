@@ -1,7 +1,9 @@
 //! `inplace-demo`: the local demo fleet. Boots nspawn nodes running the real agent unit,
 //! starts a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager of
 //! the release `tests/kube` pins), the controller and an artifact server, brings the fleet to
-//! kubelet v1, then rolls v2 out with `maxUnavailable: 1` while drawing live progress and
+//! kubelet v1, then rolls v2 out with `maxUnavailable: 1` under a maintenance window that
+//! opens a minute later (printing what `kubectl inplace status` says while it holds) while
+//! drawing live progress and
 //! watching that no more than one node is ever activating, and prints a summary (time per
 //! node, kubelet downtime per swap, the most nodes activating at once). `--broken-v3` then
 //! rolls out a crash-looping v3 and shows the rollout halt after the first rollback. Cleans
@@ -13,6 +15,7 @@ mod concurrency;
 mod fleet;
 mod measure;
 mod render;
+mod window;
 
 use std::path::PathBuf;
 

@@ -1,5 +1,6 @@
 //! `make demo` proven by `make test`: the demo binary, non-interactive, on 3 real nspawn
-//! nodes with the real agent and controller, end to end, with `--broken-v3`. The demo itself
+//! nodes with the real agent and controller, end to end, with `--broken-v3`. v2 waits for a
+//! maintenance window opening about a minute later (30-90 s of this test). The demo itself
 //! fails unless every node's plan ends Succeeded on v2 and every kubelet answers v2, no more
 //! than `maxUnavailable` (1) nodes were ever activating or cordoned at once (watched on
 //! every plan and Node event), and the crash-looping v3 rolls back on exactly one node and
@@ -68,6 +69,10 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
     );
     for want in [
         "every kubelet answers v1.31.0",
+        // The maintenance window holds v2, as `kubectl inplace status` shows, then opens.
+        "held outside its maintenance window",
+        "closed, next opens",
+        "the window opens at",
         "Summary",
         "export KUBECONFIG=",
         "kubectl inplace status",
