@@ -27,6 +27,7 @@ use crate::maintenance_window::MaintenanceWindow;
     printcolumn = r#"{"name":"Succeeded","type":"integer","jsonPath":".status.nodes.succeeded"}"#,
     printcolumn = r#"{"name":"Updating","type":"integer","jsonPath":".status.nodes.updating"}"#,
     printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.nodes.failed"}"#,
+    printcolumn = r#"{"name":"Skipped","type":"integer","jsonPath":".status.nodes.skipped"}"#,
     printcolumn = r#"{"name":"Complete","type":"string","jsonPath":".status.conditions[?(@.type==\"Complete\")].status"}"#,
     printcolumn = r#"{"name":"Halted","type":"string","jsonPath":".status.conditions[?(@.type==\"Halted\")].status"}"#,
     printcolumn = r#"{"name":"Paused","type":"boolean","jsonPath":".spec.paused"}"#,

@@ -251,12 +251,13 @@ async fn pause_and_resume_patch_the_rollout() {
     let (api, path) = (&api, dir.path().to_owned());
     let rollouts = Api::<NodeRollout>::all(client.clone());
     assert!(!rollouts.get("workers").await.unwrap().spec.paused);
-    // One node staged, so the Staged column shows a count the controller would write.
+    // One node staged and one skipped, so the Staged and Skipped columns show counts the
+    // controller would write.
     rollouts
         .patch_status(
             "workers",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"nodes": {"staged": 1, "pending": 0}}})),
+            &Patch::Merge(json!({"status": {"nodes": {"staged": 1, "pending": 0, "skipped": 1}}})),
         )
         .await
         .unwrap();
@@ -285,6 +286,7 @@ async fn pause_and_resume_patch_the_rollout() {
         let table = real.run_kubectl(&["get", "noderollouts"]).unwrap();
         assert_eq!(cell(&table, "PAUSED"), "true", "{table}");
         assert_eq!(cell(&table, "STAGED"), "1", "{table}");
+        assert_eq!(cell(&table, "SKIPPED"), "1", "{table}");
         assert_eq!(cell(&table, "NODES"), "2", "{table}");
     }
 
