@@ -98,7 +98,7 @@ impl Default for Metrics {
         );
         registry.register(
             "inplace_controller_rollout_rounds",
-            "Rollout reconciles by outcome: decided, paced (changes kept for a decision a moment later), or unchanged (nothing the decision reads changed)",
+            "Rollout reconciles by outcome: decided, or unchanged (nothing the decision reads changed)",
             metrics.rounds.clone(),
         );
         registry.register(
@@ -157,8 +157,7 @@ impl Metrics {
         self.requests.get_or_create(&[("verb", verb)]).inc();
     }
 
-    /// Counts one rollout round: `decided`, `paced` (too soon after the last decision: it
-    /// decides a moment later) or `unchanged` (it did not decide).
+    /// Counts one rollout round: `decided` or `unchanged` (it did not decide).
     pub fn rollout_round(&self, outcome: &'static str) {
         self.rounds.get_or_create(&[("outcome", outcome)]).inc();
     }

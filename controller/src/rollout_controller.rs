@@ -158,11 +158,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     let release_state = release_state(release.as_deref());
     let mut view = ctx.views.take(&name);
     let refreshed = view.refresh(rollout, ctx)?;
-    let refresh_took = started.elapsed();
-    let due = refreshed.changed
-        || view.owes_decision
-        || !view.unchanged_since_last_round(&release_state, started);
-    if !due {
+    if !refreshed.changed && view.unchanged_since_last_round(&release_state, started) {
         let wake_at = view.last.as_ref().map(|last| last.wake_at);
         ctx.views.put(&name, view);
         ctx.metrics.rollout_round("unchanged");
@@ -172,13 +168,6 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
             paced.map_or(until_wake, |p| p.min(until_wake)),
         ));
     }
-    if let Some(until) = view.paced_until(started) {
-        view.owes_decision = true;
-        ctx.views.put(&name, view);
-        ctx.metrics.rollout_round("paced");
-        return Ok(Action::requeue(until - started));
-    }
-    view.owes_decision = false;
     ctx.metrics.rollout_round("decided");
     let previous = ctx.last_status(&name).or_else(|| rollout.status.clone());
     let alerts = observe_alerts(&rollout.spec, ctx.alerts.as_ref()).await;
@@ -193,9 +182,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         now: Timestamp::now(),
     };
     run_drain_passes(&mut input, ctx).await?;
-    let deciding = Instant::now();
     let decision = decide(&input);
-    let deciding_took = refresh_took + deciding.elapsed();
     let now = input.now;
     view.nodes = input.nodes;
     for node in view.nodes.iter_mut().filter(|n| n.drain.is_some()) {
@@ -227,8 +214,6 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     view.last = Some(LastRound {
         release: release_state,
         wake_at: started + after,
-        decided_at: deciding,
-        deciding_took,
     });
     ctx.views.put(&name, view);
     ctx.metrics.reconciled(CONTROLLER, started.elapsed());

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use inplace_proto::{NodeRollout, NodeRolloutSpec, Steering};
 use k8s_openapi::api::core::v1::Node;
@@ -150,20 +150,7 @@ pub struct LastRound {
     /// When the decision asked to be looked at again (a drain, a window, a soak, a
     /// deadline, the next staging batch, or the resync period).
     pub wake_at: Instant,
-    /// When that round's decision was made, and how long refreshing the views and
-    /// deciding took (not its writes): what [`RolloutView::paced_until`] spaces rounds by.
-    pub decided_at: Instant,
-    /// See [`LastRound::decided_at`].
-    pub deciding_took: Duration,
 }
-
-/// How many times its own deciding time a round waits after the last decision before it
-/// decides again: the decision walks every selected node, so rounds back to back (every
-/// agent report wakes the rollout) would keep a core busy at a large fleet; spaced so, the
-/// decision takes at most a fifth of a core, and a 100 µs decision (a small fleet) waits
-/// 400 µs — nothing a person or a slot would notice. Changes in the meantime are kept
-/// and decided together.
-pub const PACING_FACTOR: u32 = 4;
 
 /// One rollout's selected nodes as the decision sees them, kept between rounds.
 #[derive(Debug, Default)]
@@ -176,9 +163,6 @@ pub struct RolloutView {
     pub uids: HashMap<String, String>,
     /// The last round that decided.
     pub last: Option<LastRound>,
-    /// A round saw changes but was too soon after the last decision
-    /// ([`RolloutView::paced_until`]): the next round decides, whatever it sees.
-    pub owes_decision: bool,
 }
 
 /// How many node views a refresh built, and whether any of them differs from before.
@@ -243,14 +227,6 @@ impl RolloutView {
         self.last
             .as_ref()
             .is_some_and(|last| last.release == *release && now < last.wake_at)
-    }
-
-    /// When the next decision may be made, if not yet at `now`: [`PACING_FACTOR`] times
-    /// the last decision's own time after it.
-    pub fn paced_until(&self, now: Instant) -> Option<Instant> {
-        let last = self.last.as_ref()?;
-        let until = last.decided_at + last.deciding_took * PACING_FACTOR;
-        (now < until).then_some(until)
     }
 
     fn insert(&mut self, view: NodeView, uid: String) {

@@ -1,30 +1,5 @@
 use super::*;
 
-fn decided(took_ms: u64, at: Instant) -> RolloutView {
-    RolloutView {
-        last: Some(LastRound {
-            release: ReleaseState::Missing,
-            wake_at: at + Duration::from_secs(60),
-            decided_at: at,
-            deciding_took: Duration::from_millis(took_ms),
-        }),
-        ..RolloutView::default()
-    }
-}
-
-#[test]
-fn a_round_waits_four_times_the_last_decisions_own_time() {
-    let at = Instant::now();
-    let view = decided(10, at);
-    let until = at + Duration::from_millis(40);
-    assert_eq!(view.paced_until(at + Duration::from_millis(1)), Some(until));
-    assert_eq!(
-        view.paced_until(at + Duration::from_millis(39)),
-        Some(until)
-    );
-    assert_eq!(view.paced_until(until), None);
-}
-
 fn view_of(name: usize, control_plane: bool) -> (NodeView, String) {
     let view = NodeView {
         name: format!("n{name:02}"),
@@ -77,11 +52,4 @@ proptest::proptest! {
             proptest::prop_assert_eq!(&kept.uids, &scratch.uids);
         }
     }
-}
-
-#[test]
-fn the_first_round_and_a_cheap_decision_are_not_held_back() {
-    let at = Instant::now();
-    assert_eq!(RolloutView::default().paced_until(at), None);
-    assert_eq!(decided(0, at).paced_until(at), None);
 }
