@@ -231,6 +231,7 @@ async fn restore(
 
 pub mod admission;
 pub mod host;
+pub mod image;
 pub mod resume;
 #[cfg(test)]
 mod tests;

@@ -330,13 +330,52 @@ impl CheckedSignature {
 
 /// The artifact's signature, downloaded and checked as far as it can be without the
 /// artifact's bytes; `None` when the artifact has no `signatureUrl` (the node policy has
-/// already refused that where signatures are required).
+/// already refused that where signatures are required). The trusted comment must name the
+/// plan's kubernetesVersion where `require_signatures` says so.
 pub async fn prepare(
     fetcher: &dyn Fetcher,
     artifact: &Artifact,
     kubernetes_version: Option<&str>,
     policy: &Policy,
 ) -> Result<Option<Arc<CheckedSignature>>, Failure> {
+    let vouch = Vouch {
+        version: kubernetes_version,
+        version_required: policy.require_signatures,
+    };
+    prepare_vouching(fetcher, artifact, vouch, &policy.trusted_keys_dir)
+        .await
+        .map_err(|e| match e {
+            PrepareError::Fetch(failure) => failure,
+            PrepareError::Signature(e) => e.into_failure(&artifact.name),
+        })
+}
+
+/// The version a signature must vouch for besides the file, and whether it must name it.
+#[derive(Debug, Clone, Copy)]
+pub struct Vouch<'a> {
+    /// The version (`version:` in the trusted comment).
+    pub version: Option<&'a str>,
+    /// Whether the comment must name it.
+    pub version_required: bool,
+}
+
+/// Why a signature could not be prepared: its download failed, or it was refused.
+#[derive(Debug)]
+pub enum PrepareError {
+    /// The signature could not be downloaded (the fetcher's reason).
+    Fetch(Failure),
+    /// The signature was refused (always `SignatureInvalid`).
+    Signature(SignatureError),
+}
+
+/// [`prepare`] with the version to vouch for given by the caller (the agent image's own
+/// version, always required), and the refusal left for the caller to word.
+pub async fn prepare_vouching(
+    fetcher: &dyn Fetcher,
+    artifact: &Artifact,
+    vouch: Vouch<'_>,
+    keys_dir: &Path,
+) -> Result<Option<Arc<CheckedSignature>>, PrepareError> {
     let Some(url) = &artifact.signature_url else {
         return Ok(None);
     };
@@ -347,19 +386,21 @@ pub async fn prepare(
             MAX_SIGNATURE_BYTES,
         )
         .await
-        .map_err(|e| Failure {
-            reason: e.reason(),
-            message: e.to_string(),
+        .map_err(|e| {
+            PrepareError::Fetch(Failure {
+                reason: e.reason(),
+                message: e.to_string(),
+            })
         })?;
     // The API validation makes sure a signed artifact's URL ends in a file name.
     let file = url::Url::parse(&artifact.url)
         .ok()
         .and_then(|u| inplace_proto::validate::url_basename(&u).map(str::to_owned))
         .unwrap_or_default();
-    let version = kubernetes_version.map(str::to_owned);
-    let keys_dir = policy.trusted_keys_dir.clone();
-    let version_required = policy.require_signatures;
-    let checked = tokio::task::spawn_blocking(move || {
+    let version = vouch.version.map(str::to_owned);
+    let keys_dir = keys_dir.to_path_buf();
+    let version_required = vouch.version_required;
+    tokio::task::spawn_blocking(move || {
         let keys = load_trusted_keys(&keys_dir)?;
         let subject = Subject {
             file: &file,
@@ -369,10 +410,9 @@ pub async fn prepare(
         check(&bytes, subject, &keys, &keys_dir)
     })
     .await
-    .unwrap_or_else(|e| Err(SignatureError::Io(e.to_string())));
-    checked
-        .map(|c| Some(Arc::new(c)))
-        .map_err(|e| e.into_failure(&artifact.name))
+    .unwrap_or_else(|e| Err(SignatureError::Io(e.to_string())))
+    .map(|c| Some(Arc::new(c)))
+    .map_err(PrepareError::Signature)
 }
 
 /// Verifies the file at `path` against `signature` on a blocking thread; nothing to do

@@ -2,6 +2,7 @@
 //! runs; reuse what is stored already; deny a revision that fails before anything runs is
 //! touched; collect the files no kept revision references.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use crate::archive;
 use crate::fetch::FetchError;
 use crate::journal::{Failure, Journal, Link};
 use crate::machine::PlanView;
+use crate::self_update::image;
 use crate::signature::{self, CheckedSignature};
 use crate::store;
 
@@ -96,7 +98,7 @@ impl Agent {
         self.report(Some(view), Report::downloading(view));
         let mut staged_links = Vec::new();
         let mut plans = self.plans.clone();
-        for (index, artifact) in view.content.artifacts.iter().enumerate() {
+        for (index, artifact) in staged_artifacts(&view.content).iter().enumerate() {
             let staged = tokio::select! {
                 staged = self.stage_artifact(view, index, artifact) => staged,
                 () = moved_on(plans.as_mut(), &view.revision) => {
@@ -200,13 +202,16 @@ impl Agent {
         artifact: &Artifact,
     ) -> Result<Vec<Link>, Failure> {
         // Before the artifact: a bad signature costs no download.
-        let signature = signature::prepare(
-            self.host.fetcher.as_ref(),
-            artifact,
-            view.content.kubernetes_version.as_deref(),
-            &self.settings.policy,
-        )
-        .await?;
+        let fetcher = self.host.fetcher.as_ref();
+        let policy = &self.settings.policy;
+        let signature = match &view.content.agent {
+            // The agent image travels alone: it is the only artifact of its revision.
+            Some(agent) => image::prepare_signature(fetcher, agent, artifact, policy).await?,
+            None => {
+                let version = view.content.kubernetes_version.as_deref();
+                signature::prepare(fetcher, artifact, version, policy).await?
+            }
+        };
         let job = Job {
             view,
             index,
@@ -416,6 +421,14 @@ impl Agent {
         meter.succeeded();
         signature::verify_download(job.signature, &job.artifact.name, &temp).await?;
         Ok(temp)
+    }
+}
+
+/// What staging stores for `content`: its artifacts, or the agent image as a sysext.
+fn staged_artifacts(content: &UpdateContent) -> Cow<'_, [Artifact]> {
+    match &content.agent {
+        Some(agent) => Cow::Owned(vec![image::as_artifact(agent)]),
+        None => Cow::Borrowed(&content.artifacts),
     }
 }
 

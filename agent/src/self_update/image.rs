@@ -1,0 +1,87 @@
+//! The agent image (`spec.agent`) staged as any sysext is (step 1 of
+//! docs/design/agent-self-update.md): as the artifact `inplace-agent`, under
+//! `<images_dir>/inplace-agent/`, its sha256, size and signature checked. Unlike other
+//! artifacts its signature is always required (admission refuses an unsigned one) and its
+//! trusted comment must name `version:` equal to `spec.agent.version`, whatever
+//! `require_signatures` says: a signature without it would vouch for every build of the
+//! file name, and the new agent confirms only the version it was ordered to be.
+
+use std::sync::Arc;
+
+use inplace_proto::{AgentImage, Artifact, ArtifactType, Reason};
+
+use crate::fetch::Fetcher;
+use crate::journal::Failure;
+use crate::policy::OWN_EXTENSION;
+use crate::settings::Policy;
+use crate::signature::{self, CheckedSignature, PrepareError, SignatureError, Vouch};
+
+/// The agent image as the sysext artifact staging stores and links.
+pub fn as_artifact(agent: &AgentImage) -> Artifact {
+    Artifact {
+        name: OWN_EXTENSION.to_owned(),
+        kind: ArtifactType::Sysext,
+        url: agent.url.clone(),
+        sha256: agent.sha256.clone(),
+        signature_url: agent.signature_url.clone(),
+        size: agent.size,
+        path: None,
+        members: Vec::new(),
+        max_extracted_size: None,
+    }
+}
+
+/// The agent image's signature, downloaded and checked as far as it goes without the
+/// image's bytes (`artifact` is [`as_artifact`]'s). A refusal names
+/// `spec.agent.signatureUrl`.
+pub async fn prepare_signature(
+    fetcher: &dyn Fetcher,
+    agent: &AgentImage,
+    artifact: &Artifact,
+    policy: &Policy,
+) -> Result<Option<Arc<CheckedSignature>>, Failure> {
+    let vouch = Vouch {
+        version: Some(&agent.version),
+        version_required: true,
+    };
+    signature::prepare_vouching(fetcher, artifact, vouch, &policy.trusted_keys_dir)
+        .await
+        .map_err(|e| match e {
+            PrepareError::Fetch(failure) => failure,
+            PrepareError::Signature(e) => refused(agent, &e),
+        })
+}
+
+/// The refusal of the agent image's signature, naming the field and, when the trusted
+/// comment is for another version (or none), both versions.
+fn refused(agent: &AgentImage, e: &SignatureError) -> Failure {
+    let what = match e {
+        SignatureError::WrongSubject { comment, .. }
+        | SignatureError::VersionMissing { comment, .. } => match signed_version(comment) {
+            Some(signed) if signed != agent.version => format!(
+                "the signature is for agent version {signed}, not spec.agent.version {} (trusted comment {comment:?})",
+                agent.version
+            ),
+            Some(_) => e.to_string(),
+            None => format!(
+                "the signature names no version, and the agent image's must name spec.agent.version (version:{}) (trusted comment {comment:?})",
+                agent.version
+            ),
+        },
+        other => other.to_string(),
+    };
+    Failure {
+        reason: Reason::SignatureInvalid,
+        message: format!("spec.agent.signatureUrl: {what}"),
+    }
+}
+
+/// The `version:` token of a trusted comment.
+fn signed_version(comment: &str) -> Option<&str> {
+    comment
+        .split_whitespace()
+        .find_map(|token| token.strip_prefix("version:"))
+}
+
+#[cfg(test)]
+mod tests;
