@@ -23,5 +23,6 @@ pub mod rollout_writes;
 pub mod run;
 pub mod status_pacing;
 pub mod teardown;
+pub mod watch_backoff;
 
 pub use error::{Error, Result};

@@ -26,6 +26,7 @@ use crate::metrics::Metrics;
 use crate::plans::{RecentWrites, plan_owner, slim_node, slim_plan};
 use crate::request_counting::counted_client;
 use crate::rollout_view::RolloutViews;
+use crate::watch_backoff::watch_backoff;
 use crate::{release_controller, rollout_controller};
 
 /// Everything `inplace-controller run` is configured with.
@@ -186,7 +187,7 @@ pub async fn run_controllers(
     let node_events = reflector::reflector(
         nodes_writer,
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
+            .backoff(watch_backoff())
             .modify(slim_node),
     )
     .inspect_ok(move |event| node_feed.feed.saw(event))
@@ -199,7 +200,7 @@ pub async fn run_controllers(
             Api::<NodeUpdatePlan>::all(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(slim_plan),
     )
     .inspect_ok(move |event| plan_feed.feed.saw(event))
@@ -211,7 +212,7 @@ pub async fn run_controllers(
             Api::<NodeRelease>::all(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff(),
+        .backoff(watch_backoff()),
     )
     .touched_objects();
 
@@ -260,6 +261,7 @@ pub async fn run_controllers(
         move |release: NodeRelease| rollout_controller::rollouts_for_release(&rollouts, &release)
     };
     let rollouts_run = rollout_controller
+        .trigger_backoff(watch_backoff())
         .watches_stream(node_events, for_nodes)
         .watches_stream(plan_events, |plan: NodeUpdatePlan| {
             plan_owner(&plan).map(ObjectRef::<NodeRollout>::new)
@@ -280,6 +282,7 @@ pub async fn run_controllers(
         Api::<NodeRelease>::all(client.clone()),
         watcher::Config::default(),
     )
+    .trigger_backoff(watch_backoff())
     .graceful_shutdown_on(stopped(stop.clone()))
     .run(
         release_controller::reconcile,
