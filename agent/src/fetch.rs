@@ -82,7 +82,7 @@ impl HttpFetcher {
                 .redirect(redirect())
                 .connect_timeout(settings.connect_timeout)
                 .read_timeout(settings.stall_timeout)
-                .user_agent(concat!("inplace-agent/", env!("CARGO_PKG_VERSION")))
+                .user_agent(format!("inplace-agent/{}", crate::BUILD_VERSION))
                 .no_proxy()
         })?;
         Ok(HttpFetcher {

@@ -9,6 +9,16 @@
 //! (sd_notify), [`metrics`] and [`metrics_server`] (Prometheus), [`self_update`] (the guard of
 //! an agent switch), and [`update`], which coordinates them.
 
+/// This build's version, as the agent reports it (`--version`, the plan's status, its user
+/// agent) and as an agent switch checks it against `spec.agent.version`. The package version,
+/// unless `INPLACE_AGENT_VERSION` is set at build time: the node tests build a second and a
+/// third agent from this tree that way, rebuilding only this crate rather than every
+/// dependency at a bumped package version.
+pub const BUILD_VERSION: &str = match option_env!("INPLACE_AGENT_VERSION") {
+    Some(version) => version,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
 pub mod archive;
 pub mod beneath;
 pub mod check_config;
