@@ -15,6 +15,7 @@ need_apt=()
 command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v mksquashfs >/dev/null || need_apt+=(squashfs-tools)
+command -v minisign >/dev/null || need_apt+=(minisign) # docs/usage/agent-updates.md signs with it
 command -v nsenter >/dev/null || need_apt+=(util-linux)
 command -v systemctl >/dev/null || need_apt+=(systemd)
 [[ -f /etc/ssl/certs/ca-certificates.crt ]] || need_apt+=(ca-certificates) # the controller image's

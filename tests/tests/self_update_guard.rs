@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use inplace_tests::nspawn::{Node, NodeOptions};
 
+use support::agent_images::{Behaviour, agent_image};
 use support::packaging::{PATIENCE, api_for_agents, build, repo, write_kubelet_identity};
 
 const IMAGES: &str = "/opt/extensions/inplace-agent";
@@ -29,7 +30,7 @@ async fn a_new_agent_that_never_confirms_is_replaced_by_the_previous_one() {
     let out = tempfile::tempdir().unwrap();
     let good = build("packaging/node/build-sysext.sh", out.path());
     let good_name = good.file_name().unwrap().to_str().unwrap().to_owned();
-    let broken = broken_image(out.path());
+    let broken = agent_image(Behaviour::ExitsAtStart, "9.9.9", out.path(), "");
 
     let (test_api, _plans) = api_for_agents().await;
     let name = Node::unique_name("guard");
@@ -150,26 +151,6 @@ async fn a_new_agent_that_never_confirms_is_replaced_by_the_previous_one() {
         .unwrap();
     assert!(guard.contains("Result=success"), "{guard}");
     node.poweroff().await.unwrap();
-}
-
-/// The agent's image with a binary that exits 1 at start: it never sends READY, never
-/// confirms.
-fn broken_image(out: &std::path::Path) -> std::path::PathBuf {
-    let script = out.join("inplace-agent-broken");
-    std::fs::write(&script, "#!/bin/sh\necho 'broken agent' >&2\nexit 1\n").unwrap();
-    let dir = out.join("broken");
-    let output = std::process::Command::new(repo().join("packaging/node/build-sysext.sh"))
-        .arg(&script)
-        .arg("9.9.9")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    dir.join("inplace-agent-9.9.9-x86-64.raw")
 }
 
 async fn wait_for_record(node: &Node) -> Vec<u8> {
