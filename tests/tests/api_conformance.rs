@@ -711,8 +711,9 @@ async fn schema_validation_defaulting_pruning_and_cel(backend: Backend) {
 async fn node_release_spec_is_immutable(backend: Backend) {
     let (_h, c) = started(backend).await;
     let api = releases(&c);
+    let artifact = |name: &str| json!({"name": name, "type": "Sysext", "url": format!("https://x/{name}.raw"), "sha256": "b".repeat(64)});
     let rel = json!({"apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease", "metadata": {"name": "r1"},
-        "spec": {"version": "v1", "artifacts": [{"name": "k", "type": "Sysext", "url": "https://x/k.raw", "sha256": "b".repeat(64)}]}});
+        "spec": {"version": "v1", "artifacts": [artifact("k"), artifact("c")]}});
     api.create(&PostParams::default(), &dyn_obj(rel))
         .await
         .unwrap();
@@ -725,6 +726,14 @@ async fn node_release_spec_is_immutable(backend: Backend) {
         .await
         .unwrap_err();
     assert_eq!(code(&e), 422, "transition rule self == oldSelf");
+    // `artifacts` is a map list: the same items in another order are the same spec.
+    api.patch(
+        "r1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"artifacts": [artifact("c"), artifact("k")]}})),
+    )
+    .await
+    .expect("a reordered map list is unchanged for self == oldSelf");
     // Labels may still change.
     api.patch(
         "r1",

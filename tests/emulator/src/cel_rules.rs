@@ -3,6 +3,8 @@
 //! Supported: the CEL standard library of the crate (has(), size(), all/exists/exists_one/map/
 //! filter, matches(), startsWith/endsWith/contains, duration(), timestamp()), `self`, `oldSelf`
 //! (transition rules are skipped on create, as the real server does) and `type(x) == int|string`.
+//! In a transition rule, lists of `x-kubernetes-list-type` `map` or `set` compare equal
+//! whatever the order of their items, as on the real server.
 //! Rules the crate cannot compile or evaluate for lack of a function are skipped and counted in
 //! [`skipped_rules`]; see docs/development/api-emulator.md.
 
@@ -122,9 +124,12 @@ pub fn check(v: &Value, old: Option<&Value>, s: &Value, path: &str, errs: &mut V
             continue;
         }
         let null = Value::Null;
+        let (this, previous);
         let mut vars: Vec<(&str, &Value)> = vec![("self", v)];
         if transition {
-            vars.push(("oldSelf", old.unwrap_or(&null)));
+            this = in_canonical_order(v, s);
+            previous = in_canonical_order(old.unwrap_or(&null), s);
+            vars = vec![("self", &this), ("oldSelf", &previous)];
         }
         let field = match r.get("fieldPath").and_then(Value::as_str) {
             Some(fp) if path.is_empty() => fp.trim_start_matches('.').to_string(),
@@ -165,6 +170,43 @@ pub fn check(v: &Value, old: Option<&Value>, s: &Value, path: &str, errs: &mut V
                 tracing::warn!(rule, "CEL rule not supported by the emulator; skipped");
             }
         }
+    }
+}
+
+/// `v` with the items of every `map` or `set` list (by the schema `s`) sorted, so that two
+/// values that differ only in the order of such items are equal. The real server's CEL
+/// equality ignores that order; the `cel` crate compares lists in order.
+fn in_canonical_order(v: &Value, s: &Value) -> Value {
+    match v {
+        Value::Array(items) => {
+            let item_schema = s.get("items").unwrap_or(&Value::Null);
+            let mut items: Vec<Value> = items
+                .iter()
+                .map(|item| in_canonical_order(item, item_schema))
+                .collect();
+            let unordered = matches!(
+                s.get("x-kubernetes-list-type").and_then(Value::as_str),
+                Some("map" | "set")
+            );
+            if unordered {
+                items.sort_by_cached_key(Value::to_string);
+            }
+            Value::Array(items)
+        }
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(name, field)| {
+                    let field_schema = s
+                        .get("properties")
+                        .and_then(|p| p.get(name))
+                        .or_else(|| s.get("additionalProperties"))
+                        .unwrap_or(&Value::Null);
+                    (name.clone(), in_canonical_order(field, field_schema))
+                })
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -224,5 +266,40 @@ mod tests {
             eval("self == oldSelf", &[("self", &a), ("oldSelf", &a)]),
             Outcome::Value(cel::Value::Bool(true))
         ));
+    }
+
+    /// Found with `real_apiserver::a_reordered_release_is_unchanged_for_the_server_and_keeps_its_revision`:
+    /// the real server takes a reordered `map` list as unchanged; the emulator refused it.
+    #[test]
+    fn self_equals_old_self_whatever_the_order_of_a_map_list() {
+        let list = |list_type: &str| {
+            json!({"type": "array", "x-kubernetes-list-type": list_type,
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}}}})
+        };
+        let schema = |list_type: &str| {
+            json!({"type": "object", "properties": {"artifacts": list(list_type)},
+                "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "immutable"}]})
+        };
+        let old = json!({"artifacts": [{"name": "kubernetes"}, {"name": "containerd"}]});
+        let reordered = json!({"artifacts": [{"name": "containerd"}, {"name": "kubernetes"}]});
+        let changed = json!({"artifacts": [{"name": "containerd"}, {"name": "runc"}]});
+        let errors = |v: &Value, list_type: &str| {
+            let mut errs = Vec::new();
+            check(v, Some(&old), &schema(list_type), "spec", &mut errs);
+            errs.len()
+        };
+        assert_eq!(
+            errors(&reordered, "map"),
+            0,
+            "a map list in another order is the same"
+        );
+        assert_eq!(errors(&reordered, "set"), 0, "so is a set");
+        assert_eq!(errors(&changed, "map"), 1, "another item is a change");
+        assert_eq!(
+            errors(&reordered, "atomic"),
+            1,
+            "an atomic list keeps its order"
+        );
     }
 }
