@@ -94,6 +94,8 @@ pub enum Action {
     ResumeActivation,
     /// Restore what ran before the in-flight revision.
     RollBack(RollbackCause),
+    /// An agent switch is in flight: take its next step (`self_update::resume::resolve`).
+    ResumeSwitch,
 }
 
 /// The next action. Pure: the same inputs always give the same action.
@@ -130,7 +132,9 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
                 }
                 return Action::ResumeActivation;
             }
-            Step::SwitchingAgent => return switch_in_flight(flight.revision()),
+            // Whatever the plan says now: the switch is finished (confirmed, rolled back
+            // or given up) before anything else, by the old agent or the new one.
+            Step::SwitchingAgent => return Action::ResumeSwitch,
             Step::Staging | Step::Staged => {}
         }
     }
@@ -156,18 +160,6 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
     Action::Stage {
         activate: plan.desired == DesiredState::Active,
     }
-}
-
-/// What to do with an agent switch in flight. The coordinator does not carry switches out
-/// yet (issue 23; admission refuses every agent update), so a journal that holds one is
-/// left alone and reported: the node needs a person rather than a guess.
-fn switch_in_flight(revision: &str) -> Action {
-    Action::StayDegraded(Failure {
-        reason: Reason::SelfUpdateUnsupported,
-        message: format!(
-            "an agent switch (revision {revision}) is in flight and this agent build cannot carry it on"
-        ),
-    })
 }
 
 /// The refusal of a plan that would lower the Kubernetes version the node runs committed,
@@ -296,14 +288,13 @@ mod tests {
     }
 
     #[test]
-    fn an_agent_switch_in_flight_is_left_alone_by_this_build() {
+    fn an_agent_switch_in_flight_is_resumed_whatever_the_plan_says() {
         let p = plan("agent", DesiredState::Active);
-        match decide(Some(&p), &switching(&p), 3) {
-            Action::StayDegraded(failure) => {
-                assert_eq!(failure.reason, Reason::SelfUpdateUnsupported);
-                assert!(failure.message.contains(&p.revision), "{}", failure.message);
-            }
-            other => panic!("{other:?}"),
+        let journal = switching(&p);
+        let mut other = plan("other", DesiredState::Staged);
+        other.problems = Some(Problems(Vec::new()));
+        for plan in [Some(&p), Some(&other), None] {
+            assert_eq!(decide(plan, &journal, 3), Action::ResumeSwitch);
         }
     }
 

@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 use inplace_agent::fetch::HttpFetcher;
 use inplace_agent::health::RealProbes;
 use inplace_agent::metrics_server::{self, Endpoints};
+use inplace_agent::self_update::host::RunningAgent;
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::systemd::DbusSystemd;
 use inplace_agent::update::{Agent, Host};
@@ -231,7 +232,7 @@ async fn run(config: &Path) -> anyhow::Result<()> {
         .context("connecting to systemd over D-Bus")?;
     let fetcher = HttpFetcher::new(&settings.download, &settings.policy)?;
     let probes = RealProbes::new(Some(client), &node, settings.download.connect_timeout)?;
-    let (sink, status_rx) = status::channel();
+    let (sink, status_rx) = status::channel(plans.clone(), node.clone());
     let writer = tokio::spawn(status::run_writer(
         plans.clone(),
         node.clone(),
@@ -247,6 +248,7 @@ async fn run(config: &Path) -> anyhow::Result<()> {
             let notifier = notifier.clone();
             Arc::new(move |line: &str| notifier.status(line))
         },
+        running: RunningAgent::this_process(),
     };
     let endpoints = if settings.metrics.enabled {
         Some(Endpoints::bind(&settings.metrics).await?)

@@ -32,6 +32,10 @@ pub struct Pending {
     /// Seconds the new agent is given at least from the guard's own start: after a power
     /// loss the node was down, and the new agent had no chance.
     pub confirm_timeout: u64,
+    /// The sha256 of the previous agent binary kept for the guard (for whoever inspects
+    /// the node; the guard does not check itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_binary_sha256: Option<String>,
 }
 
 /// What the guard found when it restored the previous agent; the old agent reports it.
@@ -53,6 +57,8 @@ pub struct GuardPaths {
     pub rolled_back: PathBuf,
     /// `<extensions_dir>/inplace-agent.raw`.
     pub extension_link: PathBuf,
+    /// `<state>/self-update/previous/inplace-agent`: the binary the guard unit runs.
+    pub previous_binary: PathBuf,
 }
 
 impl GuardPaths {
@@ -64,6 +70,7 @@ impl GuardPaths {
             pending: dir.join("pending.json"),
             rolled_back: dir.join("rolled-back.json"),
             extension_link: extensions_dir.join(format!("{OWN_EXTENSION}.raw")),
+            previous_binary: dir.join("previous").join("inplace-agent"),
         }
     }
 }

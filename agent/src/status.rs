@@ -3,7 +3,8 @@
 //! The coordinator [`StatusSink::publish`]es the latest status and never waits for the API
 //! server; a background task writes the newest value with a JSON merge patch (field manager
 //! `inplace-agent`), retrying on conflicts and outages with capped backoff, so the status
-//! catches up within seconds once the server is back.
+//! catches up within seconds once the server is back. A new agent proving it can do its
+//! job (an agent switch) writes once and waits for the answer: [`StatusSink::write_now`].
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -16,10 +17,15 @@ use tokio::sync::watch;
 /// The field manager for every write.
 pub const FIELD_MANAGER: &str = "inplace-agent";
 
-/// Where the coordinator puts status. Never blocks.
+/// Where the coordinator puts status. `publish` never blocks.
+#[async_trait::async_trait]
 pub trait StatusSink: Send + Sync {
     /// Replaces the status to be written.
     fn publish(&self, status: NodeUpdatePlanStatus);
+
+    /// Writes `status` now, with this agent's identity, and says whether the API server
+    /// took it (the error's text otherwise). Also published, so the writer keeps it.
+    async fn write_now(&self, status: NodeUpdatePlanStatus) -> Result<(), String>;
 }
 
 /// Keeps every published status (for tests and `--once` style runs).
@@ -27,13 +33,24 @@ pub trait StatusSink: Send + Sync {
 pub struct MemorySink {
     /// Everything published, in order.
     pub published: Mutex<Vec<NodeUpdatePlanStatus>>,
+    /// While set, `write_now` fails with this text (an API server refusing the identity).
+    pub refuse: Mutex<Option<String>>,
 }
 
+#[async_trait::async_trait]
 impl StatusSink for MemorySink {
     fn publish(&self, status: NodeUpdatePlanStatus) {
         if let Ok(mut list) = self.published.lock() {
             list.push(status);
         }
+    }
+
+    async fn write_now(&self, status: NodeUpdatePlanStatus) -> Result<(), String> {
+        if let Some(refused) = self.refuse.lock().ok().and_then(|r| r.clone()) {
+            return Err(refused);
+        }
+        self.publish(status);
+        Ok(())
     }
 }
 
@@ -70,19 +87,35 @@ pub fn status_patch(status: &NodeUpdatePlanStatus) -> Value {
     json!({ "status": value })
 }
 
-/// Publishes into a channel drained by [`run_writer`].
-pub struct ChannelSink(watch::Sender<Option<NodeUpdatePlanStatus>>);
+/// Publishes into a channel drained by [`run_writer`]; writes now through `api`.
+pub struct ChannelSink {
+    tx: watch::Sender<Option<NodeUpdatePlanStatus>>,
+    api: kube::Api<NodeUpdatePlan>,
+    name: String,
+}
 
+#[async_trait::async_trait]
 impl StatusSink for ChannelSink {
     fn publish(&self, status: NodeUpdatePlanStatus) {
-        self.0.send_replace(Some(status));
+        self.tx.send_replace(Some(status));
+    }
+
+    async fn write_now(&self, status: NodeUpdatePlanStatus) -> Result<(), String> {
+        let patch = Patch::Merge(status_patch(&status));
+        let params = PatchParams::apply(FIELD_MANAGER);
+        let written = self.api.patch_status(&self.name, &params, &patch).await;
+        self.publish(status);
+        written.map(drop).map_err(|e| e.to_string())
     }
 }
 
-/// A sink and the receiver for its writer task.
-pub fn channel() -> (ChannelSink, watch::Receiver<Option<NodeUpdatePlanStatus>>) {
+/// A sink writing plan `name` through `api`, and the receiver for its writer task.
+pub fn channel(
+    api: kube::Api<NodeUpdatePlan>,
+    name: String,
+) -> (ChannelSink, watch::Receiver<Option<NodeUpdatePlanStatus>>) {
     let (tx, rx) = watch::channel(None);
-    (ChannelSink(tx), rx)
+    (ChannelSink { tx, api, name }, rx)
 }
 
 /// Writes the newest published status to the API server, until the sink is dropped.

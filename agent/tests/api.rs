@@ -61,7 +61,7 @@ async fn start_on(bed: &Bed, test_api: TestApi) -> Running {
     .unwrap();
     let plans: kube::Api<NodeUpdatePlan> = kube::Api::all(client);
 
-    let (sink, status_rx) = status::channel();
+    let (sink, status_rx) = status::channel(plans.clone(), NODE.to_owned());
     let writer = tokio::spawn(status::run_writer(
         plans.clone(),
         NODE.to_owned(),

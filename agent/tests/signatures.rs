@@ -7,54 +7,10 @@
 
 mod common;
 
-use std::io::Cursor;
 use std::sync::atomic::Ordering;
 
-use common::Bed;
+use common::{Bed, Signer, bed_trusting};
 use inplace_proto::{NodeUpdatePlan, Phase};
-use minisign::KeyPair;
-
-/// A minisign key pair.
-struct Signer(KeyPair);
-
-impl Signer {
-    fn new() -> Signer {
-        Signer(KeyPair::generate_unencrypted_keypair().unwrap())
-    }
-
-    /// The public key file, as `minisign -G` writes it.
-    fn public_file(&self) -> String {
-        self.0.pk.to_box().unwrap().into_string()
-    }
-
-    /// A detached signature over `bytes` with this trusted comment.
-    fn sign(&self, bytes: &[u8], trusted_comment: &str) -> Vec<u8> {
-        minisign::sign(
-            Some(&self.0.pk),
-            &self.0.sk,
-            Cursor::new(bytes),
-            Some(trusted_comment),
-            None,
-        )
-        .unwrap()
-        .into_string()
-        .into_bytes()
-    }
-}
-
-/// A bed whose node trusts `signer` (keys in the bed's own directory) and, when `require`,
-/// requires signatures.
-fn bed_trusting(signer: &Signer, require: bool) -> Bed {
-    let mut bed = Bed::new();
-    let keys = bed.root().join("keys");
-    std::fs::create_dir_all(&keys).unwrap();
-    std::fs::write(keys.join("release.pub"), signer.public_file()).unwrap();
-    // Not a key file: ignored.
-    std::fs::write(keys.join("README"), "keys end in .pub").unwrap();
-    bed.settings.policy.trusted_keys_dir = keys;
-    bed.settings.policy.require_signatures = require;
-    bed
-}
 
 /// Signs every artifact of `plan` with `signer`, the trusted comment made by `comment`
 /// from the artifact's file name, and serves each signature at `<url>.minisig`.

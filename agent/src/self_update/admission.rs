@@ -75,23 +75,10 @@ pub fn check(content: &UpdateContent, policy: &Policy, admission: &Admission) ->
             ),
         )];
     }
-    let mut problems = image_problems(agent, policy)
+    image_problems(agent, policy)
         .into_iter()
         .map(|(path, reason, message)| problem(path, reason, message))
-        .collect::<Vec<_>>();
-    if problems.is_empty() {
-        // The switch and the new agent's confirmation are not wired into the coordinator
-        // yet (issue 23): taking the plan would stage an image nothing activates.
-        problems.push(problem(
-            "",
-            Reason::SelfUpdateUnsupported,
-            format!(
-                "agent {}: this agent build cannot carry out an agent switch yet",
-                agent.version
-            ),
-        ));
-    }
-    problems
+        .collect()
 }
 
 fn image_problems(agent: &AgentImage, policy: &Policy) -> Vec<(&'static str, Reason, String)> {

@@ -14,6 +14,26 @@ use crate::links;
 use crate::policy::OWN_UNIT;
 use crate::systemd::SystemdManager;
 
+/// The running agent: the version it was built as (how an agent tells whether it is the
+/// one a switch ordered) and its binary (what the old agent keeps for the guard).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningAgent {
+    /// The build version (`inplace-agent --version`).
+    pub version: String,
+    /// The running binary.
+    pub exe: PathBuf,
+}
+
+impl RunningAgent {
+    /// This process.
+    pub fn this_process() -> RunningAgent {
+        RunningAgent {
+            version: crate::BUILD_VERSION.to_owned(),
+            exe: PathBuf::from("/proc/self/exe"),
+        }
+    }
+}
+
 /// Step 3, first half: copies the running agent (`exe`, `/proc/self/exe`) to `dest`
 /// (`<state>/self-update/previous/inplace-agent`, what the guard unit runs), durably and
 /// executable, before the guard is armed; returns the copy's sha256 for `pending.json`.

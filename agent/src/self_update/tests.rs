@@ -13,6 +13,7 @@ fn pending(deadline: u64) -> Pending {
         expected_version: "0.2.0".into(),
         deadline,
         confirm_timeout: 120,
+        previous_binary_sha256: None,
     }
 }
 

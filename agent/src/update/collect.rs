@@ -55,10 +55,13 @@ fn referenced(journal: &Journal) -> HashSet<PathBuf> {
     let committed = journal.committed().into_iter().flat_map(|c| c.links());
     let previous = journal.previous().into_iter().flat_map(|c| c.links());
     let flight = journal.in_flight().into_iter().flat_map(|c| c.links());
+    // The agent image a confirmed switch installed is no revision's link, and runs.
+    let agent = journal.agent().map(|a| a.image().to_path_buf());
     committed
         .chain(previous)
         .chain(flight)
         .map(|l| l.target.clone())
+        .chain(agent)
         .collect()
 }
 

@@ -9,11 +9,14 @@
 //! One file per stage: `staging.rs` (download, verify, store; a denial before anything
 //! that runs is touched), `activation.rs` (activate, verify, commit, roll back), `swap.rs`
 //! (the primitives those use: switch the links, refresh sysext and units, restore the
-//! priors, detect drift), `collect.rs` (files no kept revision references), `report.rs` (the
+//! priors, detect drift), `agent_switch.rs` (an agent update: the old agent's switch, the
+//! new one's confirmation, the guard's rollback reported), `collect.rs` (files no kept
+//! revision references), `report.rs` (the
 //! status, a pure function of journal, plan and what was observed). The journal moves
 //! only through its named transitions ([`crate::journal::Journal`]).
 
 mod activation;
+mod agent_switch;
 mod collect;
 mod report;
 mod staging;
@@ -29,6 +32,7 @@ use crate::journal::{Failure, Journal, JournalError, JournalFile, Step, Transiti
 use crate::machine::{self, Action, PlanView, RollbackCause};
 use crate::metrics::AgentMetrics;
 use crate::self_update::admission::{Admission, Installation};
+use crate::self_update::host::RunningAgent;
 use crate::settings::Settings;
 use crate::status::StatusSink;
 use crate::systemd::SystemdManager;
@@ -61,6 +65,8 @@ pub struct Host {
     pub status: Arc<dyn StatusSink>,
     /// Human-readable "what am I doing" (sd_notify `STATUS=`).
     pub notify: Arc<dyn Fn(&str) + Send + Sync>,
+    /// This agent's build version and binary (an agent switch needs both).
+    pub running: RunningAgent,
 }
 
 /// The agent's coordinator.
@@ -236,6 +242,9 @@ impl Agent {
                     return Ok(false);
                 };
                 match self.stage(view).await? {
+                    Staging::Done if activate && view.content.agent.is_some() => {
+                        self.switch_agent(view).await?;
+                    }
                     Staging::Done if activate => self.activate(view).await?,
                     Staging::Done => self.report(Some(view), Report::staged(&view.revision)),
                     // Reported already; or the caller acts on the new plan (and abandons
@@ -248,6 +257,7 @@ impl Agent {
                     self.activate(view).await?;
                 }
             }
+            Action::ResumeSwitch => self.resume_switch(view).await?,
             Action::RollBack(cause) => {
                 let superseded = cause == RollbackCause::Superseded;
                 self.roll_back(view, cause).await?;
@@ -278,6 +288,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Stage { activate: true } => "StageAndActivate",
         Action::ResumeActivation => "ResumeActivation",
         Action::RollBack(_) => "RollBack",
+        Action::ResumeSwitch => "ResumeSwitch",
     }
 }
 

@@ -108,6 +108,34 @@ impl Report {
         }
     }
 
+    /// The old agent arms the guard and swaps its own image (it is restarted as the new).
+    pub(super) fn switching(version: &str) -> Self {
+        Report::new(
+            Phase::Activating,
+            Reason::Activating,
+            format!("switching to agent {version}; the new agent confirms itself"),
+        )
+    }
+
+    /// The new agent's proof that it can do its job: this status, written with its
+    /// identity.
+    pub(super) fn confirming(version: &str) -> Self {
+        Report::new(
+            Phase::Activating,
+            Reason::Activating,
+            format!("confirming agent {version}"),
+        )
+    }
+
+    /// The new agent confirmed itself; the node's content is unchanged.
+    pub(super) fn switched(revision: &str, version: &str) -> Self {
+        Report::new(
+            Phase::Succeeded,
+            Reason::Succeeded,
+            format!("revision {revision} is committed: agent {version} confirmed itself"),
+        )
+    }
+
     /// The revision failed before anything that runs was touched.
     pub(super) fn failed(failure: Failure) -> Self {
         Report::new(Phase::Failed, failure.reason, failure.message)
@@ -276,7 +304,7 @@ pub(super) fn status(
     NodeUpdatePlanStatus {
         observed_generation: view.generation,
         phase: Some(report.phase),
-        current_revision: journal.current_revision().map(str::to_owned),
+        current_revision: current_revision(journal, view).map(str::to_owned),
         target_revision: Some(view.revision.clone()),
         progress,
         artifacts: shown.artifacts.clone(),
@@ -294,6 +322,16 @@ pub(super) fn status(
         finished_at,
         agent_version: Some(crate::BUILD_VERSION.to_owned()),
         boot_id: seen.boot_id.map(str::to_owned),
+    }
+}
+
+/// The revision the node runs as the plan sees it: the plan's own when it is the agent
+/// build a confirmed switch installed (kept apart from the node's content), else the
+/// committed content's.
+fn current_revision<'a>(journal: &'a Journal, view: &'a PlanView) -> Option<&'a str> {
+    match journal.agent() {
+        Some(agent) if agent.revision() == view.revision => Some(&view.revision),
+        _ => journal.current_revision(),
     }
 }
 
@@ -365,15 +403,25 @@ impl Agent {
             SystemTime::now(),
         );
         self.record_running();
+        if let Some(status) = self.render(view, &report) {
+            self.host.status.publish(status);
+        }
+    }
+
+    /// The plan's status for `report` (remembered as shown, and told to sd_notify); `None`
+    /// without a plan, when only sd_notify hears it.
+    pub(super) fn render(
+        &self,
+        view: Option<&PlanView>,
+        report: &Report,
+    ) -> Option<NodeUpdatePlanStatus> {
         let Some(view) = view else {
             (self.host.notify)(&notify::status_line(report.phase, &report.message, None));
-            return;
+            return None;
         };
-        let Ok(mut shown) = self.shown.lock() else {
-            return;
-        };
+        let mut shown = self.shown.lock().ok()?;
         let seen = Observation {
-            report: &report,
+            report,
             shown: &shown,
             now: Timestamp::now(),
             boot_id: self.boot_id.as_deref(),
@@ -386,8 +434,7 @@ impl Agent {
             &report.message,
             download,
         ));
-        drop(shown);
-        self.host.status.publish(status);
+        Some(status)
     }
 
     /// Shows the committed revision (what the node runs) in the metrics.

@@ -22,12 +22,15 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use inplace_agent::fetch::{FetchError, Fetcher, Progress};
 use inplace_agent::health::Probes;
+use inplace_agent::self_update::host::RunningAgent;
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::status::{MemorySink, StatusSink};
 use inplace_agent::systemd::{SystemdError, SystemdManager, UnitState};
 use inplace_agent::update::{Agent, Host};
 use inplace_proto::{Artifact, NodeUpdatePlan, Phase};
+use minisign::KeyPair;
 use sha2::{Digest, Sha256};
+use std::io::Cursor;
 
 pub const NODE: &str = "worker-1";
 
@@ -291,6 +294,10 @@ pub struct Bed {
     pub fetcher: Arc<FakeFetcher>,
     pub systemd: Arc<FakeSystemd>,
     pub status: Arc<MemorySink>,
+    /// The agent the bed's coordinator runs as (its version and binary).
+    pub running: RunningAgent,
+    /// Every sd_notify `STATUS=` line, in order.
+    pub notified: Arc<Mutex<Vec<String>>>,
 }
 
 impl Bed {
@@ -324,7 +331,15 @@ lock_file = "{root}/run/lock"
             sysext_active: AtomicBool::new(false),
             invocations: Mutex::new(HashMap::new()),
         });
+        let exe = dir.path().join("usr/bin/inplace-agent");
+        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+        std::fs::write(&exe, "agent 0.1.0").unwrap();
         Bed {
+            running: RunningAgent {
+                version: "0.1.0".into(),
+                exe,
+            },
+            notified: Arc::default(),
             dir,
             settings,
             fetcher: Arc::new(FakeFetcher {
@@ -348,7 +363,11 @@ lock_file = "{root}/run/lock"
             fetcher: self.fetcher.clone(),
             probes: Arc::new(FakeProbes),
             status,
-            notify: Arc::new(|_: &str| {}),
+            notify: {
+                let notified = self.notified.clone();
+                Arc::new(move |line: &str| notified.lock().unwrap().push(line.to_owned()))
+            },
+            running: self.running.clone(),
         };
         Agent::open(self.settings.clone(), host).await.unwrap()
     }
@@ -448,4 +467,52 @@ lock_file = "{root}/run/lock"
         assert_eq!(self.last().phase, Some(Phase::Succeeded));
         agent
     }
+}
+
+/// A minisign key pair.
+pub struct Signer(KeyPair);
+
+impl Signer {
+    pub fn new() -> Signer {
+        Signer(KeyPair::generate_unencrypted_keypair().unwrap())
+    }
+
+    /// The public key file, as `minisign -G` writes it.
+    pub fn public_file(&self) -> String {
+        self.0.pk.to_box().unwrap().into_string()
+    }
+
+    /// A detached signature over `bytes` with this trusted comment.
+    pub fn sign(&self, bytes: &[u8], trusted_comment: &str) -> Vec<u8> {
+        minisign::sign(
+            Some(&self.0.pk),
+            &self.0.sk,
+            Cursor::new(bytes),
+            Some(trusted_comment),
+            None,
+        )
+        .unwrap()
+        .into_string()
+        .into_bytes()
+    }
+}
+
+impl Default for Signer {
+    fn default() -> Self {
+        Signer::new()
+    }
+}
+
+/// A bed whose node trusts `signer` (keys in the bed's own directory) and, when `require`,
+/// requires signatures.
+pub fn bed_trusting(signer: &Signer, require: bool) -> Bed {
+    let mut bed = Bed::new();
+    let keys = bed.root().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("release.pub"), signer.public_file()).unwrap();
+    // Not a key file: ignored.
+    std::fs::write(keys.join("README"), "keys end in .pub").unwrap();
+    bed.settings.policy.trusted_keys_dir = keys;
+    bed.settings.policy.require_signatures = require;
+    bed
 }

@@ -106,10 +106,13 @@ fn the_image_comes_from_where_the_policy_lets_artifacts_come_from() {
 }
 
 #[test]
-fn an_allowed_update_is_refused_until_the_switch_is_built() {
-    let (reason, problems) = refused(&agent_update(), &admission(true, Installation::Sysext));
-    assert_eq!(reason, Reason::SelfUpdateUnsupported);
-    assert!(problems.has("spec.agent"), "{problems}");
+fn an_allowed_signed_update_within_policy_is_admitted() {
+    let problems = check(
+        &agent_update(),
+        &policy(),
+        &admission(true, Installation::Sysext),
+    );
+    assert!(problems.is_empty(), "{problems:?}");
 }
 
 #[test]

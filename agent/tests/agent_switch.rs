@@ -1,0 +1,296 @@
+//! An agent update through the coordinator (docs/design/agent-self-update.md, "The
+//! protocol"), against the fake edges of `common/mod.rs`: the old agent (A, built as 0.1.0)
+//! stages the signed image, journals the switch, keeps its binary, arms the guard and swaps;
+//! the new one (B, the bed's coordinator opened again as 0.2.0) proves itself and confirms;
+//! or the guard (the real `self_update::guard`, past its deadline) restores A, which reports
+//! the rollback. A restart of the agent is a new coordinator on the same directories.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Bed, Signer, bed_trusting};
+use inplace_agent::journal::Step;
+use inplace_agent::self_update::{self, GuardPaths, Pending, Verdict};
+use inplace_agent::update::Agent;
+use inplace_proto::{NodeUpdatePlan, Phase};
+use sha2::{Digest, Sha256};
+
+const NEXT: &str = "inplace-agent 0.2.0 image";
+
+/// A node running agent 0.1.0 from its own sysext image, allowing agent updates, trusting
+/// `signer`.
+fn node(signer: &Signer) -> Bed {
+    let mut bed = bed_trusting(signer, false);
+    bed.settings.self_update.allow = true;
+    let images = bed.settings.paths.images_dir.join("inplace-agent");
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::create_dir_all(&bed.settings.paths.extensions_dir).unwrap();
+    let previous = images.join("inplace-agent-0.1.0.raw");
+    std::fs::write(&previous, "inplace-agent 0.1.0 image").unwrap();
+    std::os::unix::fs::symlink(&previous, paths(&bed).extension_link).unwrap();
+    bed
+}
+
+fn paths(bed: &Bed) -> GuardPaths {
+    GuardPaths::new(&bed.settings.state_dir, &bed.settings.paths.extensions_dir)
+}
+
+/// The plan asking for agent 0.2.0, its image signed with `comment`.
+fn agent_plan(bed: &Bed, signer: &Signer, comment: &str) -> NodeUpdatePlan {
+    let url = "https://dl.example/agent/inplace-agent-0.2.0.raw";
+    let signature_url = format!("{url}.minisig");
+    let mut objects = bed.fetcher.objects.lock().unwrap();
+    objects.insert(url.into(), NEXT.as_bytes().to_vec());
+    objects.insert(signature_url.clone(), signer.sign(NEXT.as_bytes(), comment));
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "inplace.dev/v1alpha1",
+        "kind": "NodeUpdatePlan",
+        "metadata": {"name": common::NODE, "generation": 2},
+        "spec": {
+            "nodeName": common::NODE,
+            "desiredState": "Active",
+            "agent": {"version": "0.2.0", "url": url, "sha256": hex::encode(Sha256::digest(NEXT)),
+                      "size": NEXT.len(), "signatureUrl": signature_url},
+        }
+    }))
+    .unwrap()
+}
+
+const SIGNED_FOR_0_2_0: &str = "timestamp:1 file:inplace-agent-0.2.0.raw version:0.2.0";
+
+fn link(bed: &Bed) -> PathBuf {
+    std::fs::read_link(paths(bed).extension_link).unwrap()
+}
+
+fn pending(bed: &Bed) -> Option<Pending> {
+    self_update::read_pending(&paths(bed).pending).unwrap()
+}
+
+/// The agent restarted as `version` (PID 1 restarting the unit after a swap or a restore).
+async fn restarted_as(bed: &mut Bed, version: &str) -> Agent {
+    bed.running.version = version.into();
+    bed.agent().await
+}
+
+/// A, 0.1.0, takes the plan: staged, journaled, armed, swapped.
+async fn switched(bed: &Bed, plan: &NodeUpdatePlan) {
+    let mut a = bed.agent().await;
+    a.handle(Some(plan)).await.unwrap();
+    assert_eq!(a.journal().step(), Some(Step::SwitchingAgent));
+}
+
+/// The guard, run as the unit would run it, its clock jumping past the deadline (and the
+/// time it grants from its own start) after its first look.
+async fn guard_after_deadline(bed: &Bed) -> Verdict {
+    let deadline = pending(bed).unwrap().deadline;
+    let looks = AtomicU64::new(0);
+    let now = move || deadline + looks.fetch_add(1, Ordering::SeqCst) * 100_000;
+    self_update::guard(&paths(bed), bed.systemd.as_ref(), &now)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_old_agent_arms_and_swaps_and_the_new_one_confirms_without_touching_the_content() {
+    let signer = Signer::new();
+    let mut bed = node(&signer);
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    switched(&bed, &plan).await;
+
+    let armed = pending(&bed).expect("the guard is armed");
+    assert_eq!(armed.expected_version, "0.2.0");
+    assert_eq!(link(&bed), armed.next_image);
+    assert_eq!(std::fs::read_to_string(&armed.next_image).unwrap(), NEXT);
+    assert!(armed.previous_image.ends_with("inplace-agent-0.1.0.raw"));
+    let kept = paths(&bed).previous_binary;
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "agent 0.1.0");
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(
+        armed.previous_binary_sha256.as_deref(),
+        Some(hex::encode(Sha256::digest("agent 0.1.0")).as_str())
+    );
+    assert_eq!(
+        *bed.systemd.calls.lock().unwrap(),
+        vec![
+            "refresh extensions",
+            "daemon-reload",
+            "restart inplace-agent.service"
+        ],
+        "the agent restarts itself, nothing else"
+    );
+    assert_eq!(bed.last().phase, Some(Phase::Activating));
+
+    let mut b = restarted_as(&mut bed, "0.2.0").await;
+    b.handle(Some(&plan)).await.unwrap();
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    let confirming = bed.status.published.lock().unwrap().iter().any(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.message == "confirming agent 0.2.0")
+    });
+    assert!(confirming, "B wrote its status before it confirmed");
+    assert!(pending(&bed).is_none(), "disarmed");
+    let status = bed.last();
+    assert_eq!(status.phase, Some(Phase::Succeeded), "{:?}", bed.ready());
+    assert_eq!(status.current_revision.as_deref(), Some(revision.as_str()));
+    let journal = b.journal();
+    assert_eq!(
+        journal.agent().map(|a| a.revision()),
+        Some(revision.as_str())
+    );
+    assert_eq!(
+        journal.current_revision(),
+        None,
+        "the content chain is untouched"
+    );
+    assert!(journal.in_flight().is_none());
+
+    // Up to date from now on: nothing downloaded or restarted again.
+    let calls = bed.systemd.calls.lock().unwrap().len();
+    b.handle(Some(&plan)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert_eq!(bed.systemd.calls.lock().unwrap().len(), calls);
+}
+
+#[tokio::test]
+async fn an_image_signed_for_another_version_is_refused_naming_the_field_and_both_versions() {
+    let signer = Signer::new();
+    let bed = node(&signer);
+    let plan = agent_plan(
+        &bed,
+        &signer,
+        "timestamp:1 file:inplace-agent-0.2.0.raw version:0.1.0",
+    );
+    let mut a = bed.agent().await;
+    a.handle(Some(&plan)).await.unwrap();
+    let (status, reason, message) = bed.ready();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SignatureInvalid")
+    );
+    for word in [
+        "spec.agent.signatureUrl",
+        "0.1.0",
+        "spec.agent.version 0.2.0",
+    ] {
+        assert!(message.contains(word), "{word:?} not in {message}");
+    }
+    assert!(pending(&bed).is_none());
+    assert!(link(&bed).ends_with("inplace-agent-0.1.0.raw"));
+}
+
+/// B cannot write its status (its identity refused): it says why in `STATUS=` and never
+/// confirms; the guard restores A, which reports RolledBack with the guard's reason.
+#[tokio::test]
+async fn a_new_agent_refused_by_the_api_server_is_rolled_back_by_the_guard() {
+    let signer = Signer::new();
+    let mut bed = node(&signer);
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    switched(&bed, &plan).await;
+    *bed.status.refuse.lock().unwrap() = Some("Unauthorized (401)".into());
+
+    let mut b = restarted_as(&mut bed, "0.2.0").await;
+    let notified = bed.notified.clone();
+    let guard = async {
+        while !notified
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l == "cannot confirm agent 0.2.0: Unauthorized (401)")
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        guard_after_deadline(&bed).await
+    };
+    let both = async { tokio::join!(b.handle(Some(&plan)), guard) };
+    let (confirmed, verdict) = tokio::time::timeout(Duration::from_secs(60), both)
+        .await
+        .expect("B gives up once the guard restored A");
+    confirmed.unwrap();
+    assert_eq!(verdict, Verdict::Restore);
+    assert_eq!(
+        b.journal().step(),
+        Some(Step::SwitchingAgent),
+        "B never confirmed"
+    );
+    assert!(link(&bed).ends_with("inplace-agent-0.1.0.raw"));
+
+    let mut a = restarted_as(&mut bed, "0.1.0").await;
+    a.handle(Some(&plan)).await.unwrap();
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    let denied = a.journal().failure_of(&revision).expect("denied");
+    assert_eq!(denied.failure().reason.as_str(), "AgentNotConfirmed");
+    assert!(a.journal().in_flight().is_none());
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    let (_, reason, message) = bed.ready();
+    assert_eq!(reason, "RolledBack");
+    assert!(message.contains("AgentNotConfirmed"), "{message}");
+    assert!(
+        !paths(&bed).rolled_back.exists(),
+        "the guard's record is consumed"
+    );
+    assert!(pending(&bed).is_none());
+}
+
+/// Power lost after the journal, before the guard was armed (the table's first row): A
+/// starts the switch again at step 3, once per attempt, then gives up.
+#[tokio::test]
+async fn a_switch_stopped_before_its_guard_starts_again_then_gives_up() {
+    let signer = Signer::new();
+    let bed = node(&signer);
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    switched(&bed, &plan).await;
+    let previous = pending(&bed).unwrap().previous_image;
+    let lose_power_before_arming = || {
+        std::fs::remove_file(paths(&bed).pending).unwrap();
+        let link = paths(&bed).extension_link;
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&previous, &link).unwrap();
+    };
+    for attempt in 2..=3 {
+        lose_power_before_arming();
+        let mut a = bed.agent().await;
+        a.handle(Some(&plan)).await.unwrap();
+        let switch = a.journal().in_flight().and_then(|f| f.switch()).cloned();
+        assert_eq!(switch.map(|s| s.attempt), Some(attempt));
+        assert!(pending(&bed).is_some(), "armed again");
+        assert_eq!(link(&bed), pending(&bed).unwrap().next_image);
+    }
+    lose_power_before_arming();
+    let mut a = bed.agent().await;
+    a.handle(Some(&plan)).await.unwrap();
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    let denied = a.journal().failure_of(&revision).expect("given up");
+    assert_eq!(denied.failure().reason.as_str(), "TooManyAttempts");
+    assert!(pending(&bed).is_none());
+    assert_eq!(link(&bed), previous);
+}
+
+/// B finds a link that does not hash to the plan's sha256: it confirms nothing and says
+/// why; the guard decides.
+#[tokio::test]
+async fn a_new_agent_that_is_not_what_was_ordered_never_confirms() {
+    let signer = Signer::new();
+    let mut bed = node(&signer);
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    switched(&bed, &plan).await;
+    std::fs::write(pending(&bed).unwrap().next_image, "tampered").unwrap();
+    let mut b = restarted_as(&mut bed, "0.2.0").await;
+    b.handle(Some(&plan)).await.unwrap();
+    assert_eq!(b.journal().step(), Some(Step::SwitchingAgent));
+    assert!(pending(&bed).is_some(), "still armed: the guard decides");
+    let said = bed.notified.lock().unwrap().join("\n");
+    assert!(
+        said.contains("does not hash to the plan's sha256"),
+        "{said}"
+    );
+}
