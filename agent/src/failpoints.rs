@@ -14,6 +14,9 @@
 //! `verify.begin`, `verify.progress`, `commit.before`, `commit.saved`.
 //! Points (rollback): `rollback.begin`, `rollback.restore`, `rollback.sysext_refreshed`,
 //! `rollback.unit_restarted`, `rollback.verify`, `rollback.saved`.
+//! Points (agent switch, docs/design/agent-self-update.md): `switch.begin` (journaled, not
+//! armed), `switch.armed` (armed, not swapped), `switch.proved` (the new agent's status
+//! written, guard still armed), `switch.disarmed` (disarmed, journal not committed).
 
 use std::path::Path;
 
@@ -37,6 +40,10 @@ pub const POINTS: &[&str] = &[
     "rollback.unit_restarted",
     "rollback.verify",
     "rollback.saved",
+    "switch.begin",
+    "switch.armed",
+    "switch.proved",
+    "switch.disarmed",
 ];
 
 /// Passes the point `name`; kills the process when it is armed (feature `failpoints`).

@@ -183,6 +183,12 @@ pub async fn guard(
         let link = std::fs::read_link(&paths.extension_link).ok();
         match judge(Some(&pending), link.as_deref(), started_at, now()) {
             Verdict::Done => return Ok(Verdict::Done),
+            // A guard that died mid-restore left its record (written first) with the link
+            // already back: that is no switch that never swapped, so the restore is redone.
+            Verdict::Disarm if paths.rolled_back.exists() => {
+                restore(paths, &pending, systemd).await?;
+                return Ok(Verdict::Restore);
+            }
             Verdict::Disarm => {
                 disarm(paths)?;
                 return Ok(Verdict::Disarm);
@@ -199,8 +205,10 @@ pub async fn guard(
     }
 }
 
-/// Puts the previous agent back: link, refresh, reload, restart; records why; disarms last,
-/// so a guard killed half-way starts over (every step is idempotent).
+/// Puts the previous agent back: records why, then link, refresh, reload, restart; disarms
+/// last, so a guard killed half-way starts over (every step is idempotent). The record comes
+/// first so that a guard restarted after re-pointing the link can tell its own half-done
+/// restore from a switch that never swapped (which it only disarms).
 async fn restore(
     paths: &GuardPaths,
     pending: &Pending,
@@ -223,15 +231,17 @@ async fn restore(
             pending.previous_image.display()
         ),
     };
+    if !paths.rolled_back.exists() {
+        let bytes = serde_json::to_vec_pretty(&record).expect("plain data serializes");
+        links::write_atomically(&paths.rolled_back, &bytes)
+            .map_err(io(format!("writing {}", paths.rolled_back.display())))?;
+    }
     links::swap_symlink(&paths.extension_link, &pending.previous_image).map_err(io(format!(
         "re-pointing {}",
         paths.extension_link.display()
     )))?;
     systemd.refresh_extensions().await?;
     systemd.daemon_reload().await?;
-    let bytes = serde_json::to_vec_pretty(&record).expect("plain data serializes");
-    links::write_atomically(&paths.rolled_back, &bytes)
-        .map_err(io(format!("writing {}", paths.rolled_back.display())))?;
     systemd.restart_unit(OWN_UNIT).await?;
     disarm(paths)
 }

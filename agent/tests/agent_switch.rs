@@ -85,6 +85,15 @@ async fn switched(bed: &Bed, plan: &NodeUpdatePlan) {
     assert_eq!(a.journal().step(), Some(Step::SwitchingAgent));
 }
 
+/// A node where A took the signed plan for 0.2.0 and swapped (the guard armed).
+async fn mid_switch() -> (Bed, NodeUpdatePlan) {
+    let signer = Signer::new();
+    let bed = node(&signer);
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    switched(&bed, &plan).await;
+    (bed, plan)
+}
+
 /// The guard, run as the unit would run it, its clock jumping past the deadline (and the
 /// time it grants from its own start) after its first look.
 async fn guard_after_deadline(bed: &Bed) -> Verdict {
@@ -98,10 +107,7 @@ async fn guard_after_deadline(bed: &Bed) -> Verdict {
 
 #[tokio::test]
 async fn the_old_agent_arms_and_swaps_and_the_new_one_confirms_without_touching_the_content() {
-    let signer = Signer::new();
-    let mut bed = node(&signer);
-    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
-    switched(&bed, &plan).await;
+    let (mut bed, plan) = mid_switch().await;
 
     let armed = pending(&bed).expect("the guard is armed");
     assert_eq!(armed.expected_version, "0.2.0");
@@ -192,10 +198,7 @@ async fn an_image_signed_for_another_version_is_refused_naming_the_field_and_bot
 /// confirms; the guard restores A, which reports RolledBack with the guard's reason.
 #[tokio::test]
 async fn a_new_agent_refused_by_the_api_server_is_rolled_back_by_the_guard() {
-    let signer = Signer::new();
-    let mut bed = node(&signer);
-    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
-    switched(&bed, &plan).await;
+    let (mut bed, plan) = mid_switch().await;
     *bed.status.refuse.lock().unwrap() = Some("Unauthorized (401)".into());
 
     let mut b = restarted_as(&mut bed, "0.2.0").await;
@@ -245,10 +248,7 @@ async fn a_new_agent_refused_by_the_api_server_is_rolled_back_by_the_guard() {
 /// starts the switch again at step 3, once per attempt, then gives up.
 #[tokio::test]
 async fn a_switch_stopped_before_its_guard_starts_again_then_gives_up() {
-    let signer = Signer::new();
-    let bed = node(&signer);
-    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
-    switched(&bed, &plan).await;
+    let (bed, plan) = mid_switch().await;
     let previous = pending(&bed).unwrap().previous_image;
     let lose_power_before_arming = || {
         std::fs::remove_file(paths(&bed).pending).unwrap();
@@ -279,10 +279,7 @@ async fn a_switch_stopped_before_its_guard_starts_again_then_gives_up() {
 /// why; the guard decides.
 #[tokio::test]
 async fn a_new_agent_that_is_not_what_was_ordered_never_confirms() {
-    let signer = Signer::new();
-    let mut bed = node(&signer);
-    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
-    switched(&bed, &plan).await;
+    let (mut bed, plan) = mid_switch().await;
     std::fs::write(pending(&bed).unwrap().next_image, "tampered").unwrap();
     let mut b = restarted_as(&mut bed, "0.2.0").await;
     b.handle(Some(&plan)).await.unwrap();
@@ -292,5 +289,67 @@ async fn a_new_agent_that_is_not_what_was_ordered_never_confirms() {
     assert!(
         said.contains("does not hash to the plan's sha256"),
         "{said}"
+    );
+}
+
+/// The power-loss table's second row: armed, lost before the link moved. A disarms and
+/// starts again at step 3 (the next attempt), armed again and swapped.
+#[tokio::test]
+async fn lost_after_arming_before_the_swap_the_old_agent_starts_again() {
+    let (bed, plan) = mid_switch().await;
+    let armed = pending(&bed).unwrap();
+    let extension_link = paths(&bed).extension_link;
+    std::fs::remove_file(&extension_link).unwrap();
+    std::os::unix::fs::symlink(&armed.previous_image, &extension_link).unwrap();
+    let mut a = bed.agent().await;
+    a.handle(Some(&plan)).await.unwrap();
+    let switch = a.journal().in_flight().and_then(|f| f.switch()).cloned();
+    assert_eq!(switch.map(|s| s.attempt), Some(2));
+    assert_eq!(link(&bed), armed.next_image);
+    assert!(pending(&bed).is_some());
+}
+
+/// The third row: the link swapped, lost before the refresh or the restart. A (still the
+/// one merged) redoes step 4; B, once it runs, confirms.
+#[tokio::test]
+async fn lost_after_the_swap_the_old_agent_redoes_it_and_the_new_one_confirms() {
+    let (mut bed, plan) = mid_switch().await;
+    bed.systemd.calls.lock().unwrap().clear();
+    let mut a = bed.agent().await;
+    a.handle(Some(&plan)).await.unwrap();
+    assert_eq!(
+        *bed.systemd.calls.lock().unwrap(),
+        vec![
+            "refresh extensions",
+            "daemon-reload",
+            "restart inplace-agent.service"
+        ]
+    );
+    let switch = a.journal().in_flight().and_then(|f| f.switch()).cloned();
+    assert_eq!(switch.map(|s| s.attempt), Some(1), "not a new attempt");
+    let mut b = restarted_as(&mut bed, "0.2.0").await;
+    b.handle(Some(&plan)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert!(pending(&bed).is_none());
+}
+
+/// Row 7a: B removed `pending.json`, lost before its journal commit. B, started again,
+/// proves itself again and commits.
+#[tokio::test]
+async fn lost_after_disarming_before_the_commit_the_new_agent_confirms_again() {
+    let (mut bed, plan) = mid_switch().await;
+    self_update::disarm(&paths(&bed)).unwrap();
+    let mut b = restarted_as(&mut bed, "0.2.0").await;
+    b.handle(Some(&plan)).await.unwrap();
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::Succeeded),
+        "{:?}",
+        bed.ready()
+    );
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    assert_eq!(
+        b.journal().agent().map(|a| a.revision()),
+        Some(revision.as_str())
     );
 }

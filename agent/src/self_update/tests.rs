@@ -184,6 +184,46 @@ async fn a_switch_that_never_swapped_is_disarmed_without_touching_the_agent() {
     assert!(systemd.calls.lock().unwrap().is_empty());
 }
 
+/// The power-loss table's last row: a guard killed after it recorded the rollback and
+/// re-pointed the link, before it restarted the agent, runs again from `pending.json` and
+/// finishes the restore. (Before, the record came after the link, and a guard restarted
+/// with the link already back disarmed as if the switch had never swapped: the new agent
+/// kept running unconfirmed and nothing restarted the old one. Failed at c782c45.)
+#[tokio::test(start_paused = true)]
+async fn a_guard_killed_mid_restore_finishes_it_when_it_runs_again() {
+    let node = switched_node(100);
+    let record = RolledBack {
+        reason: "AgentNotConfirmed".into(),
+        message: "agent 0.2.0 did not confirm itself by its deadline".into(),
+    };
+    links::write_atomically(
+        &node.paths.rolled_back,
+        &serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
+    links::swap_symlink(&node.paths.extension_link, &node.pending.previous_image).unwrap();
+    let systemd = RecordingSystemd::default();
+    let clock = AtomicU64::new(0);
+    let now = || clock.fetch_add(100, Ordering::SeqCst);
+    assert_eq!(
+        guard(&node.paths, &systemd, &now).await.unwrap(),
+        Verdict::Restore
+    );
+    assert!(
+        systemd
+            .calls
+            .lock()
+            .unwrap()
+            .contains(&"restart inplace-agent.service".to_owned()),
+        "{:?}",
+        systemd.calls.lock().unwrap()
+    );
+    let kept: RolledBack =
+        serde_json::from_slice(&std::fs::read(&node.paths.rolled_back).unwrap()).unwrap();
+    assert_eq!(kept, record, "the first record stays");
+    assert!(!node.paths.pending.exists());
+}
+
 #[tokio::test]
 async fn an_unreadable_pending_file_is_an_error_naming_it() {
     let node = switched_node(1_000);

@@ -207,6 +207,13 @@ impl Agent {
             return Ok(());
         }
         self.failpoint("switch.disarmed");
+        // A guard that died mid-restore may have left its record; this agent confirmed.
+        let stale = paths.clone();
+        if let Err(e) =
+            blocking(move || host::forget_rolled_back(&stale).map_err(std::io::Error::other)).await
+        {
+            tracing::warn!(error = %e, "cannot remove a stale rollback record");
+        }
         let revision = self
             .journal
             .confirm_switch(Utc::now())?
