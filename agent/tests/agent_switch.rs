@@ -353,3 +353,32 @@ async fn lost_after_disarming_before_the_commit_the_new_agent_confirms_again() {
         Some(revision.as_str())
     );
 }
+
+/// The plan moved on (a Kubernetes release) while the agent switched: B still confirms its
+/// switch, never shows that outcome as the new plan's, and goes on to the new plan.
+#[tokio::test]
+async fn a_plan_that_moved_on_during_the_switch_is_taken_after_the_confirmation() {
+    let (mut bed, plan) = mid_switch().await;
+    let next = bed.plan("OK v1", "kubectl v1", "Active");
+    let next_revision = inplace_proto::revision_of(&next.spec.content);
+    let mut b = restarted_as(&mut bed, "0.2.0").await;
+    b.handle(Some(&next)).await.unwrap();
+    let switched = inplace_proto::revision_of(&plan.spec.content);
+    assert_eq!(
+        b.journal().agent().map(|a| a.revision()),
+        Some(switched.as_str())
+    );
+    assert_eq!(b.journal().current_revision(), Some(next_revision.as_str()));
+    let shown_as_next = bed.status.published.lock().unwrap().iter().any(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.message.contains("confirmed itself"))
+    });
+    assert!(!shown_as_next, "the switch's outcome is not the new plan's");
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::Succeeded),
+        "{:?}",
+        bed.ready()
+    );
+}

@@ -221,7 +221,10 @@ impl Agent {
             .to_owned();
         self.save().await?;
         tracing::info!(%revision, %version, "agent switch confirmed");
-        self.report(Some(view), Report::switched(&revision, version));
+        self.report(
+            about(Some(view), &revision),
+            Report::switched(&revision, version),
+        );
         Ok(())
     }
 
@@ -289,7 +292,7 @@ impl Agent {
 
     fn report_denied(&self, view: Option<&PlanView>, revision: &str) {
         if let Some(failed) = self.journal.failure_of(revision) {
-            self.report(view, Report::denied(failed));
+            self.report(about(view, revision), Report::denied(failed));
         }
     }
 
@@ -305,6 +308,13 @@ impl Agent {
         }
         disarmed.is_ok()
     }
+}
+
+/// The plan to report a switch's end to: only one still asking for the switch's
+/// `revision` (a plan that moved on meanwhile is decided on next, and must not show the
+/// switch's outcome as its own).
+fn about<'a>(view: Option<&'a PlanView>, revision: &str) -> Option<&'a PlanView> {
+    view.filter(|v| v.revision == revision)
 }
 
 fn unix_now() -> u64 {

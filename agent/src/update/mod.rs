@@ -257,7 +257,13 @@ impl Agent {
                     self.activate(view).await?;
                 }
             }
-            Action::ResumeSwitch => self.resume_switch(view).await?,
+            Action::ResumeSwitch => {
+                let switching = self.journal.in_flight().map(|f| f.revision().to_owned());
+                self.resume_switch(view).await?;
+                // A switch that ended while the plan asks for another revision: act on it.
+                let ended = self.journal.in_flight().is_none();
+                return Ok(ended && view.is_some_and(|v| Some(&v.revision) != switching.as_ref()));
+            }
             Action::RollBack(cause) => {
                 let superseded = cause == RollbackCause::Superseded;
                 self.roll_back(view, cause).await?;
