@@ -4,7 +4,7 @@
 //! remembering recent writes until the watch cache catches up ([`RecentWrites`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use inplace_proto::reason::plan_condition;
 use inplace_proto::{API_VERSION, NodeReleaseSpec, NodeUpdatePlan, NodeUpdatePlanSpec};
@@ -31,7 +31,7 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
             .find(|c| c.type_ == plan_condition::READY)
     });
     PlanView {
-        revision: plan.spec.revision.clone(),
+        revision: plan.spec.revision.as_deref().map(Arc::from),
         desired_state: plan.spec.desired_state,
         granted_at: annotation(GRANTED_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
         ready_since: annotation(READY_SINCE_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
@@ -45,8 +45,8 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
         .is_some(),
         report: PlanReport {
             phase: status.and_then(|s| s.phase),
-            target_revision: status.and_then(|s| s.target_revision.clone()),
-            current_revision: status.and_then(|s| s.current_revision.clone()),
+            target_revision: status.and_then(|s| s.target_revision.as_deref().map(Arc::from)),
+            current_revision: status.and_then(|s| s.current_revision.as_deref().map(Arc::from)),
             reason: ready.map(|c| c.reason.clone()),
             message: ready.map(|c| c.message.clone()),
             observed_generation: status.and_then(|s| s.observed_generation),

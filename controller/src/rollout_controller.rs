@@ -48,7 +48,7 @@ pub fn release_state(release: Option<&NodeRelease>) -> ReleaseState {
                 message: problems.to_string(),
             },
             Ok(()) => ReleaseState::Valid {
-                revision: revision_of(&release.spec.content),
+                revision: Arc::from(revision_of(&release.spec.content)),
             },
         },
     }
@@ -155,9 +155,9 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     let started = Instant::now();
     let name = rollout.name_any();
     let release = ctx.releases.get(&ObjectRef::new(&rollout.spec.release));
-    let release_state = release_state(release.as_deref());
     let mut view = ctx.views.take(&name);
     let refreshed = view.refresh(rollout, ctx)?;
+    let release_state = view.share_release(release_state(release.as_deref()));
     if !refreshed.changed && view.unchanged_since_last_round(&release_state, started) {
         let wake_at = view.last.as_ref().map(|last| last.wake_at);
         ctx.views.put(&name, view);

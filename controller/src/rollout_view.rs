@@ -24,6 +24,9 @@ use crate::decision::{
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
 
+mod revisions;
+use revisions::Revisions;
+
 /// Which nodes each rollout's view must rebuild: fed by the Node and NodeUpdatePlan watch
 /// streams (a plan has its node's name) and by the controller's own writes.
 #[derive(Debug, Default)]
@@ -163,6 +166,8 @@ pub struct RolloutView {
     pub uids: HashMap<String, String>,
     /// The last round that decided.
     pub last: Option<LastRound>,
+    /// The one copy of each revision the views name.
+    revisions: Revisions,
 }
 
 /// How many node views a refresh built, and whether any of them differs from before.
@@ -190,6 +195,7 @@ impl RolloutView {
             self.nodes.clear();
             self.index.clear();
             self.uids.clear();
+            self.revisions.clear();
             self.last = None;
             for node in ctx.nodes.state() {
                 if let Some((view, uid)) = builder.build(&node, ctx)? {
@@ -229,7 +235,13 @@ impl RolloutView {
             .is_some_and(|last| last.release == *release && now < last.wake_at)
     }
 
-    fn insert(&mut self, view: NodeView, uid: String) {
+    /// The release as the decision should see it: its revision the copy the views share.
+    pub fn share_release(&mut self, release: ReleaseState) -> ReleaseState {
+        self.revisions.share_release(release)
+    }
+
+    fn insert(&mut self, mut view: NodeView, uid: String) {
+        self.revisions.share_node(&mut view);
         self.index.insert(view.name.clone(), self.nodes.len());
         self.uids.insert(view.name.clone(), uid);
         self.nodes.push(view);
@@ -239,7 +251,8 @@ impl RolloutView {
     /// changed.
     fn replace(&mut self, node: &str, built: Option<(NodeView, String)>) -> Change {
         match (self.index.get(node).copied(), built) {
-            (Some(i), Some((view, uid))) => {
+            (Some(i), Some((mut view, uid))) => {
+                self.revisions.share_node(&mut view);
                 self.uids.insert(view.name.clone(), uid);
                 let change = if self.nodes[i].control_plane != view.control_plane {
                     Change::Order

@@ -102,8 +102,10 @@ pub fn decide_teardown(
         let Some(unschedulable) = node.unschedulable else {
             continue;
         };
-        let revision = plan.revision.as_deref().unwrap_or_default();
-        let state = classify(plan, revision)
+        let state = plan
+            .revision
+            .as_ref()
+            .and_then(|revision| classify(plan, revision))
             .map(|state| past_deadline(plan, state, progress_deadline, now));
         let past_deadline = state.as_ref().is_some_and(|s| {
             matches!(s, NodeState::Failed { reason, .. }

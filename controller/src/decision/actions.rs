@@ -4,6 +4,7 @@
 //! started for at most [`staging_batch`] nodes per round.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec};
 
@@ -41,7 +42,7 @@ pub(super) fn node_actions(
                 && decision.actions.len() == actions_before
                 && written
                     .as_ref()
-                    .is_none_or(|p| p.revision.as_deref() != Some(&*intent.revision));
+                    .is_none_or(|p| p.revision.as_ref() != Some(&intent.revision));
             if starts_staging && staging_started == staging_limit {
                 staging_deferred = true;
             } else {
@@ -136,7 +137,7 @@ fn cordon(node: &NodeView) -> NodeAction {
 /// The controller-owned fields a plan has after `intent` was applied.
 fn view_of(intent: &PlanIntent) -> PlanView {
     PlanView {
-        revision: Some(intent.revision.to_string()),
+        revision: Some(Arc::clone(&intent.revision)),
         desired_state: intent.desired_state,
         granted_at: intent.granted_at,
         ready_since: intent.ready_since,
@@ -153,7 +154,7 @@ fn plan_differs(plan: Option<&PlanView>, intent: &PlanIntent) -> bool {
     let Some(plan) = plan else {
         return true;
     };
-    plan.revision.as_deref() != Some(&*intent.revision)
+    plan.revision.as_ref() != Some(&intent.revision)
         || plan.desired_state != intent.desired_state
         || plan.granted_at != intent.granted_at
         || plan.ready_since != intent.ready_since

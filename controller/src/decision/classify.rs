@@ -15,8 +15,8 @@ use super::{EventNote, NodeState, NodeView, PlanIntent, PlanView, RolloutInput};
 /// Classifies a plan that carries `revision` by the agent's report (proto's one reading of
 /// it, [`Outcome`]) and the controller's own annotations. `None` when the plan is for
 /// another revision.
-pub(crate) fn classify(plan: &PlanView, revision: &str) -> Option<NodeState> {
-    if plan.revision.as_deref() != Some(revision) {
+pub(crate) fn classify(plan: &PlanView, revision: &Arc<str>) -> Option<NodeState> {
+    if plan.revision.as_ref() != Some(revision) {
         return None;
     }
     let report = &plan.report;
@@ -143,7 +143,7 @@ fn intent_for(
     plan: Option<&PlanView>,
     revision: &Arc<str>,
 ) -> PlanIntent {
-    let current = plan.filter(|p| p.revision.as_deref() == Some(&**revision));
+    let current = plan.filter(|p| p.revision.as_ref() == Some(revision));
     PlanIntent {
         revision: Arc::clone(revision),
         desired_state: current.map_or(DesiredState::Staged, |p| p.desired_state),

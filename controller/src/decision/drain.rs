@@ -46,7 +46,7 @@ pub fn needs_drain_pass(spec: &NodeRolloutSpec, release: &ReleaseState, node: &N
     spec.disruption == Disruption::Drain
         && node.ownership == Ownership::Ours
         && node.unschedulable
-        && plan.revision.as_deref() == Some(revision)
+        && plan.revision.as_ref() == Some(revision)
         && plan.granted_at.is_some()
         && plan.drain_timeout.is_none()
         && plan.desired_state == DesiredState::Staged

@@ -107,8 +107,9 @@ pub enum ReleaseState {
     },
     /// The release is valid and has this revision.
     Valid {
-        /// `revision_of(release.spec.content)`.
-        revision: String,
+        /// `revision_of(release.spec.content)`, shared with the plans' views that name it
+        /// (`rollout_view::revisions`), so comparing them is a pointer comparison.
+        revision: Arc<str>,
     },
 }
 
@@ -130,9 +131,9 @@ pub struct PlanReport {
     /// The agent's phase.
     pub phase: Option<Phase>,
     /// The revision the agent works towards.
-    pub target_revision: Option<String>,
+    pub target_revision: Option<Arc<str>>,
     /// The revision the node runs, committed.
-    pub current_revision: Option<String>,
+    pub current_revision: Option<Arc<str>>,
     /// The `Ready` condition's reason.
     pub reason: Option<String>,
     /// The `Ready` condition's message.
@@ -164,8 +165,10 @@ impl PlanReport {
 /// agent's report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanView {
-    /// `spec.revision`.
-    pub revision: Option<String>,
+    /// `spec.revision`. Revisions are `Arc<str>` so that the view can share one copy of
+    /// each among all plans (`rollout_view::revisions`): the decision compares every
+    /// node's revisions every round, and `Arc`'s `==` compares the pointers first.
+    pub revision: Option<Arc<str>>,
     /// `spec.desiredState`.
     pub desired_state: DesiredState,
     /// [`GRANTED_ANNOTATION`].
@@ -417,10 +420,9 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
         status::release_not_usable(input, owned.len(), refused_condition, &mut decision);
         return decision;
     };
-    decision.status.revision = Some(revision.clone());
+    decision.status.revision = Some(revision.to_string());
 
-    let shared_revision: Arc<str> = Arc::from(revision.as_str());
-    let mut nodes = classify::classify_nodes(input, &owned, &shared_revision, &mut decision.events);
+    let mut nodes = classify::classify_nodes(input, &owned, revision, &mut decision.events);
     let failures = grant::failures(&owned, &nodes.states);
     let halted = grant::is_halted(input.spec, &failures);
     let window = window::window_verdict(&input.spec.maintenance_windows, input.now);

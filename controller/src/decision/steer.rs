@@ -14,6 +14,8 @@
 //!   node already activating finishes, and a node that already runs the revision stays
 //!   counted as succeeded.
 
+use std::sync::Arc;
+
 use inplace_proto::DesiredState;
 
 use super::{NodeState, NodeView, PlanIntent};
@@ -65,10 +67,10 @@ pub(super) fn retry(node: &NodeView, state: &mut NodeState, intent: &mut PlanInt
 /// Whether the plan of a skipped node is left as it is: it is not (yet) for the rollout's
 /// revision, so writing the intent would start staging a revision the person wants kept
 /// off the node.
-pub(super) fn leaves_plan_alone(node: &NodeView, state: &NodeState, revision: &str) -> bool {
+pub(super) fn leaves_plan_alone(node: &NodeView, state: &NodeState, revision: &Arc<str>) -> bool {
     *state == NodeState::Skipped
         && node
             .plan
             .as_ref()
-            .is_none_or(|p| p.revision.as_deref() != Some(revision))
+            .is_none_or(|p| p.revision.as_ref() != Some(revision))
 }

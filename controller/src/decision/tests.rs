@@ -885,7 +885,7 @@ fn carry_out(v: &mut NodeView, action: &NodeAction) {
     match action {
         NodeAction::ApplyPlan { intent, .. } => {
             let p = v.plan.get_or_insert_with(PlanView::default);
-            p.revision = Some(intent.revision.to_string());
+            p.revision = Some(std::sync::Arc::clone(&intent.revision));
             p.desired_state = intent.desired_state;
             p.granted_at = intent.granted_at;
             p.ready_since = intent.ready_since;
