@@ -12,6 +12,7 @@ pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod node_readiness;
+pub mod plan_watch;
 pub mod plans;
 pub mod release_controller;
 pub mod release_fetch;

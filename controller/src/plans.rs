@@ -143,16 +143,6 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> Result<V
     }))
 }
 
-/// Drops what the decision never reads from a cached plan (managed fields, the copied
-/// artifacts), so that 30,000 cached plans stay small.
-pub fn slim_plan(plan: &mut NodeUpdatePlan) {
-    plan.metadata.managed_fields = None;
-    plan.spec.content.artifacts.clear();
-    if let Some(status) = plan.status.as_mut() {
-        status.artifacts.clear();
-    }
-}
-
 /// Drops what the controller never reads from a cached Node (managed fields, annotations
 /// but a person's steering, all of the status but the `Ready` condition): it needs the
 /// name, uid, labels, `spec.unschedulable`, the `inplace.dev/hold` and `inplace.dev/skip`

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use futures::{StreamExt, stream};
 use inplace_drain::cordon;
-use inplace_proto::{NodeRelease, NodeRollout, NodeRolloutStatus, NodeUpdatePlan};
+use inplace_proto::{NodeRelease, NodeRollout, NodeRolloutStatus};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::context::Context;
 use crate::decision::{Decision, NodeAction};
 use crate::error::{Error, Result};
+use crate::plan_watch::WatchedPlan;
 use crate::plans::{FIELD_MANAGER, PlanSource, plan_apply_body};
 use crate::status_pacing::StatusWrite;
 
@@ -52,7 +53,8 @@ pub(crate) async fn write_owed_status(
 /// Removes the controller's cordon record from a plan (the annotation was applied by the
 /// controller's field manager, so its own merge patch may drop it).
 pub(crate) async fn forget_cordon(node: &str, ctx: &Context) -> Result<()> {
-    let plans: Api<NodeUpdatePlan> = Api::all(ctx.client.clone());
+    // Decoded slim: the response is a whole plan, read only for `RecentWrites`.
+    let plans: Api<WatchedPlan> = Api::all(ctx.client.clone());
     ctx.metrics.wrote("plan_forget_cordon");
     let written = plans
         .patch(
@@ -65,7 +67,7 @@ pub(crate) async fn forget_cordon(node: &str, ctx: &Context) -> Result<()> {
         )
         .await
         .map_err(Error::kube(format!("forgetting the cordon of node {node}")))?;
-    ctx.writes.record(&written);
+    ctx.writes.record(&written.into());
     ctx.views.feed.node_changed(node);
     Ok(())
 }
@@ -155,7 +157,8 @@ async fn carry_out_one(
                 },
                 intent,
             )?;
-            let plans: Api<NodeUpdatePlan> = Api::all(ctx.client.clone());
+            // Decoded slim: the response is a whole plan, read only for `RecentWrites`.
+            let plans: Api<WatchedPlan> = Api::all(ctx.client.clone());
             ctx.metrics.wrote("plan_apply");
             let written = plans
                 .patch(
@@ -165,7 +168,7 @@ async fn carry_out_one(
                 )
                 .await
                 .map_err(Error::kube(format!("applying the plan of node {node}")))?;
-            ctx.writes.record(&written);
+            ctx.writes.record(&written.into());
             ctx.views.feed.node_changed(node);
         }
         NodeAction::Cordon { node } => set_unschedulable(node, true, ctx).await?,

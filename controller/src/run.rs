@@ -23,7 +23,8 @@ use crate::alert_gate::{AlertSource, Prometheus};
 use crate::context::{Context, ReconcileSettings};
 use crate::leader::{LeaderElector, LeaseSettings};
 use crate::metrics::Metrics;
-use crate::plans::{RecentWrites, plan_owner, slim_node, slim_plan};
+use crate::plan_watch::{WatchedPlan, plan_event};
+use crate::plans::{RecentWrites, plan_owner, slim_node};
 use crate::request_counting::counted_client;
 use crate::rollout_view::RolloutViews;
 use crate::watch_backoff::watch_backoff;
@@ -197,11 +198,11 @@ pub async fn run_controllers(
     let plan_events = reflector::reflector(
         plans_writer,
         watcher(
-            Api::<NodeUpdatePlan>::all(client.clone()),
+            Api::<WatchedPlan>::all(client.clone()),
             watcher::Config::default(),
         )
         .backoff(watch_backoff())
-        .modify(slim_plan),
+        .map_ok(plan_event),
     )
     .inspect_ok(move |event| plan_feed.feed.saw(event))
     .touched_objects();
