@@ -53,6 +53,9 @@ pub struct RolledBack {
 pub struct GuardPaths {
     /// `<state>/self-update/pending.json`.
     pub pending: PathBuf,
+    /// `<state>/self-update/restoring.json`: `pending.json` renamed by a guard that claimed
+    /// the restore (see [`claim_restore`]).
+    pub restoring: PathBuf,
     /// `<state>/self-update/rolled-back.json`.
     pub rolled_back: PathBuf,
     /// `<extensions_dir>/inplace-agent.raw`.
@@ -68,6 +71,7 @@ impl GuardPaths {
         let dir = state_dir.join("self-update");
         GuardPaths {
             pending: dir.join("pending.json"),
+            restoring: dir.join("restoring.json"),
             rolled_back: dir.join("rolled-back.json"),
             extension_link: extensions_dir.join(format!("{OWN_EXTENSION}.raw")),
             previous_binary: dir.join("previous").join("inplace-agent"),
@@ -162,10 +166,44 @@ pub fn arm(paths: &GuardPaths, pending: &Pending) -> Result<(), GuardError> {
     links::write_atomically(&paths.pending, &bytes).map_err(io(what))
 }
 
-/// Disarms the guard (the new agent, once confirmed; the old one when it never swapped).
+/// Disarms the guard (the old agent when it never swapped, or gives the switch up).
 pub fn disarm(paths: &GuardPaths) -> Result<(), GuardError> {
     links::remove_durably(&paths.pending)
         .map_err(io(format!("removing {}", paths.pending.display())))
+}
+
+/// The new agent's side of the one race of a switch: near the deadline the new agent
+/// confirming and the guard restoring both want `pending.json`, and exactly one of them
+/// gets it (an unlink here, a rename in [`claim_restore`]). True: this agent confirmed (or
+/// had already, before a power loss) and may commit; false: the guard claimed the restore,
+/// and this agent is about to be replaced.
+pub fn claim_confirmation(paths: &GuardPaths) -> Result<bool, GuardError> {
+    let what = || format!("removing {}", paths.pending.display());
+    match std::fs::remove_file(&paths.pending) {
+        Ok(()) => {
+            links::fsync_dir(state_dir_of(paths)).map_err(io(what()))?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(!paths.restoring.exists()),
+        Err(e) => Err(io(what())(e)),
+    }
+}
+
+fn state_dir_of(paths: &GuardPaths) -> &Path {
+    paths.pending.parent().unwrap_or(Path::new("/"))
+}
+
+/// The guard's side of that race: renames `pending.json` to `restoring.json`. Returns the
+/// switch to restore, or None when the new agent confirmed first. A guard that finds
+/// `restoring.json` (it died mid-restore) takes it up again.
+pub fn claim_restore(paths: &GuardPaths) -> Result<Option<Pending>, GuardError> {
+    let what = || format!("renaming {}", paths.pending.display());
+    match std::fs::rename(&paths.pending, &paths.restoring) {
+        Ok(()) => links::fsync_dir(state_dir_of(paths)).map_err(io(what()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(what())(e)),
+    }
+    read_pending(&paths.restoring)
 }
 
 /// The guard's loop: looks, waits, and at the deadline restores the previous agent.
@@ -176,6 +214,11 @@ pub async fn guard(
     now: &dyn Fn() -> u64,
 ) -> Result<Verdict, GuardError> {
     let started_at = now();
+    if let Some(claimed) = read_pending(&paths.restoring)? {
+        // A guard that died mid-restore: its claim stands; every step is idempotent.
+        restore(paths, &claimed, systemd).await?;
+        return Ok(Verdict::Restore);
+    }
     loop {
         let Some(pending) = read_pending(&paths.pending)? else {
             return Ok(Verdict::Done);
@@ -183,12 +226,6 @@ pub async fn guard(
         let link = std::fs::read_link(&paths.extension_link).ok();
         match judge(Some(&pending), link.as_deref(), started_at, now()) {
             Verdict::Done => return Ok(Verdict::Done),
-            // A guard that died mid-restore left its record (written first) with the link
-            // already back: that is no switch that never swapped, so the restore is redone.
-            Verdict::Disarm if paths.rolled_back.exists() => {
-                restore(paths, &pending, systemd).await?;
-                return Ok(Verdict::Restore);
-            }
             Verdict::Disarm => {
                 disarm(paths)?;
                 return Ok(Verdict::Disarm);
@@ -198,17 +235,19 @@ pub async fn guard(
                 tokio::time::sleep(Duration::from_secs(seconds.clamp(1, 5))).await;
             }
             Verdict::Restore => {
-                restore(paths, &pending, systemd).await?;
+                let Some(claimed) = claim_restore(paths)? else {
+                    return Ok(Verdict::Done);
+                };
+                restore(paths, &claimed, systemd).await?;
                 return Ok(Verdict::Restore);
             }
         }
     }
 }
 
-/// Puts the previous agent back: records why, then link, refresh, reload, restart; disarms
-/// last, so a guard killed half-way starts over (every step is idempotent). The record comes
-/// first so that a guard restarted after re-pointing the link can tell its own half-done
-/// restore from a switch that never swapped (which it only disarms).
+/// Puts the previous agent back, once the restore is claimed: records why, then link,
+/// refresh, reload, restart; removes `restoring.json` last, so a guard killed half-way
+/// takes the restore up again (every step is idempotent).
 async fn restore(
     paths: &GuardPaths,
     pending: &Pending,
@@ -243,7 +282,8 @@ async fn restore(
     systemd.refresh_extensions().await?;
     systemd.daemon_reload().await?;
     systemd.restart_unit(OWN_UNIT).await?;
-    disarm(paths)
+    links::remove_durably(&paths.restoring)
+        .map_err(io(format!("removing {}", paths.restoring.display())))
 }
 
 pub mod admission;

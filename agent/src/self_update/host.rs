@@ -50,6 +50,8 @@ pub fn keep_previous_binary(exe: &Path, dest: &Path) -> io::Result<String> {
 pub struct Observed {
     /// Whether `pending.json` is there.
     pub armed: bool,
+    /// Whether `restoring.json` is there: the guard claimed the restore.
+    pub restoring: bool,
     /// The guard's record of a restore, if it made one.
     pub rolled_back: Option<RolledBack>,
     /// Where the agent's extension link points.
@@ -79,6 +81,7 @@ impl Observed {
             .and_then(|target| crate::store::hash_file(target).ok());
         Ok(Observed {
             armed: paths.pending.exists(),
+            restoring: paths.restoring.exists(),
             rolled_back,
             link,
             link_sha256,
@@ -90,6 +93,7 @@ impl Observed {
         Found {
             running_version,
             armed: self.armed,
+            restoring: self.restoring,
             rolled_back: self.rolled_back.as_ref(),
             link: self.link.as_deref(),
             link_sha256: self.link_sha256.as_deref(),

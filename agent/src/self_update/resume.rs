@@ -34,6 +34,9 @@ pub struct Found<'a> {
     pub running_version: &'a str,
     /// Whether `pending.json` is there (the guard is armed).
     pub armed: bool,
+    /// Whether `restoring.json` is there (the guard claimed the restore and has not
+    /// finished it).
+    pub restoring: bool,
     /// What the guard recorded when it restored the previous agent.
     pub rolled_back: Option<&'a RolledBack>,
     /// Where the agent's extension link points (None: missing).
@@ -73,11 +76,21 @@ pub enum Resolution {
 /// Decides the next step of an in-flight `switch` from what was `found`. `max_attempts`
 /// is `[activation] max_attempts`, which bounds a switch as any activation.
 pub fn resolve(switch: &Switch, found: Found<'_>, max_attempts: u32) -> Resolution {
-    if found.running_version == switch.expected_version {
+    let new_agent = found.running_version == switch.expected_version;
+    if new_agent && (found.restoring || found.rolled_back.is_some()) {
+        // The guard won the race for `pending.json`: this agent is being replaced.
+        return Resolution::AwaitGuard("the guard restored the previous agent".to_owned());
+    }
+    if new_agent {
         return check_ordered(switch, found);
     }
     if let Some(record) = found.rolled_back {
         return Resolution::ReportRolledBack(record.clone());
+    }
+    if found.restoring {
+        // The guard claimed the restore but has not recorded it yet: it restarts this
+        // agent when it is done, and nothing here may re-arm or swap meanwhile.
+        return Resolution::AwaitGuard("the guard is restoring this agent".to_owned());
     }
     let swapped = found.link == Some(switch.next_image.as_path());
     if swapped && found.armed {

@@ -141,7 +141,10 @@ async fn an_unconfirmed_agent_is_replaced_by_the_previous_one_at_the_deadline() 
         "{}",
         record.message
     );
-    assert!(!node.paths.pending.exists(), "disarmed last");
+    assert!(
+        !node.paths.pending.exists() && !node.paths.restoring.exists(),
+        "disarmed last"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -184,14 +187,15 @@ async fn a_switch_that_never_swapped_is_disarmed_without_touching_the_agent() {
     assert!(systemd.calls.lock().unwrap().is_empty());
 }
 
-/// The power-loss table's last row: a guard killed after it recorded the rollback and
-/// re-pointed the link, before it restarted the agent, runs again from `pending.json` and
-/// finishes the restore. (Before, the record came after the link, and a guard restarted
-/// with the link already back disarmed as if the switch had never swapped: the new agent
-/// kept running unconfirmed and nothing restarted the old one. Failed at c782c45.)
+/// The power-loss table's last row: a guard killed after it claimed the restore, recorded
+/// the rollback and re-pointed the link, before it restarted the agent, runs again from
+/// `restoring.json` and finishes the restore. (At c782c45 a guard restarted with the link
+/// already back disarmed as if the switch had never swapped: the new agent kept running
+/// unconfirmed and nothing restarted the old one.)
 #[tokio::test(start_paused = true)]
 async fn a_guard_killed_mid_restore_finishes_it_when_it_runs_again() {
     let node = switched_node(100);
+    assert!(claim_restore(&node.paths).unwrap().is_some());
     let record = RolledBack {
         reason: "AgentNotConfirmed".into(),
         message: "agent 0.2.0 did not confirm itself by its deadline".into(),
@@ -221,7 +225,37 @@ async fn a_guard_killed_mid_restore_finishes_it_when_it_runs_again() {
     let kept: RolledBack =
         serde_json::from_slice(&std::fs::read(&node.paths.rolled_back).unwrap()).unwrap();
     assert_eq!(kept, record, "the first record stays");
-    assert!(!node.paths.pending.exists());
+    assert!(!node.paths.pending.exists() && !node.paths.restoring.exists());
+}
+
+/// The race at the deadline, new agent first: it removed `pending.json`, so it may commit,
+/// and the guard that looks a moment later finds nothing to restore.
+#[test]
+fn at_the_deadline_a_new_agent_that_confirms_first_keeps_the_node() {
+    let node = switched_node(100);
+    assert!(claim_confirmation(&node.paths).unwrap());
+    assert_eq!(claim_restore(&node.paths).unwrap(), None);
+    assert!(!node.paths.restoring.exists());
+    // After a power loss (7a), the new agent confirms again: nothing was claimed.
+    assert!(claim_confirmation(&node.paths).unwrap());
+}
+
+/// The race at the deadline, guard first: it renamed `pending.json`, so the new agent must
+/// not commit, even after a restart, until the guard is done.
+#[test]
+fn at_the_deadline_a_guard_that_claims_first_keeps_the_new_agent_from_committing() {
+    let node = switched_node(100);
+    assert_eq!(
+        claim_restore(&node.paths).unwrap(),
+        Some(node.pending.clone())
+    );
+    assert!(!claim_confirmation(&node.paths).unwrap());
+    assert!(
+        !claim_confirmation(&node.paths).unwrap(),
+        "nor when it asks again"
+    );
+    let observed = host::Observed::read(&node.paths).unwrap();
+    assert!(observed.restoring && !observed.armed);
 }
 
 #[tokio::test]

@@ -201,9 +201,10 @@ impl Agent {
             tokio::time::sleep(CONFIRM_RETRY).await;
         }
         self.failpoint("switch.proved");
-        if !self.disarm(paths).await {
-            // Committing with the guard still armed would let it restore the old agent
-            // under a journal that says the new one runs.
+        if !self.claim_confirmation(paths).await {
+            // The guard claimed the restore first (or the guard's file could not be
+            // removed): committing now would leave a journal saying this agent runs while
+            // the guard puts the old one back.
             return Ok(());
         }
         self.failpoint("switch.disarmed");
@@ -298,6 +299,23 @@ impl Agent {
 
     /// Removes `pending.json` durably; false (logged, in `STATUS=`) when it could not:
     /// the guard then decides at its deadline.
+    /// B's side of the race with the guard (`self_update::claim_confirmation`).
+    async fn claim_confirmation(&self, paths: &GuardPaths) -> bool {
+        let claim = paths.clone();
+        let claimed = blocking(move || {
+            self_update::claim_confirmation(&claim).map_err(std::io::Error::other)
+        })
+        .await;
+        let why = match claimed {
+            Ok(true) => return true,
+            Ok(false) => "the guard is restoring the previous agent".to_owned(),
+            Err(e) => format!("cannot disarm the agent switch's guard: {e}"),
+        };
+        tracing::warn!(%why, "not confirming the agent switch");
+        (self.host.notify)(&format!("not confirming the agent switch: {why}"));
+        false
+    }
+
     async fn disarm(&self, paths: &GuardPaths) -> bool {
         let paths = paths.clone();
         let disarmed =

@@ -23,6 +23,7 @@ fn switch(attempt: u32) -> Switch {
 struct Host {
     running: &'static str,
     armed: bool,
+    restoring: bool,
     rolled_back: Option<RolledBack>,
     link: Option<PathBuf>,
     link_sha256: Option<String>,
@@ -35,6 +36,7 @@ impl Host {
         Host {
             running,
             armed,
+            restoring: false,
             rolled_back: None,
             link: Some(s.previous_image),
             link_sha256: Some("a".repeat(64)),
@@ -47,6 +49,7 @@ impl Host {
         Host {
             running,
             armed,
+            restoring: false,
             rolled_back: None,
             link: Some(s.next_image),
             link_sha256: Some(s.next_sha256),
@@ -57,6 +60,7 @@ impl Host {
         let found = Found {
             running_version: self.running,
             armed: self.armed,
+            restoring: self.restoring,
             rolled_back: self.rolled_back.as_ref(),
             link: self.link.as_deref(),
             link_sha256: self.link_sha256.as_deref(),
@@ -168,4 +172,37 @@ fn attempts_are_bounded_like_any_activation() {
         Host::after_swap(NEW, false).resolve(&switch(MAX_ATTEMPTS)),
         Resolution::Confirm
     );
+}
+
+/// The race at the deadline: the guard renamed `pending.json` to `restoring.json` before the
+/// new agent removed it. Neither agent may act on the switch until the guard is done.
+#[test]
+fn once_the_guard_claimed_the_restore_neither_agent_confirms_or_swaps() {
+    for running in [NEW, OLD] {
+        let host = Host {
+            restoring: true,
+            ..Host::after_swap(running, false)
+        };
+        assert!(
+            matches!(host.resolve(&switch(1)), Resolution::AwaitGuard(_)),
+            "{running}"
+        );
+    }
+}
+
+/// The new agent started again after the guard recorded its restore but before the link
+/// moved: it must not confirm (the guard goes on and replaces it).
+#[test]
+fn the_new_agent_never_confirms_over_the_guards_record() {
+    let host = Host {
+        rolled_back: Some(RolledBack {
+            reason: "AgentNotConfirmed".into(),
+            message: "restored".into(),
+        }),
+        ..Host::after_swap(NEW, false)
+    };
+    assert!(matches!(
+        host.resolve(&switch(1)),
+        Resolution::AwaitGuard(_)
+    ));
 }
