@@ -1,13 +1,110 @@
-//! The agent updating itself through its plan (issue 23). The images an agent switch installs,
-//! checked on the host: the second agent build and the signed images the switch's node tests
-//! order (support/agent_images.rs).
+//! The agent updating itself through its plan (issue 23) on a real systemd 252 node, against
+//! the real kube-apiserver: the agent installed from its own sysext image as flatcar.md
+//! installs it (with the guard units beside it). v1 -> v2 runs docs/usage/agent-updates.md's
+//! blocks as written (minisign, the NodeRelease with `spec.agent`, the NodeRollout, the real
+//! controller) and succeeds with the kubelet untouched; then three broken v3 agents in turn,
+//! each a plan written as the controller writes one (one exits 1 at start, one hangs before
+//! READY=1, one whose credential the server refuses), each end with the node back on v2 and
+//! the plan `RolledBack` for `AgentNotConfirmed`. One node boot for all four: each broken
+//! switch starts from v2 and must leave the node on v2, which is what the next one starts
+//! from. The images come from support/agent_images.rs, checked on the host by the second test.
+//!
+//! Needs root, systemd-nspawn, debootstrap and squashfs-tools.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[allow(dead_code)] // The other suites use the rest of the packaging helpers.
 mod support;
 
-use support::agent_images::{Behaviour, ReleaseKey, agent_image};
+use std::path::Path;
+use std::time::Duration;
+
+use inplace_proto::{NodeUpdatePlan, Phase, UpdateContent};
+use inplace_tests::artifact_server::{Artifact, ArtifactServer};
+use inplace_tests::nspawn::{Node, NodeOptions};
+use kube::api::{Patch, PatchParams};
+
+use support::agent_images::{Behaviour, ReleaseKey, agent_image, sha256_hex};
+use support::packaging::{PATIENCE, api_for_agents, build, repo, write_kubelet_identity};
+
+const IMAGES: &str = "/opt/extensions/inplace-agent";
+
+/// The node's policy for these tests (docs/usage/agent-updates.md): switches allowed, a
+/// short deadline for the new agent, images only from the test's server.
+fn node_policy(prefix: &str) -> String {
+    format!(
+        "[policy]\nallowed_url_prefixes = [\"{prefix}\"]\nallow_http = true\n\
+         [self_update]\nallow = true\nconfirm_timeout = \"20s\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
+    inplace_tests::prereq::require_nspawn().expect("prerequisites");
+    inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
+    let v1 = env!("CARGO_PKG_VERSION");
+    let v2 = format!("{v1}-next.2");
+    let v3 = format!("{v1}-next.3");
+
+    let out = tempfile::tempdir().unwrap();
+    let (test_api, plans) = api_for_agents().await;
+    let server = ArtifactServer::start().await.unwrap();
+    let key = ReleaseKey::generate();
+    let name = Node::unique_name("agentup");
+    let node = Node::boot(&name, NodeOptions::default())
+        .await
+        .expect("node boots");
+    install_v1(&node, &test_api, &key, &server.url("/"), out.path()).await;
+    let kubelet_started = kubelet_start(&node).await;
+
+    // v1 -> v2 as docs/usage/agent-updates.md says, through a NodeRelease and a NodeRollout
+    // and the real controller: the plan succeeds on the new agent; the kubelet runs on.
+    let refused = refused_kubeconfig(&test_api, node.name());
+    let image = agent_image(Behaviour::Works, &v2, out.path(), &refused);
+    let admin = out.path().join("admin.kubeconfig");
+    test_api.write_admin_kubeconfig(&admin).unwrap();
+    create_ready_node(&test_api, node.name()).await;
+    let controller = start_controller(&admin, out.path());
+    roll_out_as_the_page_says(&node, &server, &image, &v2, out.path(), &admin).await;
+    let revision = plans.get(node.name()).await.unwrap().spec.revision.unwrap();
+    let status = wait_phase(&plans, &node, &revision, Phase::Succeeded).await;
+    assert_eq!(status.current_revision.as_deref(), Some(revision.as_str()));
+    assert_eq!(status.agent_version.as_deref(), Some(v2.as_str()));
+    assert_running(&node, &v2, &image, &kubelet_started).await;
+    // From here the plans are written as the controller writes them, one per broken agent.
+    drop(controller);
+
+    // Each broken v3 ends with v2 running again and the plan RolledBack.
+    for behaviour in [
+        Behaviour::ExitsAtStart,
+        Behaviour::HangsBeforeReady,
+        Behaviour::IdentityRefused,
+    ] {
+        let dir = out.path().join(format!("v3-{behaviour:?}"));
+        let broken = agent_image(behaviour, &v3, &dir, &refused);
+        let revision = order(&plans, &node, &server, &key, &broken, &v3).await;
+        let status = wait_phase(&plans, &node, &revision, Phase::RolledBack).await;
+        // The previous agent's report: RolledBack, the guard's reason and what PID 1 knew.
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap_or_else(|| panic!("{behaviour:?}: no Ready condition: {status:?}"));
+        assert_eq!(ready.reason, "RolledBack", "{behaviour:?}: {status:?}");
+        assert!(
+            ready.message.contains("AgentNotConfirmed")
+                && ready
+                    .message
+                    .contains(&format!("agent {v3} did not confirm")),
+            "{behaviour:?}: {}",
+            ready.message
+        );
+        assert!(status.failed_revisions.contains(&revision), "{status:?}");
+        assert_eq!(status.agent_version.as_deref(), Some(v2.as_str()));
+        assert_running(&node, &v2, &image, &kubelet_started).await;
+    }
+    node.poweroff().await.unwrap();
+}
 
 /// The images the switch tests order, checked on the host: the new agent reports the
 /// version its image is named and signed for, the signature verifies with the trusted
@@ -63,5 +160,277 @@ fn the_agent_images_carry_their_version_and_a_signature_naming_it() {
     assert!(
         vendor.contains("[kubernetes]\nkubeconfig = \"/usr/lib/inplace/refused.kubeconfig\""),
         "{vendor}"
+    );
+}
+
+/// The v1 agent as flatcar.md installs it, the guard units outside its image, the node's
+/// identity, the release key and the policy of [`node_policy`]; a stand-in kubelet.
+async fn install_v1(
+    node: &Node,
+    test_api: &inplace_tests::test_api::TestApi,
+    key: &ReleaseKey,
+    prefix: &str,
+    out: &Path,
+) {
+    let v1 = build("packaging/node/build-sysext.sh", &out.join("v1"));
+    let installed = format!("{IMAGES}/{}", v1.file_name().unwrap().to_str().unwrap());
+    node.copy_from_host(&v1, &installed, 0o644).await.unwrap();
+    node.symlink(&installed, "/etc/extensions/inplace-agent.raw")
+        .await
+        .unwrap();
+    for unit in ["inplace-agent-guard.service", "inplace-agent-guard.path"] {
+        node.copy_from_host(
+            repo().join("systemd").join(unit),
+            format!("/etc/systemd/system/{unit}"),
+            0o644,
+        )
+        .await
+        .unwrap();
+    }
+    write_kubelet_identity(node, test_api).await;
+    node.write_file(
+        "/etc/inplace/keys/broken-agents.pub",
+        key.public_file().as_bytes(),
+        0o644,
+    )
+    .await
+    .unwrap();
+    node.write_file(
+        "/etc/inplace/agent.d/50-agent-updates.toml",
+        node_policy(prefix).as_bytes(),
+        0o644,
+    )
+    .await
+    .unwrap();
+    node.sh_ok(
+        "systemd-run --unit=kubelet.service /bin/sleep infinity \
+         && systemd-sysext refresh && systemctl daemon-reload \
+         && systemd-tmpfiles --create inplace-agent.conf \
+         && systemctl enable --now inplace-agent.service inplace-agent-guard.path",
+    )
+    .await
+    .expect("the agent, the guard's path unit and the kubelet start");
+    node.wait_active("inplace-agent.service", PATIENCE)
+        .await
+        .expect("the agent starts");
+}
+
+/// The page's blocks, as written: the release key made as signing.md makes it, the image
+/// (built at `version`) signed and described, served from the test's server, the release and
+/// the rollout applied and waited for.
+async fn roll_out_as_the_page_says(
+    node: &Node,
+    server: &ArtifactServer,
+    image: &Path,
+    version: &str,
+    root: &Path,
+    admin: &Path,
+) {
+    use inplace_tests::docs::{run_as_a_person, shell_block, with_assignment};
+    let packages = root.join("target/packages");
+    std::fs::create_dir_all(&packages).unwrap();
+    let file = image.file_name().unwrap().to_str().unwrap();
+    std::fs::copy(image, packages.join(file)).unwrap();
+    run_as_a_person(
+        "minisign -G -W -p release.pub -s release.key",
+        &packages,
+        &[],
+    )
+    .unwrap();
+    node.copy_from_host(
+        packages.join("release.pub"),
+        "/etc/inplace/keys/release.pub",
+        0o644,
+    )
+    .await
+    .unwrap();
+
+    let page = repo().join("docs/usage/agent-updates.md");
+    let release = shell_block(&page, "## The release: build, sign, describe").unwrap();
+    let release = with_assignment(&release, "version", version).unwrap();
+    let base_url = server.url("");
+    let release = with_assignment(&release, "base_url", &base_url).unwrap();
+    run_as_a_person(&release, root, &[]).unwrap();
+    for served in [file.to_owned(), format!("{file}.minisig")] {
+        server.put(
+            &format!("/{served}"),
+            Artifact::file(packages.join(&served)).unwrap(),
+        );
+    }
+
+    // The rollout block runs where the release block left the shell, with its variables.
+    let rollout = shell_block(&page, "## The rollout").unwrap();
+    let envs = [
+        ("version", std::ffi::OsStr::new(version)),
+        ("KUBECONFIG", admin.as_os_str()),
+    ];
+    tokio::task::block_in_place(|| run_as_a_person(&rollout, &packages, &envs)).unwrap();
+}
+
+/// The node as the API server knows it, Ready (no kubelet runs here to register it): the
+/// rollout selects nodes, and an updated node must be Ready.
+async fn create_ready_node(test_api: &inplace_tests::test_api::TestApi, name: &str) {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Node>::all(test_api.client().await.unwrap())
+        .create(&Default::default(), &node)
+        .await
+        .unwrap();
+}
+
+/// The controller, as admin (RBAC is not what this suite is about), until dropped.
+fn start_controller(admin: &Path, out: &Path) -> tokio::process::Child {
+    let log = std::fs::File::create(out.join("controller.log")).unwrap();
+    tokio::process::Command::new(support::packaging::workspace_binary(
+        "inplace-controller",
+        "inplace-controller",
+    ))
+    .args([
+        "run",
+        "--no-leader-election",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ])
+    .arg("--kubeconfig")
+    .arg(admin)
+    .stdout(log.try_clone().unwrap())
+    .stderr(log)
+    .kill_on_drop(true)
+    .spawn()
+    .unwrap()
+}
+
+/// When the kubelet's main process started (µs since boot): unchanged means never restarted.
+async fn kubelet_start(node: &Node) -> String {
+    node.systemctl(&[
+        "show",
+        "-p",
+        "ExecMainStartTimestampMonotonic",
+        "-p",
+        "ActiveState",
+        "kubelet.service",
+    ])
+    .await
+    .unwrap()
+}
+
+/// A kubeconfig for the server with a bearer token it does not know: every request is 401.
+fn refused_kubeconfig(test_api: &inplace_tests::test_api::TestApi, node: &str) -> String {
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&test_api.node_kubeconfig_yaml(node).unwrap()).unwrap();
+    config["users"][0]["user"] =
+        serde_yaml::to_value(serde_json::json!({"token": "not-a-credential-this-server-knows"}))
+            .unwrap();
+    serde_yaml::to_string(&config).unwrap()
+}
+
+/// Publishes the image and its signature, and writes the node's plan for it as the controller
+/// writes one from a NodeRelease with `spec.agent`. Returns the revision.
+async fn order(
+    plans: &kube::Api<NodeUpdatePlan>,
+    node: &Node,
+    server: &ArtifactServer,
+    key: &ReleaseKey,
+    image: &Path,
+    version: &str,
+) -> String {
+    let file = image.file_name().unwrap().to_str().unwrap();
+    let signature = key.sign(image, version);
+    server.put(&format!("/{file}"), Artifact::file(image).unwrap());
+    server.put(
+        &format!("/{file}.minisig"),
+        Artifact::file(&signature).unwrap(),
+    );
+    let bytes = std::fs::read(image).unwrap();
+    let content: UpdateContent = serde_json::from_value(serde_json::json!({
+        "agent": {
+            "version": version,
+            "url": server.url(&format!("/{file}")),
+            "sha256": sha256_hex(&bytes),
+            "size": bytes.len(),
+            "signatureUrl": server.url(&format!("/{file}.minisig")),
+        }
+    }))
+    .unwrap();
+    let revision = inplace_proto::revision_of(&content);
+    let plan = serde_json::json!({
+        "apiVersion": "inplace.dev/v1alpha1",
+        "kind": "NodeUpdatePlan",
+        "metadata": {"name": node.name()},
+        "spec": {
+            "nodeName": node.name(),
+            "revision": revision,
+            "release": format!("agent-{version}"),
+            "desiredState": "Active",
+            "agent": content.agent,
+        }
+    });
+    plans
+        .patch(
+            node.name(),
+            &PatchParams::apply("agent-self-update-test").force(),
+            &Patch::Apply(plan),
+        )
+        .await
+        .unwrap();
+    revision
+}
+
+async fn wait_phase(
+    plans: &kube::Api<NodeUpdatePlan>,
+    node: &Node,
+    revision: &str,
+    phase: Phase,
+) -> inplace_proto::NodeUpdatePlanStatus {
+    // The confirm timeout, the guard's restore and a restart on a loaded machine.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let status = plans.get(node.name()).await.ok().and_then(|p| p.status);
+        if let Some(status) = &status
+            && status.target_revision.as_deref() == Some(revision)
+            && status.phase == Some(phase)
+        {
+            return status.clone();
+        }
+        if tokio::time::Instant::now() > deadline {
+            let agent = node
+                .journal("inplace-agent.service", 80)
+                .await
+                .unwrap_or_default();
+            let guard = node
+                .journal("inplace-agent-guard.service", 40)
+                .await
+                .unwrap_or_default();
+            panic!("the plan never reached {phase:?}; status: {status:?}\n{agent}\n{guard}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The merged agent is `version`, from `image`'s bytes, and running; the kubelet's main
+/// process is the one that started before any switch.
+async fn assert_running(node: &Node, version: &str, image: &Path, kubelet_started: &str) {
+    assert_eq!(
+        kubelet_start(node).await,
+        kubelet_started,
+        "the kubelet was restarted"
+    );
+    node.wait_active("inplace-agent.service", PATIENCE)
+        .await
+        .expect("the agent runs");
+    let merged = node.sh_ok("inplace-agent --version").await.unwrap();
+    assert_eq!(merged.trim(), format!("inplace-agent {version}"));
+    let link = node
+        .sh_ok("sha256sum \"$(readlink -f /etc/extensions/inplace-agent.raw)\"")
+        .await
+        .unwrap();
+    let want = sha256_hex(&std::fs::read(image).unwrap());
+    assert!(
+        link.starts_with(&want),
+        "the link is not at {image:?}: {link}"
     );
 }

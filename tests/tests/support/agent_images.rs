@@ -102,6 +102,7 @@ pub fn agent_binary_at(version: &str) -> PathBuf {
 /// packages` builds it) whose agent behaves as `behaviour` says, in `out`. `refused` is the
 /// kubeconfig an [`Behaviour::IdentityRefused`] image carries in its vendor layer.
 pub fn agent_image(behaviour: Behaviour, version: &str, out: &Path, refused: &str) -> PathBuf {
+    std::fs::create_dir_all(out).unwrap();
     let binary = match behaviour {
         Behaviour::Works | Behaviour::IdentityRefused => agent_binary_at(version),
         Behaviour::ExitsAtStart => script(out, "exits", "echo 'broken agent' >&2\nexit 1"),
