@@ -275,13 +275,7 @@ async fn restore(
         links::write_atomically(&paths.rolled_back, &bytes)
             .map_err(io(format!("writing {}", paths.rolled_back.display())))?;
     }
-    links::swap_symlink(&paths.extension_link, &pending.previous_image).map_err(io(format!(
-        "re-pointing {}",
-        paths.extension_link.display()
-    )))?;
-    systemd.refresh_extensions().await?;
-    systemd.daemon_reload().await?;
-    systemd.restart_unit(OWN_UNIT).await?;
+    host::swap_to(paths, &pending.previous_image, systemd).await?;
     links::remove_durably(&paths.restoring)
         .map_err(io(format!("removing {}", paths.restoring.display())))
 }

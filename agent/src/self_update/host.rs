@@ -101,9 +101,10 @@ impl Observed {
     }
 }
 
-/// Step 4: re-points the agent's extension link at `next_image`, refreshes the extensions,
-/// reloads PID 1 and restarts the agent's unit (which ends this process when PID 1 gets to
-/// it). Every part is idempotent, so an interrupted swap is redone whole.
+/// Step 4 (and the guard's restore, towards the previous image): re-points the agent's
+/// extension link at `next_image`, refreshes the extensions, reloads PID 1 and restarts the
+/// agent's unit (which ends this process when PID 1 gets to it). Every part is idempotent,
+/// so an interrupted swap is redone whole.
 pub async fn swap_to(
     paths: &GuardPaths,
     next_image: &Path,
