@@ -9,42 +9,43 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use futures::StreamExt as _;
-use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, Phase};
+use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
 use inplace_tests::apiserver::ApiServer;
 use inplace_tests::artifact_server::{Artifact, ArtifactServer, Fault};
 use inplace_tests::fake_kubelet::{CONFIG_PATH, FakeKubeletConfig};
-use inplace_tests::nspawn::{Node, NodeFile, NodeOptions};
+use inplace_tests::nspawn::Node;
 use inplace_tests::sysext::{SysextBuilder, SysextImage, kubernetes_image_file_name};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kubectl_inplace::view::{self, Style};
 use serde_json::json;
 
 use crate::Args;
+use crate::broken::{Broken, roll_out_broken_v3};
 use crate::cluster::{Cluster, DEMO_LABEL};
 use crate::concurrency::Concurrency;
-use crate::measure::{self, KubeletSeen, UnitRestart};
-use crate::render::Screen;
+use crate::follow::{Ending, Stage, Watch, follow, print_limits};
+use crate::measure::{self, KubeletSeen};
+use crate::nodes::{kubelet_port, node_options, node_sh, wait_agent};
+use crate::report::{inspect_hints, summary};
 
 /// The two kubelet versions the demo swaps between, and the broken one of `--broken-v3`.
-const V1: &str = "v1.31.0";
-const V2: &str = "v1.32.0";
-const V3: &str = "v1.33.0";
+pub(crate) const V1: &str = "v1.31.0";
+pub(crate) const V2: &str = "v1.32.0";
+pub(crate) const V3: &str = "v1.33.0";
 /// How long the agent may wait for a healthy window before it rolls back. A crash-looping
 /// kubelet never gives it one, so the broken release's rollback comes after its timeout: a
 /// shorter one keeps the demo short.
 const HEALTH_TIMEOUT: &str = "3m";
-const BROKEN_HEALTH_TIMEOUT: &str = "45s";
+pub(crate) const BROKEN_HEALTH_TIMEOUT: &str = "45s";
 /// The rollouts' `maxUnavailable` after the setup, which the demo checks from outside.
-const MAX_UNAVAILABLE: usize = 1;
+pub(crate) const MAX_UNAVAILABLE: usize = 1;
 /// The NodeRollout's name.
-const ROLLOUT: &str = "kubelet";
+pub(crate) const ROLLOUT: &str = "kubelet";
 /// The label that selects the demo's nodes.
 const FLEET_LABEL: &str = "inplace.dev/demo-fleet";
 /// Patience for any one phase of the demo (a loaded 2-core machine is slow).
-const PATIENCE: Duration = Duration::from_secs(600);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(600);
 
 /// The kubelet unit shipped in the demo's sysext images: the image decides the kubelet
 /// (binary, version), the node decides its port (`/etc/default/kubelet`).
@@ -117,13 +118,13 @@ struct Keep {
 }
 
 /// Where the demo finds its programs and the repository's files.
-struct Paths {
-    agent: PathBuf,
-    controller: PathBuf,
-    fake_kubelet: PathBuf,
-    bin_dir: PathBuf,
-    repo: PathBuf,
-    work: PathBuf,
+pub(crate) struct Paths {
+    pub(crate) agent: PathBuf,
+    pub(crate) controller: PathBuf,
+    pub(crate) fake_kubelet: PathBuf,
+    pub(crate) bin_dir: PathBuf,
+    pub(crate) repo: PathBuf,
+    pub(crate) work: PathBuf,
 }
 
 fn paths(args: &Args) -> anyhow::Result<Paths> {
@@ -157,15 +158,15 @@ fn paths(args: &Args) -> anyhow::Result<Paths> {
     })
 }
 
-fn step(text: &str) {
+pub(crate) fn step(text: &str) {
     println!("==> {text}");
 }
 
 /// One node of the fleet, as the demo tracks it.
 #[derive(Debug, Clone)]
-struct Member {
-    name: String,
-    port: u16,
+pub(crate) struct Member {
+    pub(crate) name: String,
+    pub(crate) port: u16,
 }
 
 async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> anyhow::Result<()> {
@@ -524,7 +525,7 @@ async fn kubelet_image(paths: &Paths, kubelet: &FakeKubeletConfig) -> anyhow::Re
     Ok(image)
 }
 
-fn release(
+pub(crate) fn release(
     server: &ArtifactServer,
     name: &str,
     version: &str,
@@ -549,19 +550,6 @@ fn release(
         }
     });
     serde_json::from_value(value).with_context(|| format!("NodeRelease {name}"))
-}
-
-/// The port of node `i`'s kubelet: `base + i`, or a free one when `base` is 0 (concurrent
-/// demos, tests). Each node's kubelet listens on its own host-loopback port: the nodes share
-/// the host's network (node configuration, like a real kubelet's config file).
-fn kubelet_port(base: u16, i: u32) -> u16 {
-    if base != 0 {
-        return base.saturating_add(u16::try_from(i).unwrap_or(0));
-    }
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
 }
 
 /// On an existing cluster: fails if a Node or plan of the demo's node names, its rollout or
@@ -599,520 +587,4 @@ async fn refuse_to_reuse(client: &kube::Client, members: &[Member]) -> anyhow::R
         );
     }
     Ok(())
-}
-
-async fn node_options(
-    paths: &Paths,
-    server: &ArtifactServer,
-    cluster: &Cluster,
-    m: &Member,
-) -> anyhow::Result<NodeOptions> {
-    // The node's own kubelet identity (system:node:NAME), as a kubelet's kubeconfig holds it.
-    let node_kubeconfig = tokio::task::block_in_place(|| cluster.node_kubeconfig(&m.name))?;
-    let config = format!(
-        "# inplace-demo: artifacts come from the demo's artifact server on host loopback\n\
-         [policy]\nallowed_url_prefixes = [\"{}\"]\nallow_http = true\n\
-         [activation]\nhealth_interval = \"200ms\"\n",
-        server.url("/")
-    );
-    Ok(NodeOptions {
-        files: vec![
-            NodeFile::from_host(&paths.agent, "/usr/bin/inplace-agent", 0o755).await?,
-            NodeFile::from_host(
-                paths.repo.join("systemd/inplace-agent.service"),
-                "/etc/systemd/system/inplace-agent.service",
-                0o644,
-            )
-            .await?,
-            NodeFile::from_host(
-                paths.repo.join("systemd/inplace-agent.tmpfiles.conf"),
-                "/usr/lib/tmpfiles.d/inplace-agent.conf",
-                0o644,
-            )
-            .await?,
-            NodeFile::new("/etc/inplace/agent.toml", config, 0o644),
-            NodeFile::new("/etc/kubernetes/kubelet.conf", node_kubeconfig, 0o600),
-            NodeFile::new(
-                "/etc/default/kubelet",
-                format!("KUBELET_PORT={}\n", m.port),
-                0o644,
-            ),
-        ],
-        enable_units: vec!["inplace-agent.service".to_owned()],
-        ..NodeOptions::default()
-    })
-}
-
-async fn node_sh(
-    fleet: &Arc<Mutex<Vec<Node>>>,
-    name: &str,
-    script: &str,
-) -> anyhow::Result<String> {
-    // Exec needs the node across an await: take it out of the fleet and put it back.
-    let node = {
-        let mut f = fleet.lock().map_err(|_| anyhow::anyhow!("fleet lock"))?;
-        let i = f
-            .iter()
-            .position(|n| n.name() == name)
-            .with_context(|| format!("node {name} is not running"))?;
-        f.swap_remove(i)
-    };
-    let out = node.sh(script).await;
-    if let Ok(mut f) = fleet.lock() {
-        f.push(node);
-    }
-    Ok(out?.stdout_text())
-}
-
-async fn wait_agent(fleet: &Arc<Mutex<Vec<Node>>>, name: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let state = node_sh(
-            fleet,
-            name,
-            "systemctl is-active inplace-agent.service || true",
-        )
-        .await?;
-        if state.trim() == "active" {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let journal = node_sh(
-                fleet,
-                name,
-                "journalctl -u inplace-agent.service -n 40 --no-pager",
-            )
-            .await?;
-            bail!("the agent on {name} is {}:\n{journal}", state.trim());
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-/// Caches of rollouts and plans, kept by watches for the rest of the demo.
-struct Watch {
-    rollouts: reflector::Store<NodeRollout>,
-    plans: reflector::Store<NodeUpdatePlan>,
-    _tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Watch {
-    fn start(client: &kube::Client) -> Watch {
-        let (rollouts, rw) = reflector::store::<NodeRollout>();
-        let (plans, pw) = reflector::store::<NodeUpdatePlan>();
-        let r = reflector(
-            rw,
-            watcher(
-                Api::<NodeRollout>::all(client.clone()),
-                watcher::Config::default(),
-            ),
-        )
-        .default_backoff();
-        let p = reflector(
-            pw,
-            watcher(
-                Api::<NodeUpdatePlan>::all(client.clone()),
-                watcher::Config::default(),
-            ),
-        )
-        .default_backoff();
-        let tasks = vec![
-            tokio::spawn(async move { r.for_each(|_| async {}).await }),
-            tokio::spawn(async move { p.for_each(|_| async {}).await }),
-        ];
-        Watch {
-            rollouts,
-            plans,
-            _tasks: tasks,
-        }
-    }
-
-    fn snapshot(&self) -> (Option<NodeRollout>, Vec<NodeUpdatePlan>) {
-        let rollout = self
-            .rollouts
-            .state()
-            .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(ROLLOUT))
-            .map(|r| (**r).clone());
-        let plans = self.plans.state().iter().map(|p| (**p).clone()).collect();
-        (rollout, plans)
-    }
-}
-
-/// When a node was granted its slot (plan `desiredState: Active` for the release) and when
-/// it succeeded, as seen by the demo's watch (resolution: the 250 ms redraw).
-#[derive(Debug, Clone, Copy)]
-struct NodeTiming {
-    granted: Option<Instant>,
-    succeeded: Option<Instant>,
-}
-
-/// How a stage of the demo ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ending {
-    /// Every node's plan Succeeded; a failed node or a halt fails the demo.
-    AllSucceeded,
-    /// The rollout halts and no node is still activating; a node that succeeds fails it.
-    Halted,
-}
-
-/// One rollout the demo follows.
-struct Stage<'a> {
-    /// The release the rollout names.
-    release: &'a str,
-    /// The kubelets' answers, shown under the progress.
-    seen: Option<&'a BTreeMap<String, Arc<Mutex<KubeletSeen>>>>,
-    /// The `maxUnavailable` watch, checked on every redraw.
-    limits: Option<&'a Concurrency>,
-    /// When it is over.
-    ends: Ending,
-}
-
-fn halted(rollout: &NodeRollout) -> bool {
-    rollout.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == "Halted" && c.status == "True")
-    })
-}
-
-/// Draws progress until the stage ends (see [`Ending`]); fails early on anything else, and
-/// as soon as more nodes than `maxUnavailable` were activating or cordoned at once.
-async fn follow(
-    watch: &Watch,
-    stage: &Stage<'_>,
-    members: &[Member],
-    style: &Style,
-    tty: bool,
-    fleet: &Arc<Mutex<Vec<Node>>>,
-) -> anyhow::Result<BTreeMap<String, NodeTiming>> {
-    let mut screen = Screen::new(tty);
-    let started = Instant::now();
-    let mut timings: BTreeMap<String, NodeTiming> = BTreeMap::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    loop {
-        tick.tick().await;
-        let (rollout, plans) = watch.snapshot();
-        let now = Instant::now();
-        let mut all_done = rollout.is_some();
-        for m in members {
-            let plan = plans.iter().find(|p| {
-                p.metadata.name.as_deref() == Some(m.name.as_str())
-                    && p.spec.release.as_deref() == Some(stage.release)
-            });
-            let t = timings.entry(m.name.clone()).or_insert(NodeTiming {
-                granted: None,
-                succeeded: None,
-            });
-            let Some(plan) = plan else {
-                all_done = false;
-                continue;
-            };
-            if plan.spec.desired_state == inplace_proto::DesiredState::Active && t.granted.is_none()
-            {
-                t.granted = Some(now);
-            }
-            let phase = view::effective_phase(plan);
-            match (phase, stage.ends) {
-                (Phase::Succeeded, Ending::AllSucceeded) => {
-                    if t.succeeded.is_none() {
-                        t.succeeded = Some(now);
-                    }
-                }
-                (Phase::Failed | Phase::RolledBack, Ending::AllSucceeded)
-                | (Phase::Succeeded, Ending::Halted) => {
-                    let journal = node_sh(
-                        fleet,
-                        &m.name,
-                        "journalctl -u inplace-agent.service -n 30 --no-pager",
-                    )
-                    .await
-                    .unwrap_or_default();
-                    bail!(
-                        "{} ended {phase:?}: {}\nagent journal:\n{journal}",
-                        m.name,
-                        view::ready_summary(plan)
-                    );
-                }
-                // Halting: done once final, or staged and never granted.
-                (_, Ending::Halted)
-                    if phase.is_final()
-                        || (phase == Phase::Staged && !crate::concurrency::is_activating(plan)) => {
-                }
-                _ => all_done = false,
-            }
-        }
-        let mut frame = Vec::new();
-        if let Some(r) = &rollout {
-            if r.spec.release == stage.release {
-                frame.extend(view::rollout_lines(r, &plans, style));
-                all_done &= stage.ends == Ending::AllSucceeded || halted(r);
-            } else {
-                all_done = false;
-            }
-            if stage.ends == Ending::AllSucceeded && halted(r) {
-                screen.draw(&frame, &[]);
-                bail!("the rollout halted");
-            }
-        }
-        if let Some(seen) = stage.seen {
-            let mut kubelets = Vec::new();
-            for m in members {
-                let v = seen[&m.name]
-                    .lock()
-                    .ok()
-                    .and_then(|s| s.version.clone())
-                    .unwrap_or_else(|| "no answer".to_owned());
-                kubelets.push(format!("{}={v}", m.name));
-            }
-            frame.push(format!("  kubelets answering: {}", kubelets.join("  ")));
-        }
-        let clock = vec![format!(
-            "  elapsed {}",
-            view::human_duration(started.elapsed())
-        )];
-        screen.draw(&frame, &clock);
-        if let Some(limits) = stage.limits {
-            limits.check(MAX_UNAVAILABLE).map_err(anyhow::Error::msg)?;
-        }
-        if all_done {
-            screen.finish();
-            return Ok(timings);
-        }
-        if started.elapsed() > PATIENCE {
-            bail!(
-                "the rollout did not finish within {}",
-                view::human_duration(PATIENCE)
-            );
-        }
-    }
-}
-
-fn print_limits(limits: &Concurrency) {
-    let (activating, cordoned) = limits.peaks();
-    println!(
-        "  max nodes activating at once: {} (maxUnavailable {MAX_UNAVAILABLE}); max cordoned at once: {}\n\
-         \x20   counted on every plan and Node event: a node is activating from its plan's desiredState\n\
-         \x20   Active until the agent reports a final phase.",
-        activating.count, cordoned.count
-    );
-}
-
-/// What the broken rollout needs from the demo's setup.
-struct Broken<'a> {
-    client: &'a kube::Client,
-    server: &'a ArtifactServer,
-    image: &'a SysextImage,
-    watch: &'a Watch,
-    limits: &'a Concurrency,
-}
-
-/// `--broken-v3`: points the rollout at a release whose kubelet crash-loops, with
-/// `maxFailures: 0`. The first node granted a slot fails its health check and rolls back to
-/// v2; the rollout halts naming it; every other node stays staged on v2, never activated.
-/// Fails unless exactly that is what the cluster and the nodes show.
-async fn roll_out_broken_v3(
-    broken: &Broken<'_>,
-    members: &[Member],
-    style: &Style,
-    tty: bool,
-    fleet: &Arc<Mutex<Vec<Node>>>,
-    args: &Args,
-) -> anyhow::Result<()> {
-    let releases: Api<NodeRelease> = Api::all(broken.client.clone());
-    let rollouts: Api<NodeRollout> = Api::all(broken.client.clone());
-    releases
-        .create(
-            &PostParams::default(),
-            &release(
-                broken.server,
-                "kubelet-v3",
-                V3,
-                broken.image,
-                BROKEN_HEALTH_TIMEOUT,
-                args,
-            )?,
-        )
-        .await
-        .context("creating NodeRelease kubelet-v3")?;
-    step(&format!(
-        "rolling out a broken kubelet {V3} (it crash-loops): NodeRollout {ROLLOUT} → release kubelet-v3, maxFailures 0"
-    ));
-    rollouts
-        .patch(
-            ROLLOUT,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"release": "kubelet-v3", "maxFailures": 0}})),
-        )
-        .await
-        .context("pointing the rollout at kubelet-v3")?;
-    let stage = Stage {
-        release: "kubelet-v3",
-        seen: None,
-        limits: Some(broken.limits),
-        ends: Ending::Halted,
-    };
-    follow(broken.watch, &stage, members, style, tty, fleet).await?;
-
-    let (rollout, plans) = broken.watch.snapshot();
-    let rollout = rollout.context("the rollout is gone")?;
-    let status = rollout.status.clone().unwrap_or_default();
-    let [failure] = status.failed_nodes.as_slice() else {
-        bail!(
-            "expected exactly one failed node, the rollout reports {:?}",
-            status.failed_nodes
-        );
-    };
-    let halt = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Halted" && c.status == "True")
-        .context("the rollout is not Halted")?;
-    if !halt.message.contains(&failure.node) || !halt.message.contains(&failure.reason) {
-        bail!(
-            "Halted does not name {} and {}: {}",
-            failure.node,
-            failure.reason,
-            halt.message
-        );
-    }
-    let link_v2 = format!(
-        "/opt/extensions/kubernetes/{}",
-        kubernetes_image_file_name(V2)
-    );
-    println!(
-        "\n{}",
-        if style.color {
-            "\x1b[1mBroken release\x1b[0m"
-        } else {
-            "Broken release"
-        }
-    );
-    println!(
-        "  kubelet-v3 ({V3}: its kubelet exits half a second after every start), maxFailures 0"
-    );
-    for m in members {
-        let plan = plans
-            .iter()
-            .find(|p| {
-                p.metadata.name.as_deref() == Some(m.name.as_str())
-                    && p.spec.release.as_deref() == Some("kubelet-v3")
-            })
-            .with_context(|| format!("{} has no plan for kubelet-v3", m.name))?;
-        let phase = view::effective_phase(plan);
-        let answer = measure::kubelet_version(m.port).await;
-        let link = node_sh(fleet, &m.name, "readlink /etc/extensions/kubernetes.raw").await?;
-        if answer.as_deref() != Some(V2) || link.trim() != link_v2 {
-            bail!(
-                "{}: expected back on {V2}, the kubelet answers {answer:?} and the sysext link is {}",
-                m.name,
-                link.trim()
-            );
-        }
-        let what = if m.name == failure.node {
-            if phase != Phase::RolledBack {
-                bail!("{} failed but its plan shows {phase:?}", m.name);
-            }
-            format!(
-                "RolledBack  reason {}: {}; the kubelet answers {V2} again",
-                failure.reason, failure.message
-            )
-        } else {
-            if plan.spec.desired_state != inplace_proto::DesiredState::Staged {
-                bail!("{} was activated after the rollout halted", m.name);
-            }
-            format!("{phase:?}, never activated; the kubelet answers {V2}")
-        };
-        println!("  {:<10} {what}", m.name);
-    }
-    println!("  rollout Halted=True {}: {}", halt.reason, halt.message);
-    print_limits(broken.limits);
-    Ok(())
-}
-
-/// One node's line in the summary: timing, gap seen by the poller, systemd's restart, link.
-type Row = (
-    Member,
-    Option<NodeTiming>,
-    Option<Duration>,
-    Option<UnitRestart>,
-    String,
-);
-
-fn summary(
-    rows: &[Row],
-    rollout_took: Duration,
-    total: Duration,
-    health_window: u64,
-    style: &Style,
-) {
-    let bold = |s: &str| {
-        if style.color {
-            format!("\x1b[1m{s}\x1b[0m")
-        } else {
-            s.to_owned()
-        }
-    };
-    println!("\n{}", bold("Summary"));
-    println!(
-        "  {:<10} {:>16} {:>20} {:>22} {:>9}  sysext link",
-        "node", "slot → success", "kubelet unanswered", "kubelet.service down", "restarts"
-    );
-    for (m, timing, gap, restart, link) in rows {
-        let took = timing
-            .and_then(|t| Some(t.succeeded?.saturating_duration_since(t.granted?)))
-            .map(view::human_duration)
-            .unwrap_or_else(|| "-".to_owned());
-        let gap = gap
-            .map(|g| format!("{} ms", g.as_millis()))
-            .unwrap_or_else(|| "-".to_owned());
-        let (down, restarts) = match restart {
-            Some(r) => (
-                format!("{} ms", r.down.as_millis()),
-                r.n_restarts.to_string(),
-            ),
-            None => ("-".to_owned(), "-".to_owned()),
-        };
-        println!(
-            "  {:<10} {took:>16} {gap:>20} {down:>22} {restarts:>9}  {link}",
-            m.name
-        );
-    }
-    println!(
-        "  rollout of {V2}: {}   whole demo: {}",
-        view::human_duration(rollout_took),
-        view::human_duration(total)
-    );
-    println!(
-        "  slot → success: from the controller granting the node (plan desiredState Active) to the agent\n\
-         \x20   reporting Succeeded, seen by the demo's watch (±250 ms); includes the {health_window}s health window.\n\
-         \x20 kubelet unanswered: last {V1} answer to first {V2} answer to GET /version, polled every {} ms\n\
-         \x20   from the host (the downtime a client saw).\n\
-         \x20 kubelet.service down: systemd's ActiveExit → ActiveEnter timestamps of the restart (the unit's\n\
-         \x20   own downtime); restarts: NRestarts (crashes restarted by systemd; 0 is good).",
-        measure::POLL_EVERY.as_millis()
-    );
-}
-
-fn inspect_hints(paths: &Paths, kubeconfig: &Path, members: &[Member], pids: &[(String, i32)]) {
-    let first = members.first().map(|m| m.name.as_str()).unwrap_or("demo-1");
-    println!("\nLook around (in another shell, while this one waits):");
-    println!("  export KUBECONFIG={}", kubeconfig.display());
-    println!(
-        "  export PATH={}:{}:$PATH   # kubectl-inplace (the plugin), the cluster's kubectl",
-        paths.bin_dir.display(),
-        inplace_tests::apiserver::bin_dir().display(),
-    );
-    println!("  kubectl get nodereleases,noderollouts");
-    println!("  kubectl get nodeupdateplans -o wide");
-    println!("  kubectl inplace status");
-    println!("  kubectl inplace plan {first}");
-    println!("  kubectl get events --sort-by=.metadata.creationTimestamp");
-    for (name, pid) in pids {
-        println!("  nsenter -t {pid} -a journalctl -u inplace-agent   # on {name} (or: -a bash)");
-    }
-    println!(
-        "  controller log: {}",
-        paths.work.join("controller.log").display()
-    );
 }

@@ -10,11 +10,15 @@
 //! up on exit, on an error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`)
 //! builds what it needs.
 
+mod broken;
 mod cluster;
 mod concurrency;
 mod fleet;
+mod follow;
 mod measure;
+mod nodes;
 mod render;
+mod report;
 mod window;
 
 use std::path::PathBuf;

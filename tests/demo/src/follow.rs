@@ -1,0 +1,228 @@
+//! Following a rollout: the watches, the live progress, and the `maxUnavailable` check.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use futures::StreamExt as _;
+use inplace_proto::{NodeRollout, NodeUpdatePlan, Phase};
+use inplace_tests::nspawn::Node;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+use kubectl_inplace::view::{self, Style};
+
+use crate::concurrency::Concurrency;
+use crate::fleet::{MAX_UNAVAILABLE, Member, PATIENCE, ROLLOUT};
+use crate::measure::KubeletSeen;
+use crate::nodes::node_sh;
+use crate::render::Screen;
+
+/// Caches of rollouts and plans, kept by watches for the rest of the demo.
+pub(crate) struct Watch {
+    pub(crate) rollouts: reflector::Store<NodeRollout>,
+    pub(crate) plans: reflector::Store<NodeUpdatePlan>,
+    _tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Watch {
+    pub(crate) fn start(client: &kube::Client) -> Watch {
+        let (rollouts, rw) = reflector::store::<NodeRollout>();
+        let (plans, pw) = reflector::store::<NodeUpdatePlan>();
+        let r = reflector(
+            rw,
+            watcher(
+                Api::<NodeRollout>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff();
+        let p = reflector(
+            pw,
+            watcher(
+                Api::<NodeUpdatePlan>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff();
+        let tasks = vec![
+            tokio::spawn(async move { r.for_each(|_| async {}).await }),
+            tokio::spawn(async move { p.for_each(|_| async {}).await }),
+        ];
+        Watch {
+            rollouts,
+            plans,
+            _tasks: tasks,
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> (Option<NodeRollout>, Vec<NodeUpdatePlan>) {
+        let rollout = self
+            .rollouts
+            .state()
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(ROLLOUT))
+            .map(|r| (**r).clone());
+        let plans = self.plans.state().iter().map(|p| (**p).clone()).collect();
+        (rollout, plans)
+    }
+}
+
+/// When a node was granted its slot (plan `desiredState: Active` for the release) and when
+/// it succeeded, as seen by the demo's watch (resolution: the 250 ms redraw).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeTiming {
+    pub(crate) granted: Option<Instant>,
+    pub(crate) succeeded: Option<Instant>,
+}
+
+/// How a stage of the demo ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Every node's plan Succeeded; a failed node or a halt fails the demo.
+    AllSucceeded,
+    /// The rollout halts and no node is still activating; a node that succeeds fails it.
+    Halted,
+}
+
+/// One rollout the demo follows.
+pub(crate) struct Stage<'a> {
+    /// The release the rollout names.
+    pub(crate) release: &'a str,
+    /// The kubelets' answers, shown under the progress.
+    pub(crate) seen: Option<&'a BTreeMap<String, Arc<Mutex<KubeletSeen>>>>,
+    /// The `maxUnavailable` watch, checked on every redraw.
+    pub(crate) limits: Option<&'a Concurrency>,
+    /// When it is over.
+    pub(crate) ends: Ending,
+}
+
+pub(crate) fn halted(rollout: &NodeRollout) -> bool {
+    rollout.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Halted" && c.status == "True")
+    })
+}
+
+/// Draws progress until the stage ends (see [`Ending`]); fails early on anything else, and
+/// as soon as more nodes than `maxUnavailable` were activating or cordoned at once.
+pub(crate) async fn follow(
+    watch: &Watch,
+    stage: &Stage<'_>,
+    members: &[Member],
+    style: &Style,
+    tty: bool,
+    fleet: &Arc<Mutex<Vec<Node>>>,
+) -> anyhow::Result<BTreeMap<String, NodeTiming>> {
+    let mut screen = Screen::new(tty);
+    let started = Instant::now();
+    let mut timings: BTreeMap<String, NodeTiming> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let (rollout, plans) = watch.snapshot();
+        let now = Instant::now();
+        let mut all_done = rollout.is_some();
+        for m in members {
+            let plan = plans.iter().find(|p| {
+                p.metadata.name.as_deref() == Some(m.name.as_str())
+                    && p.spec.release.as_deref() == Some(stage.release)
+            });
+            let t = timings.entry(m.name.clone()).or_insert(NodeTiming {
+                granted: None,
+                succeeded: None,
+            });
+            let Some(plan) = plan else {
+                all_done = false;
+                continue;
+            };
+            if plan.spec.desired_state == inplace_proto::DesiredState::Active && t.granted.is_none()
+            {
+                t.granted = Some(now);
+            }
+            let phase = view::effective_phase(plan);
+            match (phase, stage.ends) {
+                (Phase::Succeeded, Ending::AllSucceeded) => {
+                    if t.succeeded.is_none() {
+                        t.succeeded = Some(now);
+                    }
+                }
+                (Phase::Failed | Phase::RolledBack, Ending::AllSucceeded)
+                | (Phase::Succeeded, Ending::Halted) => {
+                    let journal = node_sh(
+                        fleet,
+                        &m.name,
+                        "journalctl -u inplace-agent.service -n 30 --no-pager",
+                    )
+                    .await
+                    .unwrap_or_default();
+                    bail!(
+                        "{} ended {phase:?}: {}\nagent journal:\n{journal}",
+                        m.name,
+                        view::ready_summary(plan)
+                    );
+                }
+                // Halting: done once final, or staged and never granted.
+                (_, Ending::Halted)
+                    if phase.is_final()
+                        || (phase == Phase::Staged && !crate::concurrency::is_activating(plan)) => {
+                }
+                _ => all_done = false,
+            }
+        }
+        let mut frame = Vec::new();
+        if let Some(r) = &rollout {
+            if r.spec.release == stage.release {
+                frame.extend(view::rollout_lines(r, &plans, style));
+                all_done &= stage.ends == Ending::AllSucceeded || halted(r);
+            } else {
+                all_done = false;
+            }
+            if stage.ends == Ending::AllSucceeded && halted(r) {
+                screen.draw(&frame, &[]);
+                bail!("the rollout halted");
+            }
+        }
+        if let Some(seen) = stage.seen {
+            let mut kubelets = Vec::new();
+            for m in members {
+                let v = seen[&m.name]
+                    .lock()
+                    .ok()
+                    .and_then(|s| s.version.clone())
+                    .unwrap_or_else(|| "no answer".to_owned());
+                kubelets.push(format!("{}={v}", m.name));
+            }
+            frame.push(format!("  kubelets answering: {}", kubelets.join("  ")));
+        }
+        let clock = vec![format!(
+            "  elapsed {}",
+            view::human_duration(started.elapsed())
+        )];
+        screen.draw(&frame, &clock);
+        if let Some(limits) = stage.limits {
+            limits.check(MAX_UNAVAILABLE).map_err(anyhow::Error::msg)?;
+        }
+        if all_done {
+            screen.finish();
+            return Ok(timings);
+        }
+        if started.elapsed() > PATIENCE {
+            bail!(
+                "the rollout did not finish within {}",
+                view::human_duration(PATIENCE)
+            );
+        }
+    }
+}
+
+pub(crate) fn print_limits(limits: &Concurrency) {
+    let (activating, cordoned) = limits.peaks();
+    println!(
+        "  max nodes activating at once: {} (maxUnavailable {MAX_UNAVAILABLE}); max cordoned at once: {}\n\
+         \x20   counted on every plan and Node event: a node is activating from its plan's desiredState\n\
+         \x20   Active until the agent reports a final phase.",
+        activating.count, cordoned.count
+    );
+}
