@@ -21,7 +21,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::alert_gate::observe_alerts;
 use crate::context::Context;
-use crate::decision::{ReleaseState, RolloutInput, decide, drain_pass_options, needs_drain_pass};
+use crate::decision::{
+    ReleaseState, RolloutInput, decide, drain_pass_options, needs_drain_pass, rollout_drains,
+};
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
 use crate::rollout_view::{LastRound, unschedulable};
@@ -295,7 +297,12 @@ pub fn error_policy(rollout: Arc<NodeRollout>, error: &Error, ctx: Arc<Context>)
     Action::requeue(std::time::Duration::from_secs(2))
 }
 
+/// Runs this round's drain passes. A rollout that does not drain skips the walk over its
+/// nodes (a pass over the whole fleet per deciding round).
 async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result<()> {
+    if !rollout_drains(input.spec) {
+        return Ok(());
+    }
     let wanted: Vec<usize> = (0..input.nodes.len())
         .filter(|&i| needs_drain_pass(input.spec, &input.release, &input.nodes[i]))
         .collect();

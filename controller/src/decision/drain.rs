@@ -33,6 +33,12 @@ impl DrainTimedOut {
     }
 }
 
+/// Whether the rollout drains its nodes at all (`disruption: Drain`): if not, no node ever
+/// needs a drain pass and the controller skips the walk that looks for one.
+pub fn rollout_drains(spec: &NodeRolloutSpec) -> bool {
+    spec.disruption == Disruption::Drain
+}
+
 /// Whether this round should run a drain pass (evictions) over `node` before deciding:
 /// the node holds a slot for `revision` under `disruption: Drain`, is cordoned, its plan
 /// is not active yet and its drain has not timed out.
@@ -43,7 +49,7 @@ pub fn needs_drain_pass(spec: &NodeRolloutSpec, release: &ReleaseState, node: &N
     let Some(plan) = &node.plan else {
         return false;
     };
-    spec.disruption == Disruption::Drain
+    rollout_drains(spec)
         && node.ownership == Ownership::Ours
         && node.unschedulable
         && plan.revision.as_ref() == Some(revision)

@@ -46,7 +46,7 @@ mod steer;
 mod window;
 
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
-pub use drain::{drain_pass_options, needs_drain_pass};
+pub use drain::{drain_pass_options, needs_drain_pass, rollout_drains};
 pub use health::{AlertObservation, Readiness};
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
