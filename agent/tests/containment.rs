@@ -88,6 +88,26 @@ async fn the_contained_agent_updates_and_what_it_cannot_do_on_a_real_node() {
             .unwrap_or_else(|e| panic!("the agent cannot read its own {path}: {e}"));
     }
 
+    // ProcSubset=pid: the agent's /proc holds processes only, not the kernel's tunables
+    // (its boot ID comes as a credential), and the status still names the boot.
+    let tunable = bed
+        .node
+        .exec(&as_the_agent(&pid, "/proc/sys/kernel/random/boot_id"))
+        .await
+        .unwrap();
+    assert!(
+        !tunable.success(),
+        "the agent's /proc shows /proc/sys: {}",
+        tunable.stdout_text()
+    );
+    let credential = "/run/credentials/inplace-agent.service/boot_id";
+    let boot_id = bed
+        .node
+        .exec_ok(&as_the_agent(&pid, credential))
+        .await
+        .unwrap();
+    assert_eq!(boot_id.trim().len(), 36, "{boot_id}");
+
     // 2. A filtered system call is refused (EPERM); the same call outside the unit works.
     let probe = bed
         .node

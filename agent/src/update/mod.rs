@@ -113,9 +113,7 @@ impl Agent {
             settings: settings.self_update.clone(),
             installation: Installation::detect(&settings.paths.extensions_dir),
         };
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .ok()
-            .map(|s| s.trim().to_owned());
+        let boot_id = read_boot_id();
         let agent = Agent {
             settings,
             host,
@@ -305,4 +303,16 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+}
+
+/// The boot ID the status reports: the unit's `boot_id` credential under the shipped unit
+/// (its `/proc` holds processes only), the kernel's file when run without it.
+fn read_boot_id() -> Option<String> {
+    let credential = std::env::var_os("CREDENTIALS_DIRECTORY")
+        .map(|dir| std::path::PathBuf::from(dir).join("boot_id"));
+    credential
+        .into_iter()
+        .chain([std::path::PathBuf::from("/proc/sys/kernel/random/boot_id")])
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .map(|id| id.trim().to_owned())
 }
