@@ -4,6 +4,8 @@
 //!
 //! - [`nspawn`]: a cached Debian bookworm root filesystem and [`nspawn::Node`], a booted
 //!   systemd 252 container with a real D-Bus and real `systemd-sysext`.
+//! - [`agent_images`]: the agent built at other versions, as signed sysext images (good and
+//!   broken), for the agent-update suites and the demo.
 //! - [`sysext`]: real squashfs system-extension images built with `mksquashfs`.
 //! - [`artifact_server`]: an HTTP/1.1 server on loopback that can misbehave on request.
 //! - [`metrics_guide`]: checks that the metrics reference lists every metric family.
@@ -12,6 +14,7 @@
 //!   Ignition does before a Flatcar node's first boot.
 //! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
 
+pub mod agent_images;
 pub mod apiserver;
 pub mod artifact_server;
 pub mod capi;

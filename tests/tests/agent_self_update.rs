@@ -7,7 +7,7 @@
 //! READY=1, one whose credential the server refuses), each end with the node back on v2 and
 //! the plan `RolledBack` for `AgentNotConfirmed`. One node boot for all four: each broken
 //! switch starts from v2 and must leave the node on v2, which is what the next one starts
-//! from. The images come from support/agent_images.rs, checked on the host by the second test.
+//! from. The images come from `inplace_tests::agent_images`, checked on the host by the second test.
 //!
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools.
 
@@ -20,11 +20,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use inplace_proto::{NodeUpdatePlan, Phase, UpdateContent};
+use inplace_tests::agent_images::{
+    Behaviour, ReleaseKey, agent_binary_at, agent_image, sha256_hex,
+};
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
 use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::{Patch, PatchParams};
 
-use support::agent_images::{Behaviour, ReleaseKey, agent_image, sha256_hex};
 use support::packaging::{PATIENCE, api_for_agents, build, repo, write_kubelet_identity};
 
 const IMAGES: &str = "/opt/extensions/inplace-agent";
@@ -49,7 +51,7 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
     let out = tempfile::tempdir().unwrap();
     let (test_api, plans) = api_for_agents().await;
     let server = ArtifactServer::start().await.unwrap();
-    let key = ReleaseKey::generate();
+    let key = ReleaseKey::generate().unwrap();
     let name = Node::unique_name("agentup");
     let node = Node::boot(&name, NodeOptions::default())
         .await
@@ -60,7 +62,8 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
     // v1 -> v2 as docs/usage/agent-updates.md says, through a NodeRelease and a NodeRollout
     // and the real controller: the plan succeeds on the new agent; the kubelet runs on.
     let refused = refused_kubeconfig(&test_api, node.name());
-    let image = agent_image(Behaviour::Works, &v2, out.path(), &refused);
+    let v2_binary = agent_binary_at(&v2).unwrap();
+    let image = agent_image(Behaviour::Works, &v2_binary, &v2, out.path(), &refused).unwrap();
     let admin = out.path().join("admin.kubeconfig");
     test_api.write_admin_kubeconfig(&admin).unwrap();
     create_ready_node(&test_api, node.name()).await;
@@ -75,13 +78,15 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
     drop(controller);
 
     // Each broken v3 ends with v2 running again and the plan RolledBack.
+    // The refused identity is the real agent at v3; the other two are scripts.
+    let v3_binary = agent_binary_at(&v3).unwrap();
     for behaviour in [
         Behaviour::ExitsAtStart,
         Behaviour::HangsBeforeReady,
         Behaviour::IdentityRefused,
     ] {
         let dir = out.path().join(format!("v3-{behaviour:?}"));
-        let broken = agent_image(behaviour, &v3, &dir, &refused);
+        let broken = agent_image(behaviour, &v3_binary, &v3, &dir, &refused).unwrap();
         let revision = order(&plans, &node, &server, &key, &broken, &v3).await;
         let status = wait_phase(&plans, &node, &revision, Phase::RolledBack).await;
         // The previous agent's report: RolledBack, the guard's reason and what PID 1 knew.
@@ -109,15 +114,15 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
 /// The images the switch tests order, checked on the host: the new agent reports the
 /// version its image is named and signed for, the signature verifies with the trusted
 /// comment the agent requires, and the refused-identity image's vendor layer names its own
-/// kubeconfig. Costs the second agent build (see support/agent_images.rs), no node.
+/// kubeconfig. Costs the second agent build (see `inplace_tests::agent_images`), no node.
 #[test]
 fn the_agent_images_carry_their_version_and_a_signature_naming_it() {
     inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
     let version = format!("{}-next.2", env!("CARGO_PKG_VERSION"));
     let out = tempfile::tempdir().unwrap();
-    let key = ReleaseKey::generate();
+    let key = ReleaseKey::generate().unwrap();
 
-    let binary = support::agent_images::agent_binary_at(&version);
+    let binary = agent_binary_at(&version).unwrap();
     let reported = std::process::Command::new(&binary)
         .arg("--version")
         .output()
@@ -127,17 +132,24 @@ fn the_agent_images_carry_their_version_and_a_signature_naming_it() {
         format!("inplace-agent {version}")
     );
 
-    let image = agent_image(Behaviour::IdentityRefused, &version, out.path(), "refused");
+    let image = agent_image(
+        Behaviour::IdentityRefused,
+        &binary,
+        &version,
+        out.path(),
+        "refused",
+    )
+    .unwrap();
     let file = image.file_name().unwrap().to_str().unwrap().to_owned();
     assert_eq!(file, format!("inplace-agent-{version}-x86-64.raw"));
-    let signature = key.sign(&image, &version);
+    let signature = key.sign(&image, &version).unwrap();
     let signature =
         minisign::SignatureBox::from_string(&std::fs::read_to_string(signature).unwrap()).unwrap();
     assert_eq!(
         signature.trusted_comment().unwrap(),
         format!("file:{file} version:{version}")
     );
-    let public = minisign::PublicKeyBox::from_string(&key.public_file())
+    let public = minisign::PublicKeyBox::from_string(&key.public_file().unwrap())
         .unwrap()
         .into_public_key()
         .unwrap();
@@ -190,7 +202,7 @@ async fn install_v1(
     write_kubelet_identity(node, test_api).await;
     node.write_file(
         "/etc/inplace/keys/broken-agents.pub",
-        key.public_file().as_bytes(),
+        key.public_file().unwrap().as_bytes(),
         0o644,
     )
     .await
@@ -339,7 +351,7 @@ async fn order(
     version: &str,
 ) -> String {
     let file = image.file_name().unwrap().to_str().unwrap();
-    let signature = key.sign(image, version);
+    let signature = key.sign(image, version).unwrap();
     server.put(&format!("/{file}"), Artifact::file(image).unwrap());
     server.put(
         &format!("/{file}.minisig"),

@@ -12,11 +12,12 @@
 #[allow(dead_code)] // The other suites use the rest of the packaging helpers.
 mod support;
 
+use std::path::Path;
 use std::time::Duration;
 
 use inplace_tests::nspawn::{Node, NodeOptions};
 
-use support::agent_images::{Behaviour, agent_image};
+use inplace_tests::agent_images::{Behaviour, agent_image};
 use support::packaging::{PATIENCE, api_for_agents, build, repo, write_kubelet_identity};
 
 const IMAGES: &str = "/opt/extensions/inplace-agent";
@@ -30,7 +31,14 @@ async fn a_new_agent_that_never_confirms_is_replaced_by_the_previous_one() {
     let out = tempfile::tempdir().unwrap();
     let good = build("packaging/node/build-sysext.sh", out.path());
     let good_name = good.file_name().unwrap().to_str().unwrap().to_owned();
-    let broken = agent_image(Behaviour::ExitsAtStart, "9.9.9", out.path(), "");
+    let broken = agent_image(
+        Behaviour::ExitsAtStart,
+        Path::new("/"),
+        "9.9.9",
+        out.path(),
+        "",
+    )
+    .unwrap();
 
     let (test_api, _plans) = api_for_agents().await;
     let name = Node::unique_name("guard");

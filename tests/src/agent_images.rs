@@ -1,0 +1,222 @@
+//! Agent sysext images at other versions than the running one, signed as a release pipeline
+//! signs them (docs/usage/agent-updates.md): the new agents an agent switch installs, good
+//! and broken. Used by the agent-update suites and by the demo's `--agent-update`.
+//!
+//! A second version is built from this tree with `INPLACE_AGENT_VERSION` set at build time
+//! (`inplace_agent::BUILD_VERSION`), in a target directory of its own
+//! (`<target>/agent-versions`, under a file lock): building it in the caller's target
+//! directory would replace the `inplace-agent` that other suites run while they run. The
+//! first build there compiles the agent's dependencies once (debug, about four CPU-minutes);
+//! each other version then rebuilds only the agent crate.
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+use minisign::KeyPair;
+
+use crate::apiserver::repo_root;
+
+/// What the new agent does when it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// The real agent at the image's version.
+    Works,
+    /// Exits 1 at start: never sends READY=1, never confirms.
+    ExitsAtStart,
+    /// Starts and never sends READY=1 (systemd's start timeout ends it).
+    HangsBeforeReady,
+    /// The real agent, but the image's vendor layer names a kubeconfig whose credential the
+    /// API server refuses (401): it cannot write its status, so it never confirms.
+    IdentityRefused,
+}
+
+/// A release key, as `minisign -G` makes it.
+pub struct ReleaseKey(KeyPair);
+
+impl ReleaseKey {
+    /// A new key pair without a password.
+    pub fn generate() -> anyhow::Result<ReleaseKey> {
+        Ok(ReleaseKey(
+            KeyPair::generate_unencrypted_keypair().context("generating a minisign key")?,
+        ))
+    }
+
+    /// The public key file (`release.pub`), as the node's trusted_keys_dir holds it.
+    pub fn public_file(&self) -> anyhow::Result<String> {
+        Ok(self.0.pk.to_box()?.into_string())
+    }
+
+    /// Writes `<image>.minisig` with the trusted comment docs/usage/agent-updates.md asks
+    /// for (`file:<name> version:<version>`) and returns its path.
+    pub fn sign(&self, image: &Path, version: &str) -> anyhow::Result<PathBuf> {
+        let name = file_name(image)?;
+        let bytes = std::fs::read(image).with_context(|| format!("reading {}", image.display()))?;
+        let signature = minisign::sign(
+            Some(&self.0.pk),
+            &self.0.sk,
+            Cursor::new(bytes),
+            Some(&format!("file:{name} version:{version}")),
+            None,
+        )
+        .with_context(|| format!("signing {name}"))?;
+        let path = image.with_file_name(format!("{name}.minisig"));
+        std::fs::write(&path, signature.into_string())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    }
+}
+
+/// Where [`agent_binary_at`] leaves `inplace-agent-<version>` for a test binary: the layout
+/// the demo's `--agent-bin-dir` reads.
+pub fn agent_bin_dir() -> anyhow::Result<PathBuf> {
+    Ok(agent_versions_dir()?.join("bin"))
+}
+
+/// `<target>/agent-versions` of the running test binary (`<target>/<profile>/deps/<test>`).
+fn agent_versions_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this test binary")?;
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .context("this test binary is not in <target>/<profile>/deps")?;
+    Ok(target.join("agent-versions"))
+}
+
+/// The agent binary built at `version` (debug, from this tree), as
+/// `<agent_bin_dir>/inplace-agent-<version>`. Put in place by a rename, so that a test
+/// reading another version's binary, or this one's from an earlier build, never reads a
+/// half-written file.
+pub fn agent_binary_at(version: &str) -> anyhow::Result<PathBuf> {
+    let target = agent_versions_dir()?;
+    std::fs::create_dir_all(&target).with_context(|| format!("creating {}", target.display()))?;
+    let lock = std::fs::File::create(target.join("build.lock")).context("the build lock")?;
+    lock.lock().context("taking the build lock")?;
+    let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+        .current_dir(repo_root())
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "inplace-agent",
+            "--bin",
+            "inplace-agent",
+        ])
+        .arg("--target-dir")
+        .arg(&target)
+        .env("INPLACE_AGENT_VERSION", version)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("cargo build of the agent at {version}: {status}");
+    }
+    let bin_dir = target.join("bin");
+    std::fs::create_dir_all(&bin_dir)?;
+    let copy = bin_dir.join(format!("inplace-agent-{version}"));
+    let partial = bin_dir.join(format!(".inplace-agent-{version}.partial"));
+    std::fs::copy(target.join("debug").join("inplace-agent"), &partial)
+        .context("copying the built agent")?;
+    std::fs::rename(&partial, &copy).with_context(|| format!("renaming to {}", copy.display()))?;
+    Ok(copy)
+}
+
+/// The agent's sysext image at `version` (`packaging/node/build-sysext.sh`, as `make
+/// packages` builds it) in `out`, whose agent behaves as `behaviour` says: `binary` for
+/// [`Behaviour::Works`] and [`Behaviour::IdentityRefused`], a script for the others.
+/// `refused` is the kubeconfig an [`Behaviour::IdentityRefused`] image carries in its vendor
+/// layer.
+pub fn agent_image(
+    behaviour: Behaviour,
+    binary: &Path,
+    version: &str,
+    out: &Path,
+    refused: &str,
+) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let binary = match behaviour {
+        Behaviour::Works | Behaviour::IdentityRefused => binary.to_owned(),
+        Behaviour::ExitsAtStart => script(out, "exits", "echo 'broken agent' >&2\nexit 1")?,
+        Behaviour::HangsBeforeReady => script(
+            out,
+            "hangs",
+            "echo 'agent hangs before READY=1' >&2\nexec sleep infinity",
+        )?,
+    };
+    let dir = out.join(format!("{behaviour:?}"));
+    let built = run(
+        Command::new(repo_root().join("packaging/node/build-sysext.sh"))
+            .arg(&binary)
+            .arg(version)
+            .arg(&dir),
+    )?;
+    let image = PathBuf::from(built.trim());
+    if behaviour == Behaviour::IdentityRefused {
+        replace_vendor_credential(&image, refused)?;
+    }
+    Ok(image)
+}
+
+/// The sha256 of `bytes` as a plan writes it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+fn file_name(path: &Path) -> anyhow::Result<&str> {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{} has no file name", path.display()))
+}
+
+fn script(out: &Path, name: &str, body: &str) -> anyhow::Result<PathBuf> {
+    let path = out.join(format!("inplace-agent-{name}"));
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n"))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// Unpacks the image, points the vendor layer's `kubeconfig` at a file in the image holding
+/// `kubeconfig`, and packs it again the way build-sysext.sh does.
+fn replace_vendor_credential(image: &Path, kubeconfig: &str) -> anyhow::Result<()> {
+    let tree = image.with_extension("tree");
+    run(Command::new("unsquashfs")
+        .args(["-q", "-n", "-d"])
+        .arg(&tree)
+        .arg(image))?;
+    let vendor = tree.join("usr/lib/inplace");
+    std::fs::write(vendor.join("refused.kubeconfig"), kubeconfig)?;
+    let config = std::fs::read_to_string(vendor.join("agent.toml"))?;
+    let config = config.replacen(
+        "[kubernetes]\n",
+        "[kubernetes]\nkubeconfig = \"/usr/lib/inplace/refused.kubeconfig\"\n",
+        1,
+    );
+    if !config.contains("refused.kubeconfig") {
+        bail!("the vendor agent.toml has no [kubernetes] section");
+    }
+    std::fs::write(vendor.join("agent.toml"), config)?;
+    run(Command::new("mksquashfs").arg(&tree).arg(image).args([
+        "-all-root",
+        "-noappend",
+        "-quiet",
+        "-no-progress",
+    ]))?;
+    std::fs::remove_dir_all(&tree)?;
+    Ok(())
+}
+
+/// Runs `command` to completion; its standard output, or an error with its standard error.
+fn run(command: &mut Command) -> anyhow::Result<String> {
+    let output = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{command:?}: {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
