@@ -2,7 +2,8 @@
 # `make demo`: the local demo fleet. Installs what it needs (systemd-container, debootstrap,
 # squashfs-tools), builds the Kubernetes control plane of the pinned release (tests/kube: etcd,
 # kube-apiserver, kube-controller-manager and kubectl; needs Go) and the release binaries, then
-# runs `inplace-demo` (arguments are passed on, e.g. `./scripts/demo.sh --nodes 2 --no-wait`).
+# runs `inplace-demo` (arguments are passed on, e.g. `./scripts/demo.sh --nodes 2 --no-wait`);
+# with `--agent-update` it also builds the agent at a second version for that step.
 # Needs root: the nodes are systemd-nspawn containers. `--kubeconfig PATH` (`make demo
 # KUBECONFIG=PATH`) uses that existing cluster instead of starting one. See
 # docs/usage/quickstart.md.
@@ -49,4 +50,18 @@ export PATH="$(cd "$kube_bin" && pwd):$PATH"
 echo "==> building (release; the first build takes a few minutes)"
 cargo build --release --quiet \
     -p inplace-agent -p inplace-controller -p inplace-tests -p kubectl-inplace -p inplace-demo --bins
-exec "$target/release/inplace-demo" --bin-dir "$target/release" "$@"
+agent_args=()
+if [[ " $* " == *" --agent-update "* ]]; then
+    # The demo's agent v2 is this tree built at another version (inplace_agent::BUILD_VERSION),
+    # in a target directory of its own so that the v1 agent above stays as it is. A first
+    # build compiles the agent's dependencies again (release; minutes).
+    v1=$("$target/release/inplace-agent" --version | cut -d' ' -f2)
+    v2="$v1-next.2"
+    echo "==> building agent $v2 for --agent-update (release, $target/agent-versions; the first build takes a few minutes)"
+    INPLACE_AGENT_VERSION=$v2 cargo build --release --quiet -p inplace-agent --bin inplace-agent \
+        --target-dir "$target/agent-versions"
+    mkdir -p "$target/agent-versions/bin"
+    cp "$target/agent-versions/release/inplace-agent" "$target/agent-versions/bin/inplace-agent-$v2"
+    agent_args=(--agent-bin-dir "$target/agent-versions/bin")
+fi
+exec "$target/release/inplace-demo" --bin-dir "$target/release" "${agent_args[@]}" "$@"

@@ -13,8 +13,9 @@ use serde_json::json;
 
 use crate::Args;
 use crate::concurrency::Concurrency;
-use crate::fleet::{BROKEN_HEALTH_TIMEOUT, Member, ROLLOUT, V2, V3, release, step};
-use crate::follow::{Ending, Stage, Watch, follow, print_limits};
+use crate::fleet::{BROKEN_HEALTH_TIMEOUT, Member, ROLLOUT, V2, V3, step};
+use crate::follow::{Ending, Stage, Watch, follow, print_limits, the_halt};
+use crate::kubelet::release;
 use crate::measure;
 use crate::nodes::node_sh;
 
@@ -67,6 +68,7 @@ pub(crate) async fn roll_out_broken_v3(
         .await
         .context("pointing the rollout at kubelet-v3")?;
     let stage = Stage {
+        rollout: ROLLOUT,
         release: "kubelet-v3",
         seen: None,
         limits: Some(broken.limits),
@@ -74,28 +76,8 @@ pub(crate) async fn roll_out_broken_v3(
     };
     follow(broken.watch, &stage, members, style, tty, fleet).await?;
 
-    let (rollout, plans) = broken.watch.snapshot();
-    let rollout = rollout.context("the rollout is gone")?;
-    let status = rollout.status.clone().unwrap_or_default();
-    let [failure] = status.failed_nodes.as_slice() else {
-        bail!(
-            "expected exactly one failed node, the rollout reports {:?}",
-            status.failed_nodes
-        );
-    };
-    let halt = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Halted" && c.status == "True")
-        .context("the rollout is not Halted")?;
-    if !halt.message.contains(&failure.node) || !halt.message.contains(&failure.reason) {
-        bail!(
-            "Halted does not name {} and {}: {}",
-            failure.node,
-            failure.reason,
-            halt.message
-        );
-    }
+    let (rollout, plans) = broken.watch.snapshot(ROLLOUT);
+    let (failure, halt) = the_halt(rollout.as_ref())?;
     let link_v2 = format!(
         "/opt/extensions/kubernetes/{}",
         kubernetes_image_file_name(V2)

@@ -174,21 +174,22 @@ impl Cluster {
         ))
     }
 
-    /// On an existing cluster: removes what the demo created (its rollout first, while the
+    /// On an existing cluster: removes what the demo created (its rollouts first, while the
     /// controller still runs to take its finalizer off; then plans, releases, Node objects and
     /// the nodes' identities). The CRDs and the shipped RBAC stay. A started cluster goes away
     /// whole when dropped.
-    pub fn remove_demo_objects(&self, rollout: &str, nodes: &[String]) -> anyhow::Result<()> {
+    pub fn remove_demo_objects(&self, rollouts: &[&str], nodes: &[String]) -> anyhow::Result<()> {
         let Cluster::Existing { .. } = self else {
             return Ok(());
         };
-        self.kubectl(&[
+        let mut names = vec![
             "delete",
-            "noderollout",
-            rollout,
             "--ignore-not-found",
             "--timeout=120s",
-        ])?;
+            "noderollout",
+        ];
+        names.extend(rollouts);
+        self.kubectl(&names)?;
         let mut names = vec!["delete", "--ignore-not-found", "nodeupdateplan"];
         names.extend(nodes.iter().map(String::as_str));
         self.kubectl(&names)?;

@@ -4,16 +4,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use anyhow::bail;
 use futures::StreamExt as _;
-use inplace_proto::{NodeRollout, NodeUpdatePlan, Phase};
+use inplace_proto::{NodeFailure, NodeRollout, NodeUpdatePlan, Phase};
 use inplace_tests::nspawn::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kubectl_inplace::view::{self, Style};
 
 use crate::concurrency::Concurrency;
-use crate::fleet::{MAX_UNAVAILABLE, Member, PATIENCE, ROLLOUT};
+use crate::fleet::{MAX_UNAVAILABLE, Member, PATIENCE};
 use crate::measure::KubeletSeen;
 use crate::nodes::node_sh;
 use crate::render::Screen;
@@ -56,12 +58,13 @@ impl Watch {
         }
     }
 
-    pub(crate) fn snapshot(&self) -> (Option<NodeRollout>, Vec<NodeUpdatePlan>) {
+    /// The rollout `name` and every plan, as the watches last saw them.
+    pub(crate) fn snapshot(&self, name: &str) -> (Option<NodeRollout>, Vec<NodeUpdatePlan>) {
         let rollout = self
             .rollouts
             .state()
             .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(ROLLOUT))
+            .find(|r| r.metadata.name.as_deref() == Some(name))
             .map(|r| (**r).clone());
         let plans = self.plans.state().iter().map(|p| (**p).clone()).collect();
         (rollout, plans)
@@ -87,6 +90,8 @@ pub(crate) enum Ending {
 
 /// One rollout the demo follows.
 pub(crate) struct Stage<'a> {
+    /// The NodeRollout.
+    pub(crate) rollout: &'a str,
     /// The release the rollout names.
     pub(crate) release: &'a str,
     /// The kubelets' answers, shown under the progress.
@@ -121,7 +126,7 @@ pub(crate) async fn follow(
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tick.tick().await;
-        let (rollout, plans) = watch.snapshot();
+        let (rollout, plans) = watch.snapshot(stage.rollout);
         let now = Instant::now();
         let mut all_done = rollout.is_some();
         for m in members {
@@ -225,4 +230,31 @@ pub(crate) fn print_limits(limits: &Concurrency) {
          \x20   Active until the agent reports a final phase.",
         activating.count, cordoned.count
     );
+}
+
+/// A halted rollout's one failed node and its `Halted` condition, which must name that node
+/// and its reason; an error otherwise.
+pub(crate) fn the_halt(rollout: Option<&NodeRollout>) -> anyhow::Result<(NodeFailure, Condition)> {
+    let rollout = rollout.context("the rollout is gone")?;
+    let status = rollout.status.clone().unwrap_or_default();
+    let [failure] = status.failed_nodes.as_slice() else {
+        bail!(
+            "expected exactly one failed node, the rollout reports {:?}",
+            status.failed_nodes
+        );
+    };
+    let halt = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Halted" && c.status == "True")
+        .context("the rollout is not Halted")?;
+    if !halt.message.contains(&failure.node) || !halt.message.contains(&failure.reason) {
+        bail!(
+            "Halted does not name {} and {}: {}",
+            failure.node,
+            failure.reason,
+            halt.message
+        );
+    }
+    Ok((failure.clone(), halt.clone()))
 }

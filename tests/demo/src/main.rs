@@ -10,15 +10,18 @@
 //! up on exit, on an error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`)
 //! builds what it needs.
 
+mod agent_update;
 mod broken;
 mod cluster;
 mod concurrency;
 mod fleet;
 mod follow;
+mod kubelet;
 mod measure;
 mod nodes;
 mod render;
 mod report;
+mod setup;
 mod window;
 
 use std::path::PathBuf;
@@ -67,6 +70,16 @@ pub struct Args {
     /// node rolls back to v2 and the rollout halts before any other node is touched.
     #[arg(long)]
     pub broken_v3: bool,
+    /// At the end, update the agent itself across the fleet (docs/usage/agent-updates.md):
+    /// agent v2 through a NodeRelease with `spec.agent`, one node at a time, then an agent v3
+    /// that exits 1 at start with `maxFailures: 0`: the first node's guard restores v2, its
+    /// plan ends RolledBack and the rollout halts. Needs `--agent-bin-dir`.
+    #[arg(long, requires = "agent_bin_dir")]
+    pub agent_update: bool,
+    /// Where `--agent-update` finds agent v2: `inplace-agent-<v1>-next.2`, v1 being the
+    /// version of `--bin-dir`'s agent (scripts/demo.sh builds it).
+    #[arg(long)]
+    pub agent_bin_dir: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {

@@ -1,12 +1,16 @@
-//! The demo's nodes: what each is booted with, its kubelet's port, and running commands on it.
+//! The demo's nodes: what each is booted with (the agent from its sysext image), its
+//! kubelet's port, and running commands on it.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use inplace_tests::agent_images::{Behaviour, ReleaseKey, agent_image};
 use inplace_tests::artifact_server::ArtifactServer;
-use inplace_tests::nspawn::{Node, NodeFile, NodeOptions};
+use inplace_tests::nspawn::{ExecOutput, Node, NodeFile, NodeOptions};
 
+use crate::agent_update::{CONFIRM_TIMEOUT, agent_version};
 use crate::cluster::Cluster;
 use crate::fleet::{Member, Paths};
 
@@ -23,11 +27,53 @@ pub(crate) fn kubelet_port(base: u16, i: u32) -> u16 {
         .unwrap_or(0)
 }
 
+/// Where flatcar.md puts the agent's images on a node.
+const AGENT_IMAGES: &str = "/opt/extensions/inplace-agent";
+
+/// The agent as every node gets it: its own sysext image (`packaging/node/build-sysext.sh`
+/// around `--bin-dir`'s agent), linked and started as docs/usage/flatcar.md installs it, with
+/// the guard's units beside it; with a release key, agent updates allowed
+/// (docs/usage/agent-updates.md) and signed by that key.
+pub(crate) struct AgentInstall {
+    pub(crate) version: String,
+    image: PathBuf,
+    file_name: String,
+    release_key: Option<String>,
+}
+
+impl AgentInstall {
+    pub(crate) fn build(paths: &Paths, key: Option<&ReleaseKey>) -> anyhow::Result<AgentInstall> {
+        let version = agent_version(&paths.agent)?;
+        let image = tokio::task::block_in_place(|| {
+            agent_image(
+                Behaviour::Works,
+                &paths.agent,
+                &version,
+                &paths.work.join("images").join("agent-v1"),
+                "",
+            )
+        })
+        .context("building the agent's sysext image")?;
+        let file_name = image
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("the agent image's name")?
+            .to_owned();
+        Ok(AgentInstall {
+            version,
+            image,
+            file_name,
+            release_key: key.map(ReleaseKey::public_file).transpose()?,
+        })
+    }
+}
+
 pub(crate) async fn node_options(
     paths: &Paths,
     server: &ArtifactServer,
     cluster: &Cluster,
     m: &Member,
+    agent: &AgentInstall,
 ) -> anyhow::Result<NodeOptions> {
     // The node's own kubelet identity (system:node:NAME), as a kubelet's kubeconfig holds it.
     let node_kubeconfig = tokio::task::block_in_place(|| cluster.node_kubeconfig(&m.name))?;
@@ -37,39 +83,93 @@ pub(crate) async fn node_options(
          [activation]\nhealth_interval = \"200ms\"\n",
         server.url("/")
     );
+    let mut files = vec![
+        NodeFile::from_host(
+            &agent.image,
+            format!("{AGENT_IMAGES}/{}", agent.file_name),
+            0o644,
+        )
+        .await?,
+        NodeFile::new("/etc/inplace/agent.toml", config, 0o644),
+        NodeFile::new("/etc/kubernetes/kubelet.conf", node_kubeconfig, 0o600),
+        NodeFile::new(
+            "/etc/default/kubelet",
+            format!("KUBELET_PORT={}\n", m.port),
+            0o644,
+        ),
+    ];
+    for unit in ["inplace-agent-guard.service", "inplace-agent-guard.path"] {
+        files.push(
+            NodeFile::from_host(
+                paths.repo.join("systemd").join(unit),
+                format!("/etc/systemd/system/{unit}"),
+                0o644,
+            )
+            .await?,
+        );
+    }
+    if let Some(key) = &agent.release_key {
+        files.push(NodeFile::new(
+            "/etc/inplace/keys/demo-release.pub",
+            key.clone(),
+            0o644,
+        ));
+        files.push(NodeFile::new(
+            "/etc/inplace/agent.d/50-agent-updates.toml",
+            format!("[self_update]\nallow = true\nconfirm_timeout = \"{CONFIRM_TIMEOUT}\"\n"),
+            0o644,
+        ));
+    }
     Ok(NodeOptions {
-        files: vec![
-            NodeFile::from_host(&paths.agent, "/usr/bin/inplace-agent", 0o755).await?,
-            NodeFile::from_host(
-                paths.repo.join("systemd/inplace-agent.service"),
-                "/etc/systemd/system/inplace-agent.service",
-                0o644,
-            )
-            .await?,
-            NodeFile::from_host(
-                paths.repo.join("systemd/inplace-agent.tmpfiles.conf"),
-                "/usr/lib/tmpfiles.d/inplace-agent.conf",
-                0o644,
-            )
-            .await?,
-            NodeFile::new("/etc/inplace/agent.toml", config, 0o644),
-            NodeFile::new("/etc/kubernetes/kubelet.conf", node_kubeconfig, 0o600),
-            NodeFile::new(
-                "/etc/default/kubelet",
-                format!("KUBELET_PORT={}\n", m.port),
-                0o644,
-            ),
-        ],
-        enable_units: vec!["inplace-agent.service".to_owned()],
+        files,
         ..NodeOptions::default()
     })
 }
 
+/// docs/usage/flatcar.md's by-hand install on a booted node: link the image, merge it, create
+/// the agent's directories, start the agent and the guard's path unit.
+pub(crate) async fn install_agent(
+    fleet: &Arc<Mutex<Vec<Node>>>,
+    name: &str,
+    agent: &AgentInstall,
+) -> anyhow::Result<()> {
+    let script = format!(
+        "set -e; mkdir -p /etc/extensions; \
+         ln -sf {AGENT_IMAGES}/{file} /etc/extensions/inplace-agent.raw; \
+         systemd-sysext refresh && systemctl daemon-reload; \
+         systemd-tmpfiles --create inplace-agent.conf; \
+         systemctl enable --now inplace-agent.service inplace-agent-guard.path",
+        file = agent.file_name
+    );
+    node_sh_ok(fleet, name, &script)
+        .await
+        .with_context(|| format!("installing the agent on {name}"))
+}
+
+/// Runs `script` on the node; its standard output, whatever its exit status.
 pub(crate) async fn node_sh(
     fleet: &Arc<Mutex<Vec<Node>>>,
     name: &str,
     script: &str,
 ) -> anyhow::Result<String> {
+    Ok(exec(fleet, name, script).await?.stdout_text())
+}
+
+/// Runs `script` on the node; an error unless it exits 0.
+pub(crate) async fn node_sh_ok(
+    fleet: &Arc<Mutex<Vec<Node>>>,
+    name: &str,
+    script: &str,
+) -> anyhow::Result<()> {
+    exec(fleet, name, script).await?.checked()?;
+    Ok(())
+}
+
+async fn exec(
+    fleet: &Arc<Mutex<Vec<Node>>>,
+    name: &str,
+    script: &str,
+) -> anyhow::Result<ExecOutput> {
     // Exec needs the node across an await: take it out of the fleet and put it back.
     let node = {
         let mut f = fleet.lock().map_err(|_| anyhow::anyhow!("fleet lock"))?;
@@ -83,7 +183,7 @@ pub(crate) async fn node_sh(
     if let Ok(mut f) = fleet.lock() {
         f.push(node);
     }
-    Ok(out?.stdout_text())
+    Ok(out?)
 }
 
 pub(crate) async fn wait_agent(fleet: &Arc<Mutex<Vec<Node>>>, name: &str) -> anyhow::Result<()> {

@@ -1,11 +1,15 @@
 //! `make demo` proven by `make test`: the demo binary, non-interactive, on 3 real nspawn
-//! nodes with the real agent and controller, end to end, with `--broken-v3`. v2 waits for a
+//! nodes with the real agent (installed from its sysext image) and controller, end to end,
+//! with `--broken-v3` and `--agent-update`. v2 waits for a
 //! maintenance window opening about a minute later (30-90 s of this test). The demo itself
 //! fails unless every node's plan ends Succeeded on v2 and every kubelet answers v2, no more
 //! than `maxUnavailable` (1) nodes were ever activating or cordoned at once (watched on
 //! every plan and Node event), and the crash-looping v3 rolls back on exactly one node and
-//! halts the rollout with the others untouched on v2. This test also checks what it
-//! printed. Needs root, systemd-nspawn, debootstrap and squashfs-tools.
+//! halts the rollout with the others untouched on v2; then the agent updates itself to v2 on
+//! every node, and a v3 agent that exits 1 at start is restored by the first node's guard
+//! (`RolledBack`, `AgentNotConfirmed`) and halts that rollout with the other nodes never
+//! activated, the kubelets never restarted (issue 23's three-node `maxFailures: 0` halt on
+//! real nodes, sharing this test's node boot). This test also checks what it printed. Needs root, systemd-nspawn, debootstrap and squashfs-tools.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -44,13 +48,53 @@ fn demo_and_bin_dir() -> (PathBuf, PathBuf) {
     (demo, bin_dir)
 }
 
+/// The text of the section `title` prints, up to the next step or the hints.
+fn section<'a>(stdout: &'a str, title: &str) -> &'a str {
+    let after = stdout
+        .split(&format!("\n{title}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {title:?} section in\n{stdout}"));
+    let end = ["\n==> ", "\nLook around"]
+        .iter()
+        .filter_map(|e| after.find(e))
+        .min()
+        .unwrap_or(after.len());
+    &after[..end]
+}
+
+/// The section's rows for the demo's nodes.
+fn node_rows<'a>(section: &'a str, prefix: &str) -> Vec<&'a str> {
+    section
+        .lines()
+        .filter(|l| l.trim_start().starts_with(&format!("{prefix}-")))
+        .collect()
+}
+
+/// The section's Halted line names the failed node.
+fn assert_the_halt_names(section: &str, failed_node: &str) {
+    let halted = section
+        .lines()
+        .find(|l| l.contains("rollout Halted=True TooManyFailures"))
+        .unwrap_or_else(|| panic!("no Halted line in\n{section}"));
+    assert!(
+        halted.contains(&format!("{failed_node} (")),
+        "the halt names {failed_node}: {halted}"
+    );
+}
+
 #[test]
-fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
+fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_agent() {
     let (demo, bin_dir) = demo_and_bin_dir();
+    // Agent v2 for --agent-update, built by the builder the agent-update suites share.
+    let agent_v2 = format!("{}-next.2", env!("CARGO_PKG_VERSION"));
+    inplace_tests::agent_images::agent_binary_at(&agent_v2).expect("agent v2 builds");
+    let agent_bin_dir = inplace_tests::agent_images::agent_bin_dir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let prefix = format!("demot{}", std::process::id());
     let out = Command::new(&demo)
-        .args(["--nodes", "3", "--broken-v3", "--no-wait"])
+        .args(["--nodes", "3", "--broken-v3", "--agent-update", "--no-wait"])
+        .arg("--agent-bin-dir")
+        .arg(&agent_bin_dir)
         .args(["--download-seconds", "2", "--health-window", "3"])
         // Free kubelet ports: the other test of this file may run a demo at the same time.
         .args(["--kubelet-port", "0"])
@@ -67,6 +111,8 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
         out.status.success(),
         "the demo failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     );
+    // What the demo printed, for `--no-capture` runs (the figures: times per step).
+    println!("{stdout}");
     for want in [
         "every kubelet answers v1.31.0",
         // The maintenance window holds v2, as `kubectl inplace status` shows, then opens.
@@ -81,12 +127,20 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
         assert!(stdout.contains(want), "missing {want:?} in\n{stdout}");
     }
     // Exactly one: never two nodes activating (or cordoned) at once, and the rollout did
-    // activate nodes. Printed after v2 and again after v3.
+    // activate nodes. Printed after v2 and again after v3; the agent's rollouts (which do not
+    // cordon) after the broken agent.
     assert_eq!(
         stdout
             .matches("max nodes activating at once: 1 (maxUnavailable 1); max cordoned at once: 1")
             .count(),
         2,
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout
+            .matches("max nodes activating at once: 1 (maxUnavailable 1); max cordoned at once: 0")
+            .count(),
+        1,
         "{stdout}"
     );
     for n in 1..=3 {
@@ -113,14 +167,8 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
     }
     // The broken v3: one node rolled back to v2, the rollout halted naming it and its reason,
     // the other two never activated and still on v2 (the demo checked kubelets and links).
-    let broken = stdout
-        .split("\nBroken release\n")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no broken-release section in\n{stdout}"));
-    let rows: Vec<&str> = broken
-        .lines()
-        .filter(|l| l.trim_start().starts_with(&format!("{prefix}-")))
-        .collect();
+    let broken = section(&stdout, "Broken release");
+    let rows = node_rows(broken, &prefix);
     assert_eq!(rows.len(), 3, "{broken}");
     let rolled_back: Vec<&&str> = rows.iter().filter(|r| r.contains("RolledBack")).collect();
     assert_eq!(rolled_back.len(), 1, "{broken}");
@@ -136,14 +184,53 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3() {
         2,
         "{broken}"
     );
-    let halted = broken
-        .lines()
-        .find(|l| l.contains("rollout Halted=True TooManyFailures"))
-        .unwrap_or_else(|| panic!("no Halted line in\n{broken}"));
+    assert_the_halt_names(broken, failed_node);
+    // The agent updated itself on every node, the kubelet never restarted (the demo compared
+    // each kubelet's ExecMainStartTimestampMonotonic before and after).
+    let updated = section(&stdout, "Agent update");
+    let rows = node_rows(updated, &prefix);
+    assert_eq!(rows.len(), 3, "{updated}");
+    for row in &rows {
+        assert!(
+            row.contains(&format!(
+                "Succeeded  agent {agent_v2}; the kubelet never restarted"
+            )),
+            "{updated}"
+        );
+    }
+    // The broken agent: the first node's guard restored v2 and its plan ended RolledBack
+    // (AgentNotConfirmed), the rollout halted naming it, the other two never activated and
+    // still on agent v2.
     assert!(
-        halted.contains(&format!("{failed_node} (")),
-        "the halt names {failed_node}: {halted}"
+        stdout.contains("  agent update and broken agent: "),
+        "{stdout}"
     );
+    let broken = section(&stdout, "Broken agent");
+    let rows = node_rows(broken, &prefix);
+    assert_eq!(rows.len(), 3, "{broken}");
+    let rolled_back: Vec<&&str> = rows
+        .iter()
+        .filter(|r| {
+            r.contains(&format!(
+                "RolledBack  AgentNotConfirmed; the guard restored agent {agent_v2}"
+            ))
+        })
+        .collect();
+    assert_eq!(rolled_back.len(), 1, "{broken}");
+    let failed_node = rolled_back[0].split_whitespace().next().unwrap();
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.contains(&format!("Staged, never activated; agent {agent_v2}")))
+            .count(),
+        2,
+        "{broken}"
+    );
+    assert!(
+        rows.iter()
+            .all(|r| r.ends_with("the kubelet never restarted")),
+        "{broken}"
+    );
+    assert_the_halt_names(broken, failed_node);
     // Not a TTY: progress is logged as lines, no escape sequences.
     assert!(!stdout.contains('\x1b'), "{stdout}");
 }
