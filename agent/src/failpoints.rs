@@ -15,8 +15,13 @@
 //! Points (rollback): `rollback.begin`, `rollback.restore`, `rollback.sysext_refreshed`,
 //! `rollback.unit_restarted`, `rollback.verify`, `rollback.saved`.
 //! Points (agent switch, docs/design/agent-self-update.md): `switch.begin` (journaled, not
-//! armed), `switch.armed` (armed, not swapped), `switch.proved` (the new agent's status
-//! written, guard still armed), `switch.disarmed` (disarmed, journal not committed).
+//! armed), `switch.armed` (armed, not swapped), `switch.relinked` (the link at the new
+//! image, not refreshed nor restarted), `switch.proved` (the new agent's status written,
+//! guard still armed), `switch.disarmed` (disarmed, journal not committed),
+//! `switch.committed` (journal committed, Succeeded not reported).
+//! The guard (no configuration, no lock file, and `/run` read-only under its unit) reads its
+//! points from `<state>/self-update/failpoints` instead: `guard.relinked` (the restore
+//! claimed and recorded, the link back at the previous image, not refreshed nor restarted).
 
 use std::path::Path;
 
@@ -42,8 +47,11 @@ pub const POINTS: &[&str] = &[
     "rollback.saved",
     "switch.begin",
     "switch.armed",
+    "switch.relinked",
     "switch.proved",
     "switch.disarmed",
+    "switch.committed",
+    "guard.relinked",
 ];
 
 /// Passes the point `name`; kills the process when it is armed (feature `failpoints`).

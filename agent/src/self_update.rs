@@ -235,6 +235,10 @@ pub async fn guard(
                 tokio::time::sleep(Duration::from_secs(seconds.clamp(1, 5))).await;
             }
             Verdict::Restore => {
+                tracing::info!(
+                    expected = %pending.expected_version,
+                    "the deadline passed unconfirmed: claiming the restore"
+                );
                 let Some(claimed) = claim_restore(paths)? else {
                     return Ok(Verdict::Done);
                 };
@@ -275,7 +279,10 @@ async fn restore(
         links::write_atomically(&paths.rolled_back, &bytes)
             .map_err(io(format!("writing {}", paths.rolled_back.display())))?;
     }
-    host::swap_to(paths, &pending.previous_image, systemd).await?;
+    host::swap_to(paths, &pending.previous_image, systemd, || {
+        crate::failpoints::hit(&paths.pending, "guard.relinked");
+    })
+    .await?;
     links::remove_durably(&paths.restoring)
         .map_err(io(format!("removing {}", paths.restoring.display())))
 }

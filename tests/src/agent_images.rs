@@ -89,6 +89,16 @@ fn agent_versions_dir() -> anyhow::Result<PathBuf> {
 /// reading another version's binary, or this one's from an earlier build, never reads a
 /// half-written file.
 pub fn agent_binary_at(version: &str) -> anyhow::Result<PathBuf> {
+    agent_binary_built(version, false)
+}
+
+/// [`agent_binary_at`] with the agent's `failpoints` feature (agent/src/failpoints.rs, for
+/// the agent switch's crash matrix), as `<agent_bin_dir>/inplace-agent-<version>-failpoints`.
+pub fn agent_binary_with_failpoints(version: &str) -> anyhow::Result<PathBuf> {
+    agent_binary_built(version, true)
+}
+
+fn agent_binary_built(version: &str, failpoints: bool) -> anyhow::Result<PathBuf> {
     let target = agent_versions_dir()?;
     std::fs::create_dir_all(&target).with_context(|| format!("creating {}", target.display()))?;
     let lock = std::fs::File::create(target.join("build.lock")).context("the build lock")?;
@@ -103,6 +113,7 @@ pub fn agent_binary_at(version: &str) -> anyhow::Result<PathBuf> {
             "--bin",
             "inplace-agent",
         ])
+        .args(failpoints.then_some("--features=failpoints"))
         .arg("--target-dir")
         .arg(&target)
         .env("INPLACE_AGENT_VERSION", version)
@@ -113,8 +124,13 @@ pub fn agent_binary_at(version: &str) -> anyhow::Result<PathBuf> {
     }
     let bin_dir = target.join("bin");
     std::fs::create_dir_all(&bin_dir)?;
-    let copy = bin_dir.join(format!("inplace-agent-{version}"));
-    let partial = bin_dir.join(format!(".inplace-agent-{version}.partial"));
+    let name = if failpoints {
+        format!("inplace-agent-{version}-failpoints")
+    } else {
+        format!("inplace-agent-{version}")
+    };
+    let copy = bin_dir.join(&name);
+    let partial = bin_dir.join(format!(".{name}.partial"));
     std::fs::copy(target.join("debug").join("inplace-agent"), &partial)
         .context("copying the built agent")?;
     std::fs::rename(&partial, &copy).with_context(|| format!("renaming to {}", copy.display()))?;

@@ -7,7 +7,8 @@
 //! READY=1, one whose credential the server refuses), each end with the node back on v2 and
 //! the plan `RolledBack` for `AgentNotConfirmed`. One node boot for all four: each broken
 //! switch starts from v2 and must leave the node on v2, which is what the next one starts
-//! from. The images come from `inplace_tests::agent_images`, checked on the host by the second test.
+//! from. The images come from `inplace_tests::agent_images`, checked on the host by the second
+//! test; the node's setup and the plans are support/switch_node.rs's.
 //!
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools.
 
@@ -17,28 +18,14 @@
 mod support;
 
 use std::path::Path;
-use std::time::Duration;
 
-use inplace_proto::{NodeUpdatePlan, Phase, UpdateContent};
-use inplace_tests::agent_images::{
-    Behaviour, ReleaseKey, agent_binary_at, agent_image, sha256_hex,
-};
+use inplace_proto::Phase;
+use inplace_tests::agent_images::{Behaviour, ReleaseKey, agent_binary_at, agent_image};
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
 use inplace_tests::nspawn::{Node, NodeOptions};
-use kube::api::{Patch, PatchParams};
 
-use support::packaging::{PATIENCE, api_for_agents, build, repo, write_kubelet_identity};
-
-const IMAGES: &str = "/opt/extensions/inplace-agent";
-
-/// The node's policy for these tests (docs/usage/agent-updates.md): switches allowed, a
-/// short deadline for the new agent, images only from the test's server.
-fn node_policy(prefix: &str) -> String {
-    format!(
-        "[policy]\nallowed_url_prefixes = [\"{prefix}\"]\nallow_http = true\n\
-         [self_update]\nallow = true\nconfirm_timeout = \"20s\"\n"
-    )
-}
+use support::packaging::{api_for_agents, build, repo};
+use support::switch_node::{assert_running, install_agent, kubelet_start, order, wait_phase};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
@@ -56,7 +43,8 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
     let node = Node::boot(&name, NodeOptions::default())
         .await
         .expect("node boots");
-    install_v1(&node, &test_api, &key, &server.url("/"), out.path()).await;
+    let v1_image = build("packaging/node/build-sysext.sh", &out.path().join("v1"));
+    install_agent(&node, &test_api, &key, &server.url("/"), &v1_image, 20).await;
     let kubelet_started = kubelet_start(&node).await;
 
     // v1 -> v2 as docs/usage/agent-updates.md says, through a NodeRelease and a NodeRollout
@@ -87,7 +75,8 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
     ] {
         let dir = out.path().join(format!("v3-{behaviour:?}"));
         let broken = agent_image(behaviour, &v3_binary, &v3, &dir, &refused).unwrap();
-        let revision = order(&plans, &node, &server, &key, &broken, &v3).await;
+        let case = format!("{behaviour:?}");
+        let revision = order(&plans, &node, &server, &key, (&broken, &v3), &case).await;
         let status = wait_phase(&plans, &node, &revision, Phase::RolledBack).await;
         // The previous agent's report: RolledBack, the guard's reason and what PID 1 knew.
         let ready = status
@@ -173,58 +162,6 @@ fn the_agent_images_carry_their_version_and_a_signature_naming_it() {
         vendor.contains("[kubernetes]\nkubeconfig = \"/usr/lib/inplace/refused.kubeconfig\""),
         "{vendor}"
     );
-}
-
-/// The v1 agent as flatcar.md installs it, the guard units outside its image, the node's
-/// identity, the release key and the policy of [`node_policy`]; a stand-in kubelet.
-async fn install_v1(
-    node: &Node,
-    test_api: &inplace_tests::test_api::TestApi,
-    key: &ReleaseKey,
-    prefix: &str,
-    out: &Path,
-) {
-    let v1 = build("packaging/node/build-sysext.sh", &out.join("v1"));
-    let installed = format!("{IMAGES}/{}", v1.file_name().unwrap().to_str().unwrap());
-    node.copy_from_host(&v1, &installed, 0o644).await.unwrap();
-    node.symlink(&installed, "/etc/extensions/inplace-agent.raw")
-        .await
-        .unwrap();
-    for unit in ["inplace-agent-guard.service", "inplace-agent-guard.path"] {
-        node.copy_from_host(
-            repo().join("systemd").join(unit),
-            format!("/etc/systemd/system/{unit}"),
-            0o644,
-        )
-        .await
-        .unwrap();
-    }
-    write_kubelet_identity(node, test_api).await;
-    node.write_file(
-        "/etc/inplace/keys/broken-agents.pub",
-        key.public_file().unwrap().as_bytes(),
-        0o644,
-    )
-    .await
-    .unwrap();
-    node.write_file(
-        "/etc/inplace/agent.d/50-agent-updates.toml",
-        node_policy(prefix).as_bytes(),
-        0o644,
-    )
-    .await
-    .unwrap();
-    node.sh_ok(
-        "systemd-run --unit=kubelet.service /bin/sleep infinity \
-         && systemd-sysext refresh && systemctl daemon-reload \
-         && systemd-tmpfiles --create inplace-agent.conf \
-         && systemctl enable --now inplace-agent.service inplace-agent-guard.path",
-    )
-    .await
-    .expect("the agent, the guard's path unit and the kubelet start");
-    node.wait_active("inplace-agent.service", PATIENCE)
-        .await
-        .expect("the agent starts");
 }
 
 /// The page's blocks, as written: the release key made as signing.md makes it, the image
@@ -316,20 +253,6 @@ fn start_controller(admin: &Path, out: &Path) -> tokio::process::Child {
     .unwrap()
 }
 
-/// When the kubelet's main process started (µs since boot): unchanged means never restarted.
-async fn kubelet_start(node: &Node) -> String {
-    node.systemctl(&[
-        "show",
-        "-p",
-        "ExecMainStartTimestampMonotonic",
-        "-p",
-        "ActiveState",
-        "kubelet.service",
-    ])
-    .await
-    .unwrap()
-}
-
 /// A kubeconfig for the server with a bearer token it does not know: every request is 401.
 fn refused_kubeconfig(test_api: &inplace_tests::test_api::TestApi, node: &str) -> String {
     let mut config: serde_yaml::Value =
@@ -338,111 +261,4 @@ fn refused_kubeconfig(test_api: &inplace_tests::test_api::TestApi, node: &str) -
         serde_yaml::to_value(serde_json::json!({"token": "not-a-credential-this-server-knows"}))
             .unwrap();
     serde_yaml::to_string(&config).unwrap()
-}
-
-/// Publishes the image and its signature, and writes the node's plan for it as the controller
-/// writes one from a NodeRelease with `spec.agent`. Returns the revision.
-async fn order(
-    plans: &kube::Api<NodeUpdatePlan>,
-    node: &Node,
-    server: &ArtifactServer,
-    key: &ReleaseKey,
-    image: &Path,
-    version: &str,
-) -> String {
-    let file = image.file_name().unwrap().to_str().unwrap();
-    let signature = key.sign(image, version).unwrap();
-    server.put(&format!("/{file}"), Artifact::file(image).unwrap());
-    server.put(
-        &format!("/{file}.minisig"),
-        Artifact::file(&signature).unwrap(),
-    );
-    let bytes = std::fs::read(image).unwrap();
-    let content: UpdateContent = serde_json::from_value(serde_json::json!({
-        "agent": {
-            "version": version,
-            "url": server.url(&format!("/{file}")),
-            "sha256": sha256_hex(&bytes),
-            "size": bytes.len(),
-            "signatureUrl": server.url(&format!("/{file}.minisig")),
-        }
-    }))
-    .unwrap();
-    let revision = inplace_proto::revision_of(&content);
-    let plan = serde_json::json!({
-        "apiVersion": "inplace.dev/v1alpha1",
-        "kind": "NodeUpdatePlan",
-        "metadata": {"name": node.name()},
-        "spec": {
-            "nodeName": node.name(),
-            "revision": revision,
-            "release": format!("agent-{version}"),
-            "desiredState": "Active",
-            "agent": content.agent,
-        }
-    });
-    plans
-        .patch(
-            node.name(),
-            &PatchParams::apply("agent-self-update-test").force(),
-            &Patch::Apply(plan),
-        )
-        .await
-        .unwrap();
-    revision
-}
-
-async fn wait_phase(
-    plans: &kube::Api<NodeUpdatePlan>,
-    node: &Node,
-    revision: &str,
-    phase: Phase,
-) -> inplace_proto::NodeUpdatePlanStatus {
-    // The confirm timeout, the guard's restore and a restart on a loaded machine.
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let status = plans.get(node.name()).await.ok().and_then(|p| p.status);
-        if let Some(status) = &status
-            && status.target_revision.as_deref() == Some(revision)
-            && status.phase == Some(phase)
-        {
-            return status.clone();
-        }
-        if tokio::time::Instant::now() > deadline {
-            let agent = node
-                .journal("inplace-agent.service", 80)
-                .await
-                .unwrap_or_default();
-            let guard = node
-                .journal("inplace-agent-guard.service", 40)
-                .await
-                .unwrap_or_default();
-            panic!("the plan never reached {phase:?}; status: {status:?}\n{agent}\n{guard}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// The merged agent is `version`, from `image`'s bytes, and running; the kubelet's main
-/// process is the one that started before any switch.
-async fn assert_running(node: &Node, version: &str, image: &Path, kubelet_started: &str) {
-    assert_eq!(
-        kubelet_start(node).await,
-        kubelet_started,
-        "the kubelet was restarted"
-    );
-    node.wait_active("inplace-agent.service", PATIENCE)
-        .await
-        .expect("the agent runs");
-    let merged = node.sh_ok("inplace-agent --version").await.unwrap();
-    assert_eq!(merged.trim(), format!("inplace-agent {version}"));
-    let link = node
-        .sh_ok("sha256sum \"$(readlink -f /etc/extensions/inplace-agent.raw)\"")
-        .await
-        .unwrap();
-    let want = sha256_hex(&std::fs::read(image).unwrap());
-    assert!(
-        link.starts_with(&want),
-        "the link is not at {image:?}: {link}"
-    );
 }

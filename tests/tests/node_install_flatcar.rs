@@ -20,8 +20,8 @@ use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;
 
 use support::packaging::{
-    PATIENCE, api_for_agents, build, node_tool, refused_plan, repo, wait_reported,
-    write_kubelet_identity,
+    PATIENCE, api_for_agents, build, install_ensure_sysext, node_tool, refused_plan, repo,
+    wait_reported, write_kubelet_identity,
 };
 
 const STORED: &str = "/opt/extensions/inplace-agent/inplace-agent-0.1.0-x86-64.raw";
@@ -151,21 +151,7 @@ async fn flatcar_butane_config_as_documented_installs_a_running_agent() {
     let mut node = Node::boot(&name, NodeOptions::default())
         .await
         .expect("node boots");
-    // Flatcar's own: its image reloads systemd after systemd-sysext merged at boot, so
-    // units shipped in extensions are loaded (systemd 252 reads units before the merge).
-    node.copy_from_host(
-        repo().join("tests/bench/units/ensure-sysext.service"),
-        "/etc/systemd/system/ensure-sysext.service",
-        0o644,
-    )
-    .await
-    .unwrap();
-    node.symlink(
-        "/etc/systemd/system/ensure-sysext.service",
-        "/etc/systemd/system/sysinit.target.wants/ensure-sysext.service",
-    )
-    .await
-    .unwrap();
+    install_ensure_sysext(&node).await;
     // The kubelet's identity, as kubeadm would write it when the node joins.
     write_kubelet_identity(&node, &test_api).await;
     config

@@ -104,16 +104,20 @@ impl Observed {
 /// Step 4 (and the guard's restore, towards the previous image): re-points the agent's
 /// extension link at `next_image`, refreshes the extensions, reloads PID 1 and restarts the
 /// agent's unit (which ends this process when PID 1 gets to it). Every part is idempotent,
-/// so an interrupted swap is redone whole.
+/// so an interrupted swap is redone whole. `relinked` runs between the link swap and the
+/// refresh: the caller's failpoint there (`switch.relinked`, `guard.relinked`), where a
+/// power loss leaves the new link to be merged at boot.
 pub async fn swap_to(
     paths: &GuardPaths,
     next_image: &Path,
     systemd: &dyn SystemdManager,
+    relinked: impl FnOnce(),
 ) -> Result<(), GuardError> {
     links::swap_symlink(&paths.extension_link, next_image).map_err(io_error(format!(
         "re-pointing {}",
         paths.extension_link.display()
     )))?;
+    relinked();
     systemd.refresh_extensions().await?;
     systemd.daemon_reload().await?;
     systemd.restart_unit(OWN_UNIT).await?;

@@ -294,7 +294,7 @@ async fn the_swap_repoints_the_link_then_refreshes_reloads_and_restarts_the_agen
     let node = switched_node(1_000);
     links::swap_symlink(&node.paths.extension_link, &node.pending.previous_image).unwrap();
     let systemd = RecordingSystemd::default();
-    host::swap_to(&node.paths, &node.pending.next_image, &systemd)
+    host::swap_to(&node.paths, &node.pending.next_image, &systemd, || {})
         .await
         .unwrap();
     assert_eq!(

@@ -74,8 +74,9 @@ impl Agent {
             return self.end_switch(view, failure).await;
         }
         self.failpoint("switch.armed");
-        if let Err(e) = host::swap_to(&paths, &switch.next_image, self.host.systemd.as_ref()).await
-        {
+        let systemd = self.host.systemd.as_ref();
+        let relinked = || self.failpoint("switch.relinked");
+        if let Err(e) = host::swap_to(&paths, &switch.next_image, systemd, relinked).await {
             // The guard is armed: it restores this agent at the deadline, and this agent
             // (or the one after a restart) reports what it found.
             tracing::warn!(error = %e, "the agent switch's swap failed; the guard decides");
@@ -154,7 +155,8 @@ impl Agent {
             }
             Resolution::ContinueSwitch => {
                 let systemd = self.host.systemd.as_ref();
-                if let Err(e) = host::swap_to(&paths, &switch.next_image, systemd).await {
+                let relinked = || self.failpoint("switch.relinked");
+                if let Err(e) = host::swap_to(&paths, &switch.next_image, systemd, relinked).await {
                     tracing::warn!(error = %e, "the agent switch's swap failed; the guard decides");
                 }
                 Ok(())
@@ -221,6 +223,7 @@ impl Agent {
             .revision()
             .to_owned();
         self.save().await?;
+        self.failpoint("switch.committed");
         tracing::info!(%revision, %version, "agent switch confirmed");
         self.report(
             about(Some(view), &revision),

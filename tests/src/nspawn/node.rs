@@ -804,6 +804,25 @@ unset INPLACE_CGROUPS; exec "$@""#,
         Ok(started.elapsed())
     }
 
+    /// Cuts the node's power: every process in it (systemd, its units, systemd-nspawn) is
+    /// SIGKILLed at once and `/run` (a tmpfs of the container) is lost with them; after
+    /// `down` the node boots again from the same root (its writable layer kept) and this
+    /// waits until systemd is up. Unlike a real power loss, what reached the host's page
+    /// cache survives: this tests what a process left undone, not what a disk forgot.
+    pub async fn power_cut_and_boot(&mut self, down: Duration) -> Result<Duration> {
+        let started = Instant::now();
+        let cgroups = self.cgroups.clone();
+        tokio::task::spawn_blocking(move || {
+            host::kill_cgroup_trees(&cgroups, Duration::from_secs(20))
+        })
+        .await
+        .map_err(|e| Error::Invalid(format!("power cut task failed: {e}")))??;
+        self.wait_exit(Duration::from_secs(20)).await?;
+        tokio::time::sleep(down).await;
+        self.start().await?;
+        Ok(started.elapsed())
+    }
+
     /// Waits for systemd-nspawn to exit, killing it after `patience`.
     async fn wait_exit(&mut self, patience: Duration) -> Result<()> {
         if let Some(mut child) = self.child.take() {

@@ -67,6 +67,25 @@ pub async fn write_kubelet_identity(node: &Node, test_api: &TestApi) {
     .unwrap();
 }
 
+/// Flatcar's own boot step, which its images ship: systemd 252 reads unit files before
+/// systemd-sysext merges `/usr` at boot, so after the merge systemd is reloaded and the boot
+/// targets queued again, and the units an extension ships (the agent's) start when enabled.
+pub async fn install_ensure_sysext(node: &Node) {
+    node.copy_from_host(
+        repo().join("tests/bench/units/ensure-sysext.service"),
+        "/etc/systemd/system/ensure-sysext.service",
+        0o644,
+    )
+    .await
+    .unwrap();
+    node.symlink(
+        "/etc/systemd/system/ensure-sysext.service",
+        "/etc/systemd/system/sysinit.target.wants/ensure-sysext.service",
+    )
+    .await
+    .unwrap();
+}
+
 /// Runs a cached tool installer (`tests/butane/build.sh`, `tests/ansible/install.sh`) with
 /// `<this test's target directory>/<under>` as its destination, the place `make node-tools`
 /// fills for the default target directory, and returns that path.

@@ -1,0 +1,218 @@
+//! One node running the agent from its own sysext image, as the agent-switch suites set it
+//! up (`agent_self_update.rs`, `agent_switch_crash.rs`): the install, the plans they order
+//! as the controller writes them, the waits and the checks of what runs.
+
+use std::path::Path;
+use std::time::Duration;
+
+use inplace_proto::{NodeUpdatePlan, Phase, UpdateContent};
+use inplace_tests::agent_images::{ReleaseKey, sha256_hex};
+use inplace_tests::artifact_server::{Artifact, ArtifactServer};
+use inplace_tests::nspawn::Node;
+use inplace_tests::test_api::TestApi;
+use kube::api::{Patch, PatchParams};
+
+use super::packaging::{PATIENCE, install_ensure_sysext, repo, write_kubelet_identity};
+
+/// Where the node keeps the agent's images.
+pub const IMAGES: &str = "/opt/extensions/inplace-agent";
+
+/// The node's policy for these tests (docs/usage/agent-updates.md): switches allowed, a
+/// short deadline for the new agent (`confirm_timeout` seconds), images only from the
+/// test's server.
+fn node_policy(prefix: &str, confirm_timeout: u64) -> String {
+    format!(
+        "[policy]\nallowed_url_prefixes = [\"{prefix}\"]\nallow_http = true\n\
+         [self_update]\nallow = true\nconfirm_timeout = \"{confirm_timeout}s\"\n"
+    )
+}
+
+/// A stand-in kubelet, enabled: it starts again with a node that boots again, and its main
+/// process's start time says whether anything restarted it.
+const KUBELET_UNIT: &str = "[Service]\nExecStart=/bin/sleep infinity\n\
+                            [Install]\nWantedBy=multi-user.target\n";
+
+/// The agent's `image` installed as flatcar.md installs it (merged at boot too), the guard
+/// units outside its image, the node's identity, the release key and the policy of
+/// [`node_policy`]; a stand-in kubelet.
+pub async fn install_agent(
+    node: &Node,
+    test_api: &TestApi,
+    key: &ReleaseKey,
+    prefix: &str,
+    image: &Path,
+    confirm_timeout: u64,
+) {
+    let installed = format!("{IMAGES}/{}", image.file_name().unwrap().to_str().unwrap());
+    node.copy_from_host(image, &installed, 0o644).await.unwrap();
+    node.symlink(&installed, "/etc/extensions/inplace-agent.raw")
+        .await
+        .unwrap();
+    for unit in ["inplace-agent-guard.service", "inplace-agent-guard.path"] {
+        node.copy_from_host(
+            repo().join("systemd").join(unit),
+            format!("/etc/systemd/system/{unit}"),
+            0o644,
+        )
+        .await
+        .unwrap();
+    }
+    write_kubelet_identity(node, test_api).await;
+    install_ensure_sysext(node).await;
+    node.write_file(
+        "/etc/inplace/keys/broken-agents.pub",
+        key.public_file().unwrap().as_bytes(),
+        0o644,
+    )
+    .await
+    .unwrap();
+    node.write_file(
+        "/etc/inplace/agent.d/50-agent-updates.toml",
+        node_policy(prefix, confirm_timeout).as_bytes(),
+        0o644,
+    )
+    .await
+    .unwrap();
+    node.write_file(
+        "/etc/systemd/system/kubelet.service",
+        KUBELET_UNIT.as_bytes(),
+        0o644,
+    )
+    .await
+    .unwrap();
+    node.sh_ok(
+        "systemctl enable systemd-sysext.service \
+         && systemd-sysext refresh && systemctl daemon-reload \
+         && systemd-tmpfiles --create inplace-agent.conf \
+         && systemctl enable --now kubelet.service inplace-agent.service \
+            inplace-agent-guard.path",
+    )
+    .await
+    .expect("the agent, the guard's path unit and the kubelet start");
+    node.wait_active("inplace-agent.service", PATIENCE)
+        .await
+        .expect("the agent starts");
+}
+
+/// When the kubelet's main process started (µs since boot): unchanged within a boot means
+/// never restarted.
+pub async fn kubelet_start(node: &Node) -> String {
+    node.systemctl(&[
+        "show",
+        "-p",
+        "ExecMainStartTimestampMonotonic",
+        "-p",
+        "ActiveState",
+        "kubelet.service",
+    ])
+    .await
+    .unwrap()
+}
+
+/// Publishes the image and its signature under `/<case>/`, and writes the node's plan for
+/// it as the controller writes one from a NodeRelease with `spec.agent`. Returns the
+/// revision (one per case: the URL is part of it).
+pub async fn order(
+    plans: &kube::Api<NodeUpdatePlan>,
+    node: &Node,
+    server: &ArtifactServer,
+    key: &ReleaseKey,
+    (image, version): (&Path, &str),
+    case: &str,
+) -> String {
+    let file = format!("{case}/{}", image.file_name().unwrap().to_str().unwrap());
+    let signature = key.sign(image, version).unwrap();
+    server.put(&format!("/{file}"), Artifact::file(image).unwrap());
+    server.put(
+        &format!("/{file}.minisig"),
+        Artifact::file(&signature).unwrap(),
+    );
+    let bytes = std::fs::read(image).unwrap();
+    let content: UpdateContent = serde_json::from_value(serde_json::json!({
+        "agent": {
+            "version": version,
+            "url": server.url(&format!("/{file}")),
+            "sha256": sha256_hex(&bytes),
+            "size": bytes.len(),
+            "signatureUrl": server.url(&format!("/{file}.minisig")),
+        }
+    }))
+    .unwrap();
+    let revision = inplace_proto::revision_of(&content);
+    let plan = serde_json::json!({
+        "apiVersion": "inplace.dev/v1alpha1",
+        "kind": "NodeUpdatePlan",
+        "metadata": {"name": node.name()},
+        "spec": {
+            "nodeName": node.name(),
+            "revision": revision,
+            "release": format!("agent-{version}"),
+            "desiredState": "Active",
+            "agent": content.agent,
+        }
+    });
+    plans
+        .patch(
+            node.name(),
+            &PatchParams::apply("agent-self-update-test").force(),
+            &Patch::Apply(plan),
+        )
+        .await
+        .unwrap();
+    revision
+}
+
+pub async fn wait_phase(
+    plans: &kube::Api<NodeUpdatePlan>,
+    node: &Node,
+    revision: &str,
+    phase: Phase,
+) -> inplace_proto::NodeUpdatePlanStatus {
+    // The confirm timeout, the guard's restore and a restart on a loaded machine.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let status = plans.get(node.name()).await.ok().and_then(|p| p.status);
+        if let Some(status) = &status
+            && status.target_revision.as_deref() == Some(revision)
+            && status.phase == Some(phase)
+        {
+            return status.clone();
+        }
+        if tokio::time::Instant::now() > deadline {
+            let agent = node
+                .journal("inplace-agent.service", 80)
+                .await
+                .unwrap_or_default();
+            let guard = node
+                .journal("inplace-agent-guard.service", 40)
+                .await
+                .unwrap_or_default();
+            panic!("the plan never reached {phase:?}; status: {status:?}\n{agent}\n{guard}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The merged agent is `version`, from `image`'s bytes, and running; the kubelet's main
+/// process is the one that started before any switch.
+pub async fn assert_running(node: &Node, version: &str, image: &Path, kubelet_started: &str) {
+    assert_eq!(
+        kubelet_start(node).await,
+        kubelet_started,
+        "the kubelet was restarted"
+    );
+    node.wait_active("inplace-agent.service", PATIENCE)
+        .await
+        .expect("the agent runs");
+    let merged = node.sh_ok("inplace-agent --version").await.unwrap();
+    assert_eq!(merged.trim(), format!("inplace-agent {version}"));
+    let link = node
+        .sh_ok("sha256sum \"$(readlink -f /etc/extensions/inplace-agent.raw)\"")
+        .await
+        .unwrap();
+    let want = sha256_hex(&std::fs::read(image).unwrap());
+    assert!(
+        link.starts_with(&want),
+        "the link is not at {image:?}: {link}"
+    );
+}
