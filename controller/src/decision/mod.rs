@@ -41,6 +41,7 @@ mod classify;
 mod drain;
 mod grant;
 mod health;
+mod node_events;
 mod status;
 mod steer;
 mod window;

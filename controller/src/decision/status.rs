@@ -5,20 +5,19 @@
 //! one condition setter, which keeps `lastTransitionTime` while a status holds) — and the
 //! Events for nodes that finished and conditions that changed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use inplace_proto::condition::{self, ConditionUpdate, status_text};
 use inplace_proto::reason::{Reason, rollout_condition};
 use inplace_proto::{NodeCounts, NodeFailure};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
-
 use super::health::HealthVerdict;
+use super::node_events;
 use super::window::WindowVerdict;
 use super::{
-    Decision, EventKind, EventNote, NODE_HELD, NODE_RELEASED, NODE_SKIPPED, NodeState, NodeView,
-    Ownership, ReleaseState, RolloutInput, count, event, node_event,
+    Decision, EventKind, EventNote, NodeState, NodeView, Ownership, ReleaseState, RolloutInput,
+    count,
 };
 
 /// The status of a rollout whose release is missing or invalid: every owned node pending,
@@ -116,8 +115,8 @@ pub(super) fn report_status(input: &RolloutInput<'_>, found: Found<'_>, decision
             decision.status.held_nodes.push(node.name.clone());
         }
     }
-    transition_events(input, found.owned, found.states, decision);
-    steering_events(input, decision);
+    node_events::transition_events(input, found.owned, found.states, decision);
+    node_events::steering_events(input, decision);
     if let WindowVerdict::Closed { opens_at, .. } = found.window {
         decision.status.next_window_opens_at = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(*opens_at),
@@ -381,124 +380,4 @@ fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Opti
         }
         _ => None,
     }
-}
-
-/// Events for nodes that finished since the previous status: updated, or failed.
-fn transition_events(
-    input: &RolloutInput<'_>,
-    owned: &[&NodeView],
-    states: &[NodeState],
-    decision: &mut Decision,
-) {
-    let previous_active: BTreeSet<&str> = input
-        .previous
-        .map(|p| p.active_nodes.iter().map(String::as_str).collect())
-        .unwrap_or_default();
-    let previous_failed: BTreeMap<&str, &str> = input
-        .previous
-        .map(|p| {
-            p.failed_nodes
-                .iter()
-                .map(|f| (f.node.as_str(), f.reason.as_str()))
-                .collect()
-        })
-        .unwrap_or_default();
-    for (node, state) in owned.iter().zip(states) {
-        match state {
-            NodeState::Succeeded if previous_active.contains(node.name.as_str()) => {
-                decision.events.push(
-                    event(
-                        EventKind::Normal,
-                        "NodeUpdated",
-                        format!("node {} runs the new revision", node.name),
-                        &node.name,
-                    )
-                    .on_node(node_event::SUCCEEDED),
-                );
-            }
-            NodeState::Failed { reason, message }
-                if previous_failed.get(node.name.as_str()) != Some(&reason.as_str()) =>
-            {
-                let rolled_back = node
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| p.report.phase == Some(inplace_proto::Phase::RolledBack));
-                decision.events.push(
-                    event(
-                        EventKind::Warning,
-                        reason,
-                        format!("node {} failed: {message}", node.name),
-                        &node.name,
-                    )
-                    .on_node(if rolled_back {
-                        node_event::ROLLED_BACK
-                    } else {
-                        node_event::FAILED
-                    }),
-                );
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Events for nodes a person has held, released or skipped since the previous status.
-fn steering_events(input: &RolloutInput<'_>, decision: &mut Decision) {
-    let before = |list: fn(&inplace_proto::NodeRolloutStatus) -> &Vec<String>| -> BTreeSet<String> {
-        input
-            .previous
-            .map(|p| list(p).iter().cloned().collect())
-            .unwrap_or_default()
-    };
-    let held_before = before(|p| &p.held_nodes);
-    let skipped_before = before(|p| &p.skipped_nodes);
-    let held_now: BTreeSet<String> = decision.status.held_nodes.iter().cloned().collect();
-    let mut notes = Vec::new();
-    for name in held_now.difference(&held_before) {
-        notes.push(
-            event(
-                EventKind::Normal,
-                NODE_HELD,
-                format!("node {name} held ({HOLD_ANNOTATION}): it is not activated until released"),
-                name,
-            )
-            .on_node(node_event::HELD),
-        );
-    }
-    for name in held_before.difference(&held_now) {
-        if !decision.status.skipped_nodes.contains(name) {
-            notes.push(
-                event(
-                    EventKind::Normal,
-                    NODE_RELEASED,
-                    format!("node {name} released: it may be activated again"),
-                    name,
-                )
-                .on_node(node_event::RELEASED),
-            );
-        }
-    }
-    // A node skipped by its drain's `onTimeout: Skip` had its own Event (`drain.rs`).
-    let person_skipped: BTreeSet<&str> = input
-        .nodes
-        .iter()
-        .filter(|n| n.steering.skip)
-        .map(|n| n.name.as_str())
-        .collect();
-    for name in &decision.status.skipped_nodes {
-        if !skipped_before.contains(name) && person_skipped.contains(name.as_str()) {
-            notes.push(
-                event(
-                    EventKind::Normal,
-                    NODE_SKIPPED,
-                    format!(
-                        "node {name} skipped ({SKIP_ANNOTATION}): it keeps the revision it runs"
-                    ),
-                    name,
-                )
-                .on_node(node_event::SKIPPED),
-            );
-        }
-    }
-    decision.events.extend(notes);
 }
