@@ -32,7 +32,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
     }
 }
 
-fn node(name: &str) -> NodeView {
+pub(super) fn node(name: &str) -> NodeView {
     NodeView {
         name: name.into(),
         control_plane: false,
@@ -46,7 +46,7 @@ fn node(name: &str) -> NodeView {
     }
 }
 
-fn cp(name: &str) -> NodeView {
+pub(super) fn cp(name: &str) -> NodeView {
     NodeView {
         control_plane: true,
         ..node(name)
