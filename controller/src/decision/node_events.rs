@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use inplace_proto::NodeRolloutStatus;
 use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
+use inplace_proto::{NodeFailure, NodeRolloutStatus};
 
 use super::{
     Decision, EventKind, NODE_HELD, NODE_RELEASED, NODE_SKIPPED, NodeState, NodeView, RolloutInput,
@@ -17,9 +17,10 @@ pub(super) fn transition_events(
     input: &RolloutInput<'_>,
     owned: &[&NodeView],
     states: &[NodeState],
+    failures: &[NodeFailure],
     decision: &mut Decision,
 ) {
-    for i in finished_nodes(input.previous, owned, states) {
+    for i in finished_nodes(input.previous, owned, states, failures) {
         let node = owned[i];
         match &states[i] {
             NodeState::Succeeded => decision.events.push(
@@ -56,37 +57,33 @@ pub(super) fn transition_events(
 }
 
 /// The owned nodes (indexes, in activation order) that finished since the previous status:
-/// the ones it showed active that now succeeded, and the failed ones whose failure it did
-/// not show. Only the previously active nodes (at most the slots) are looked up by name,
-/// in the activation order of `owned`: asking every succeeded node whether it was active
-/// compared names across the whole fleet every round (the largest part of the decision's
-/// time at 30,000 nodes, `docs/design/controller.md` § Scale results).
+/// the ones it showed active that now succeeded, and the failed ones (`failures`, every
+/// failed node) whose failure it did not show. Only these nodes (at most the slots and the
+/// failures) are looked up, by name, in the activation order of `owned`: asking every
+/// succeeded node whether it was active compared names across the whole fleet every round
+/// (the largest part of the decision's time at 30,000 nodes, `docs/design/controller.md`
+/// § Scale results).
 fn finished_nodes(
     previous: Option<&NodeRolloutStatus>,
     owned: &[&NodeView],
     states: &[NodeState],
+    failures: &[NodeFailure],
 ) -> Vec<usize> {
-    let Some(previous) = previous else {
-        return (0..owned.len())
-            .filter(|&i| matches!(states[i], NodeState::Failed { .. }))
-            .collect();
-    };
-    let previous_failed: BTreeMap<&str, &str> = previous
-        .failed_nodes
+    let (active_before, failed_before) = previous
+        .map(|p| (p.active_nodes.as_slice(), p.failed_nodes.as_slice()))
+        .unwrap_or_default();
+    let failed_before: BTreeMap<&str, &str> = failed_before
         .iter()
         .map(|f| (f.node.as_str(), f.reason.as_str()))
         .collect();
-    let updated = previous
-        .active_nodes
+    let updated = active_before
         .iter()
         .filter_map(|name| position_in_activation_order(owned, name))
         .filter(|&i| states[i] == NodeState::Succeeded);
-    let failed = (0..owned.len()).filter(|&i| match &states[i] {
-        NodeState::Failed { reason, .. } => {
-            previous_failed.get(owned[i].name.as_str()) != Some(&reason.as_str())
-        }
-        _ => false,
-    });
+    let failed = failures
+        .iter()
+        .filter(|f| failed_before.get(f.node.as_str()) != Some(&f.reason.as_str()))
+        .filter_map(|f| position_in_activation_order(owned, &f.node));
     let mut finished: Vec<usize> = updated.chain(failed).collect();
     finished.sort_unstable();
     finished.dedup();
@@ -172,7 +169,6 @@ mod tests {
     use super::*;
     use crate::decision::activation_order;
     use crate::decision::tests::{cp, node};
-    use inplace_proto::NodeFailure;
     use proptest::prelude::*;
 
     fn view(name: usize, control_plane: bool) -> NodeView {
@@ -246,7 +242,8 @@ mod tests {
                     _ => false,
                 })
                 .collect();
-            prop_assert_eq!(finished_nodes(previous, &owned, &states), expected);
+            let failures = crate::decision::grant::failures(&owned, &states);
+            prop_assert_eq!(finished_nodes(previous, &owned, &states, &failures), expected);
         }
     }
 }

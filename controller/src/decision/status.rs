@@ -115,7 +115,7 @@ pub(super) fn report_status(input: &RolloutInput<'_>, found: Found<'_>, decision
             decision.status.held_nodes.push(node.name.clone());
         }
     }
-    node_events::transition_events(input, found.owned, found.states, decision);
+    node_events::transition_events(input, found.owned, found.states, &found.failures, decision);
     node_events::steering_events(input, decision);
     if let WindowVerdict::Closed { opens_at, .. } = found.window {
         decision.status.next_window_opens_at = Some(
