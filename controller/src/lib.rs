@@ -21,6 +21,7 @@ pub mod request_counting;
 pub mod rollout_controller;
 pub mod rollout_view;
 pub mod rollout_writes;
+pub mod round_pacing;
 pub mod run;
 pub mod status_pacing;
 pub mod teardown;

@@ -98,7 +98,7 @@ impl Default for Metrics {
         );
         registry.register(
             "inplace_controller_rollout_rounds",
-            "Rollout reconciles by outcome: decided, or unchanged (nothing the decision reads changed)",
+            "Rollout reconciles by outcome: decided, unchanged (nothing the decision reads changed), or paced (too soon after the last decided round)",
             metrics.rounds.clone(),
         );
         registry.register(

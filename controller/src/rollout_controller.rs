@@ -30,6 +30,7 @@ use crate::rollout_view::{LastRound, unschedulable};
 use crate::rollout_writes::{
     by_node, carry_out, forget_cordon, run_per_node, set_unschedulable, write_owed_status,
 };
+use crate::round_pacing;
 use crate::teardown::{
     TEARDOWN_RETRY, TeardownAction, TeardownNode, UNCORDON_FINALIZER, decide_teardown,
 };
@@ -158,7 +159,15 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     let name = rollout.name_any();
     let release = ctx.releases.get(&ObjectRef::new(&rollout.spec.release));
     let mut view = ctx.views.take(&name);
+    let next_round_at = view.last.as_ref().map(|last| last.next_round_at);
+    if let Some(wait) = round_pacing::wait_before_deciding(next_round_at, started) {
+        // What changed meanwhile stays in the change feed for that round.
+        ctx.views.put(&name, view);
+        ctx.metrics.rollout_round("paced");
+        return Ok(Action::requeue(wait));
+    }
     let refreshed = view.refresh(rollout, ctx)?;
+    let refresh_cost = started.elapsed();
     let release_state = view.share_release(release_state(release.as_deref()));
     if !refreshed.changed && view.unchanged_since_last_round(&release_state, started) {
         let wake_at = view.last.as_ref().map(|last| last.wake_at);
@@ -184,7 +193,11 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         now: Timestamp::now(),
     };
     run_drain_passes(&mut input, ctx).await?;
+    let deciding = Instant::now();
     let decision = decide(&input);
+    // The round's own work, not the drain's or Prometheus' answers it waited for.
+    let cost = refresh_cost + deciding.elapsed();
+    let next_round_at = round_pacing::next_round_at(started, cost);
     let now = input.now;
     view.nodes = input.nodes;
     for node in view.nodes.iter_mut().filter(|n| n.drain.is_some()) {
@@ -216,6 +229,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     view.last = Some(LastRound {
         release: release_state,
         wake_at: started + after,
+        next_round_at,
     });
     ctx.views.put(&name, view);
     ctx.metrics.reconciled(CONTROLLER, started.elapsed());

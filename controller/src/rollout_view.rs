@@ -153,6 +153,8 @@ pub struct LastRound {
     /// When the decision asked to be looked at again (a drain, a window, a soak, a
     /// deadline, the next staging batch, or the resync period).
     pub wake_at: Instant,
+    /// When the rollout may decide again ([`crate::round_pacing`]).
+    pub next_round_at: Instant,
 }
 
 /// One rollout's selected nodes as the decision sees them, kept between rounds.
