@@ -6,6 +6,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/../../target/butane/bin}
 mkdir -p "$out"
+# Absolute before the cd below: a relative OUT_DIR means the caller's directory.
+out=$(cd "$out" && pwd)
 cd "$here"
 version=$(go list -m -f '{{.Version}}' github.com/coreos/butane)
 go build -trimpath -ldflags "-s -w -X github.com/coreos/butane/internal/version.Raw=$version" \

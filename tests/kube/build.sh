@@ -7,6 +7,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${INPLACE_KUBE_BIN_DIR:-$here/../../target/kube/bin}}
 mkdir -p "$out"
+# Absolute before the cd below: a relative OUT_DIR means the caller's directory.
+out=$(cd "$out" && pwd)
 cd "$here"
 release=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 major=${release#v}; major=${major%%.*}

@@ -513,3 +513,27 @@ async fn an_agent_update_travels_alone_and_the_server_says_so() {
     assert_eq!(code, 422, "{message}");
     assert!(message.contains("a NodeRelease is immutable"), "{message}");
 }
+
+/// `scripts/demo.sh` passes `target/kube/bin`, relative to the repository root: the
+/// control plane must land there, not below `tests/kube/` where the script builds it (a
+/// fresh `make demo` then found no kube-testbed on its PATH).
+#[test]
+fn the_kube_build_script_puts_the_binaries_where_a_relative_out_dir_says() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let work = tempfile::tempdir().unwrap();
+    let built = std::process::Command::new(repo.join("tests/kube/build.sh"))
+        .arg("relative/bin")
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    for name in ["kube-testbed", "kubectl"] {
+        let path = work.path().join("relative/bin").join(name);
+        assert!(path.exists(), "{} missing", path.display());
+    }
+    assert!(!repo.join("tests/kube/relative").exists());
+}

@@ -6,6 +6,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${INPLACE_TOOLS_BIN_DIR:-$here/../../target/tools/bin}}
 mkdir -p "$out"
+# Absolute before the cd below: a relative OUT_DIR means the caller's directory.
+out=$(cd "$out" && pwd)
 cd "$here"
 # -s -w: no symbol tables; linking is the slowest step of a rebuild.
 go build -trimpath -ldflags "-s -w" -o "$out/" \
