@@ -156,7 +156,7 @@ async fn carry_out_one(
                     node_uid,
                 },
                 intent,
-            )?;
+            );
             // Decoded slim: the response is a whole plan, read only for `RecentWrites`.
             let plans: Api<WatchedPlan> = Api::all(ctx.client.clone());
             ctx.metrics.wrote("plan_apply");
