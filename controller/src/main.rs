@@ -12,6 +12,12 @@ use inplace_controller::leader::LeaseSettings;
 use inplace_controller::metrics::Metrics;
 use inplace_controller::run::{Settings, run};
 
+/// The controller decodes and drops hundreds of thousands of small objects per large
+/// rollout; with glibc's allocator a third of its CPU was malloc and free
+/// (docs/design/controller.md § Scale results).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "inplace-controller", version, about)]
 struct Cli {
@@ -186,7 +192,15 @@ fn main() -> anyhow::Result<()> {
             alert_recheck,
         } => {
             init_tracing();
-            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            // One thread: the controller's work is a stream of small events and writes,
+            // and on a multi-threaded runtime a fifth of its CPU went to waking and
+            // parking the second worker for each of them (docs/design/controller.md
+            // § Scale results). A round's decision is pure and short, so nothing waits
+            // long behind it.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
             runtime.block_on(async move {
                 let config = config(kubeconfig).await?;
                 let identity = identity.unwrap_or_else(default_identity);
