@@ -24,15 +24,15 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use inplace_proto::reason::rollout_condition;
-use inplace_proto::{
-    AgentReport, DesiredState, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase, Steering,
-};
+use inplace_proto::{DesiredState, NodeRolloutStatus};
 use k8s_openapi::jiff::Timestamp;
 
 // The table tests (`tests.rs`, `use super::*`) name these, as they did before the phases
 // moved out of this file.
 #[cfg(test)]
-use inplace_proto::{Disruption, NodeCounts, rollout_slots::activation_slots};
+use inplace_proto::{
+    Disruption, NodeCounts, NodeRolloutSpec, Phase, Steering, rollout_slots::activation_slots,
+};
 #[cfg(test)]
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -41,6 +41,7 @@ mod classify;
 mod drain;
 mod grant;
 mod health;
+mod input;
 mod node_events;
 mod status;
 mod steer;
@@ -49,6 +50,9 @@ mod window;
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
 pub use drain::{drain_pass_options, needs_drain_pass, rollout_drains};
 pub use health::{AlertObservation, Readiness};
+pub use input::{
+    DrainTimedOut, NodeView, Ownership, PlanReport, PlanView, ReleaseState, RolloutInput,
+};
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
 pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";
@@ -96,158 +100,8 @@ pub fn staging_batch(slots: usize) -> usize {
 /// How soon a round that left nodes unstaged (past [`STAGING_BATCH`]) is followed by the next.
 pub const STAGING_REQUEUE: StdDuration = StdDuration::ZERO;
 
-/// The rollout's release, as far as the rollout is concerned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReleaseState {
-    /// No NodeRelease with that name exists.
-    Missing,
-    /// The release exists but breaks a rule; the message lists the problems.
-    Invalid {
-        /// Every problem, for the condition message.
-        message: String,
-    },
-    /// The release is valid and has this revision.
-    Valid {
-        /// `revision_of(release.spec.content)`, shared with the plans' views that name it
-        /// (`rollout_view::revisions`), so comparing them is a pointer comparison.
-        revision: Arc<str>,
-    },
-}
-
-/// Who owns a node's plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ownership {
-    /// This rollout.
-    Ours,
-    /// Another rollout (or a person, when the plan carries no rollout label).
-    Other {
-        /// Who, in words (`rollout "workers-a"`).
-        owner: String,
-    },
-}
-
-/// The agent's report on the plan, reduced to what the decision needs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PlanReport {
-    /// The agent's phase.
-    pub phase: Option<Phase>,
-    /// The revision the agent works towards.
-    pub target_revision: Option<Arc<str>>,
-    /// The revision the node runs, committed.
-    pub current_revision: Option<Arc<str>>,
-    /// The `Ready` condition's reason.
-    pub reason: Option<String>,
-    /// The `Ready` condition's message.
-    pub message: Option<String>,
-    /// `status.observedGeneration`.
-    pub observed_generation: Option<i64>,
-    /// The plan's `metadata.generation` (of the controller's last write, while the cache
-    /// lags behind it): a report for an older generation does not describe the plan.
-    pub plan_generation: Option<i64>,
-    /// Whether the `Degraded` condition is True.
-    pub degraded: bool,
-}
-
-impl PlanReport {
-    /// What the report says about `revision`: proto's one reading of an agent's report.
-    pub fn outcome_for(&self, revision: &str) -> Outcome {
-        AgentReport {
-            observed_generation: self.observed_generation,
-            phase: self.phase,
-            target_revision: self.target_revision.as_deref(),
-            current_revision: self.current_revision.as_deref(),
-            degraded: self.degraded,
-        }
-        .outcome_for(revision, self.plan_generation)
-    }
-}
-
-/// A node's plan as the controller last wrote it (spec, label, annotations) plus the
-/// agent's report.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PlanView {
-    /// `spec.revision`. Revisions are `Arc<str>` so that the view can share one copy of
-    /// each among all plans (`rollout_view::revisions`): the decision compares every
-    /// node's revisions every round, and `Arc`'s `==` compares the pointers first.
-    pub revision: Option<Arc<str>>,
-    /// `spec.desiredState`.
-    pub desired_state: DesiredState,
-    /// [`GRANTED_ANNOTATION`].
-    pub granted_at: Option<Timestamp>,
-    /// [`READY_SINCE_ANNOTATION`].
-    pub ready_since: Option<Timestamp>,
-    /// [`CORDONED_ANNOTATION`].
-    pub cordoned: bool,
-    /// [`DRAIN_TIMEOUT_ANNOTATION`] or [`DRAIN_SKIPPED_ANNOTATION`].
-    pub drain_timeout: Option<DrainTimedOut>,
-    /// `spec.allowDowngrade`.
-    pub allow_downgrade: bool,
-    /// A person's retry token (`inplace.dev/retry`) the agent has not honoured yet
-    /// (`status.retryHonoured` does not show it): `steer::retry`.
-    pub retry_pending: bool,
-    /// The status the agent wrote.
-    pub report: PlanReport,
-}
-
 /// The result of this round's drain pass over one node (the one drain, `inplace-drain`).
 pub use inplace_drain::DrainProgress;
-
-/// A drain that ran out of `drainTimeout` for the plan's revision, as recorded on the plan:
-/// final for that revision.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrainTimedOut {
-    /// What was left on the node, in words.
-    pub message: String,
-    /// `onTimeout: Skip` left the node at its revision ([`DRAIN_SKIPPED_ANNOTATION`]);
-    /// otherwise it failed ([`DRAIN_TIMEOUT_ANNOTATION`]).
-    pub skipped: bool,
-}
-
-/// One node the rollout's selector picks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
-    /// The node's name (also its plan's name).
-    pub name: String,
-    /// Whether it carries [`CONTROL_PLANE_LABEL`].
-    pub control_plane: bool,
-    /// Its value of the rollout's `maxUnavailablePerTopology.key` label: its group under the
-    /// spread rule. Empty when it lacks the label (those nodes are one group, the empty
-    /// value's) or the rollout sets no spread.
-    pub topology: String,
-    /// `spec.unschedulable`.
-    pub unschedulable: bool,
-    /// Its `Ready` condition (the health gate).
-    pub readiness: Readiness,
-    /// Who owns its plan.
-    pub ownership: Ownership,
-    /// Its plan, when one exists.
-    pub plan: Option<PlanView>,
-    /// This round's drain pass, when [`needs_drain_pass`] asked for one.
-    pub drain: Option<DrainProgress>,
-    /// What a person asked for on the Node (hold, skip): `steer.rs`.
-    pub steering: Steering,
-}
-
-/// Everything the decision looks at.
-#[derive(Debug, Clone)]
-pub struct RolloutInput<'a> {
-    /// The rollout's name.
-    pub name: &'a str,
-    /// `metadata.generation`.
-    pub generation: Option<i64>,
-    /// The rollout's spec.
-    pub spec: &'a NodeRolloutSpec,
-    /// The status the rollout carries now (for transitions and condition times).
-    pub previous: Option<&'a NodeRolloutStatus>,
-    /// The release.
-    pub release: ReleaseState,
-    /// The selected nodes, in any order.
-    pub nodes: Vec<NodeView>,
-    /// What Prometheus said about the alerts of `spec.gates.alerts`.
-    pub alerts: AlertObservation,
-    /// The time of this round.
-    pub now: Timestamp,
-}
 
 /// The controller-owned part of a plan: what the controller applies.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,161 @@
+//! What the decision reads: the release, the selected nodes with their plans and the
+//! agent's reports, reduced to plain data by `rollout_view` and `plans`.
+
+use std::sync::Arc;
+
+use inplace_proto::{
+    AgentReport, DesiredState, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase, Steering,
+};
+use k8s_openapi::jiff::Timestamp;
+
+use super::{AlertObservation, DrainProgress, Readiness};
+
+/// The rollout's release, as far as the rollout is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseState {
+    /// No NodeRelease with that name exists.
+    Missing,
+    /// The release exists but breaks a rule; the message lists the problems.
+    Invalid {
+        /// Every problem, for the condition message.
+        message: String,
+    },
+    /// The release is valid and has this revision.
+    Valid {
+        /// `revision_of(release.spec.content)`, shared with the plans' views that name it
+        /// (`rollout_view::revisions`), so comparing them is a pointer comparison.
+        revision: Arc<str>,
+    },
+}
+
+/// Who owns a node's plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// This rollout.
+    Ours,
+    /// Another rollout (or a person, when the plan carries no rollout label).
+    Other {
+        /// Who, in words (`rollout "workers-a"`).
+        owner: String,
+    },
+}
+
+/// The agent's report on the plan, reduced to what the decision needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanReport {
+    /// The agent's phase.
+    pub phase: Option<Phase>,
+    /// The revision the agent works towards.
+    pub target_revision: Option<Arc<str>>,
+    /// The revision the node runs, committed.
+    pub current_revision: Option<Arc<str>>,
+    /// The `Ready` condition's reason.
+    pub reason: Option<String>,
+    /// The `Ready` condition's message.
+    pub message: Option<String>,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    /// The plan's `metadata.generation` (of the controller's last write, while the cache
+    /// lags behind it): a report for an older generation does not describe the plan.
+    pub plan_generation: Option<i64>,
+    /// Whether the `Degraded` condition is True.
+    pub degraded: bool,
+}
+
+impl PlanReport {
+    /// What the report says about `revision`: proto's one reading of an agent's report.
+    pub fn outcome_for(&self, revision: &str) -> Outcome {
+        AgentReport {
+            observed_generation: self.observed_generation,
+            phase: self.phase,
+            target_revision: self.target_revision.as_deref(),
+            current_revision: self.current_revision.as_deref(),
+            degraded: self.degraded,
+        }
+        .outcome_for(revision, self.plan_generation)
+    }
+}
+
+/// A node's plan as the controller last wrote it (spec, label, annotations) plus the
+/// agent's report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanView {
+    /// `spec.revision`. Revisions are `Arc<str>` so that the view can share one copy of
+    /// each among all plans (`rollout_view::revisions`): the decision compares every
+    /// node's revisions every round, and `Arc`'s `==` compares the pointers first.
+    pub revision: Option<Arc<str>>,
+    /// `spec.desiredState`.
+    pub desired_state: DesiredState,
+    /// [`GRANTED_ANNOTATION`](super::GRANTED_ANNOTATION).
+    pub granted_at: Option<Timestamp>,
+    /// [`READY_SINCE_ANNOTATION`](super::READY_SINCE_ANNOTATION).
+    pub ready_since: Option<Timestamp>,
+    /// [`CORDONED_ANNOTATION`](super::CORDONED_ANNOTATION).
+    pub cordoned: bool,
+    /// [`DRAIN_TIMEOUT_ANNOTATION`](super::DRAIN_TIMEOUT_ANNOTATION) or [`DRAIN_SKIPPED_ANNOTATION`](super::DRAIN_SKIPPED_ANNOTATION).
+    pub drain_timeout: Option<DrainTimedOut>,
+    /// `spec.allowDowngrade`.
+    pub allow_downgrade: bool,
+    /// A person's retry token (`inplace.dev/retry`) the agent has not honoured yet
+    /// (`status.retryHonoured` does not show it): `steer::retry`.
+    pub retry_pending: bool,
+    /// The status the agent wrote.
+    pub report: PlanReport,
+}
+
+/// A drain that ran out of `drainTimeout` for the plan's revision, as recorded on the plan:
+/// final for that revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainTimedOut {
+    /// What was left on the node, in words.
+    pub message: String,
+    /// `onTimeout: Skip` left the node at its revision ([`DRAIN_SKIPPED_ANNOTATION`](super::DRAIN_SKIPPED_ANNOTATION));
+    /// otherwise it failed ([`DRAIN_TIMEOUT_ANNOTATION`](super::DRAIN_TIMEOUT_ANNOTATION)).
+    pub skipped: bool,
+}
+
+/// One node the rollout's selector picks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    /// The node's name (also its plan's name).
+    pub name: String,
+    /// Whether it carries [`CONTROL_PLANE_LABEL`](super::CONTROL_PLANE_LABEL).
+    pub control_plane: bool,
+    /// Its value of the rollout's `maxUnavailablePerTopology.key` label: its group under the
+    /// spread rule. Empty when it lacks the label (those nodes are one group, the empty
+    /// value's) or the rollout sets no spread.
+    pub topology: String,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// Its `Ready` condition (the health gate).
+    pub readiness: Readiness,
+    /// Who owns its plan.
+    pub ownership: Ownership,
+    /// Its plan, when one exists.
+    pub plan: Option<PlanView>,
+    /// This round's drain pass, when [`needs_drain_pass`](super::needs_drain_pass) asked for one.
+    pub drain: Option<DrainProgress>,
+    /// What a person asked for on the Node (hold, skip): `steer.rs`.
+    pub steering: Steering,
+}
+
+/// Everything the decision looks at.
+#[derive(Debug, Clone)]
+pub struct RolloutInput<'a> {
+    /// The rollout's name.
+    pub name: &'a str,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The rollout's spec.
+    pub spec: &'a NodeRolloutSpec,
+    /// The status the rollout carries now (for transitions and condition times).
+    pub previous: Option<&'a NodeRolloutStatus>,
+    /// The release.
+    pub release: ReleaseState,
+    /// The selected nodes, in any order.
+    pub nodes: Vec<NodeView>,
+    /// What Prometheus said about the alerts of `spec.gates.alerts`.
+    pub alerts: AlertObservation,
+    /// The time of this round.
+    pub now: Timestamp,
+}
