@@ -66,10 +66,8 @@ async fn serve_untrusted() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     (base, handshakes, requests)
 }
 
-#[tokio::test]
-async fn untrusted_certificate_fails_closed_without_fallback() {
-    let (base, handshakes, requests) = serve_untrusted().await;
-    let settings = DownloadSettings {
+fn settings() -> DownloadSettings {
+    DownloadSettings {
         attempts: 3,
         connect_timeout: Duration::from_secs(5),
         stall_timeout: Duration::from_secs(2),
@@ -77,9 +75,12 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
         artifact_deadline: Duration::from_secs(3600),
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(20),
-    };
-    // Even with plain http allowed by policy, an https URL never falls back to http.
-    let policy = Policy {
+    }
+}
+
+/// Plain http allowed too: an https URL must still never fall back to it.
+fn policy(base: &str) -> Policy {
+    Policy {
         allowed_url_prefixes: vec![format!("{base}/ok/").parse().unwrap()],
         allow_http: true,
         allowed_target_dirs: vec![],
@@ -89,9 +90,11 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
         allow_remote_health_checks: false,
         require_signatures: false,
         trusted_keys_dir: "/etc/inplace/keys".into(),
-    };
-    let fetcher = HttpFetcher::new(&settings, &policy).unwrap();
-    let artifact = Artifact {
+    }
+}
+
+fn artifact(base: &str) -> Artifact {
+    Artifact {
         name: "kubernetes".into(),
         kind: ArtifactType::Sysext,
         url: format!("{base}/ok/kubernetes.raw"),
@@ -101,10 +104,16 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
         path: None,
         members: vec![],
         max_extracted_size: None,
-    };
+    }
+}
+
+#[tokio::test]
+async fn untrusted_certificate_fails_closed_without_fallback() {
+    let (base, handshakes, requests) = serve_untrusted().await;
+    let fetcher = HttpFetcher::new(&settings(), &policy(&base)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let error = fetcher
-        .fetch(&artifact, dir.path(), &|_| {})
+        .fetch(&artifact(&base), dir.path(), &|_| {})
         .await
         .expect_err("an untrusted certificate must fail the download");
     assert_eq!(error.reason(), Reason::DownloadFailed, "{error}");
@@ -116,4 +125,33 @@ async fn untrusted_certificate_fails_closed_without_fallback() {
     assert_eq!(requests.load(Ordering::SeqCst), 0, "no request was sent");
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// The fetcher offers HTTP/1.1 alone in its TLS ClientHello (ALPN, read here before any
+/// certificate check): the agent links no HTTP/2 stack (security-model.md).
+#[tokio::test]
+async fn the_fetcher_offers_only_http1_in_its_client_hello() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("https://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let hello =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), socket)
+                .await
+                .unwrap();
+        hello
+            .client_hello()
+            .alpn()
+            .map(|offered| {
+                offered
+                    .map(|p| String::from_utf8_lossy(p).into_owned())
+                    .collect()
+            })
+            .unwrap_or_else(Vec::new)
+    });
+    let fetcher = HttpFetcher::new(&settings(), &policy(&base)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let _ = fetcher.fetch(&artifact(&base), dir.path(), &|_| {}).await;
+    let offered: Vec<String> = server.await.unwrap();
+    assert_eq!(offered, vec!["http/1.1".to_owned()]);
 }
