@@ -195,8 +195,8 @@ impl NodeUpdatePlanSpec {
     }
 
     /// [`NodeUpdatePlanSpec::for_release`] when the caller already knows the content's
-    /// revision (the controller computes it once per round, not once per node: hashing
-    /// the content was a tenth of its CPU in a 30,000-node rollout).
+    /// revision (the controller computes it once per round: hashing the content again for
+    /// every node was 3 % of its CPU in a 30,000-node rollout).
     pub fn for_release_at(
         node: &str,
         release_name: &str,
