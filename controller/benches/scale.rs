@@ -12,14 +12,18 @@
 //! The API server and the simulated agents run in this process; the controller runs as
 //! its own process (the real `inplace-controller run` binary) so that its peak memory
 //! (VmHWM) and its own metrics (reconcile latency, API writes by kind, scraped from
-//! `/metrics`) are measured alone. The rollout uses `maxUnavailable: 10%`; every node's
+//! `/metrics`) are measured alone. The rollout uses `maxUnavailable: 10%`
+//! (`INPLACE_BENCH_MAX_UNAVAILABLE` sets another count or percentage); every node's
 //! update (Activating → Succeeded) takes exactly T. Reported: wall time from the
 //! rollout's creation to `Complete=True` against the ideal `ceil(N / slots) × T` (plus
 //! the staging time) and against the API-bound lower limit (the plan and agent status
 //! writes divided by the server's write rate, measured while creating the nodes), the
 //! controller's CPU time over the rollout (utime + stime of its process, per 1,000 nodes),
 //! its API requests per node by verb, API writes per node, peak memory, reconcile latency
-//! and the machine's load average.
+//! and the machine's load average. The test bed's own CPU over the rollout (this process:
+//! the emulator and the simulated agents; the real server's processes) divided by the
+//! machine's cores is a third lower limit: on a machine the bed saturates, the rollout
+//! cannot end sooner, whatever the controller costs.
 
 #[path = "../tests/support/sim_agent.rs"]
 mod sim_agent;
@@ -35,6 +39,7 @@ use inplace_proto::NodeRollout;
 use inplace_tests::apiserver::ApiServer;
 use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use sim_agent::{Fleet, SimConfig};
@@ -77,6 +82,28 @@ fn ticks_per_second() -> f64 {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(100.0)
+}
+
+/// The test bed's processes, whose CPU is not the controller's: this one (the API
+/// emulator, or the real server's clients, and the simulated agents) and the real server's.
+fn bed_processes(api: &TestApi) -> anyhow::Result<Vec<(&'static str, u32)>> {
+    let Some(server) = api.real() else {
+        return Ok(vec![(
+            "API emulator + simulated agents",
+            std::process::id(),
+        )]);
+    };
+    let mut bed = vec![("simulated agents", std::process::id())];
+    bed.extend(server.processes()?);
+    Ok(bed)
+}
+
+/// Each of `processes`' CPU time so far, in order (0 for one that is gone).
+fn bed_cpu_seconds(processes: &[(&str, u32)], ticks_per_second: f64) -> Vec<f64> {
+    processes
+        .iter()
+        .map(|(_, pid)| cpu_seconds(*pid, ticks_per_second).unwrap_or(0.0))
+        .collect()
 }
 
 fn load_average() -> String {
@@ -140,7 +167,19 @@ async fn main() -> anyhow::Result<()> {
     let nodes = env_number("INPLACE_BENCH_NODES", 30_000) as usize;
     let update = Duration::from_millis(env_number("INPLACE_BENCH_UPDATE_MS", 2_000));
     let download = Duration::from_millis(env_number("INPLACE_BENCH_STAGE_MS", 500));
-    println!("scale bench: {nodes} nodes, maxUnavailable 10%, update time T = {update:?}");
+    // A count ("30") or a percentage ("10%"): with few slots, a rollout runs many rounds
+    // per node, which is where a decision's pass over the fleet would show.
+    let max_unavailable = match std::env::var("INPLACE_BENCH_MAX_UNAVAILABLE") {
+        Ok(text) => match text.parse::<i32>() {
+            Ok(count) => IntOrString::Int(count),
+            Err(_) => IntOrString::String(text),
+        },
+        Err(_) => IntOrString::String("10%".to_owned()),
+    };
+    println!(
+        "scale bench: {nodes} nodes, maxUnavailable {}, update time T = {update:?}",
+        serde_json::to_string(&max_unavailable)?
+    );
 
     let api = if std::env::var("INPLACE_BENCH_API").is_ok_and(|v| v == "real") {
         println!("API: the real kube-apiserver + etcd (tests/kube)");
@@ -236,7 +275,7 @@ async fn main() -> anyhow::Result<()> {
     let rollout: NodeRollout = serde_json::from_value(json!({
         "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
         "metadata": {"name": "bench"},
-        "spec": {"release": "bench", "maxUnavailable": "10%",
+        "spec": {"release": "bench", "maxUnavailable": max_unavailable,
                  "nodeSelector": {"matchLabels": {"pool": "bench"}}},
     }))?;
     let rollouts: Api<NodeRollout> = Api::all(client.clone());
@@ -254,6 +293,8 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let cpu_before = cpu_seconds(pid, ticks).unwrap_or(0.0);
+    let bed = bed_processes(&api)?;
+    let bed_before = bed_cpu_seconds(&bed, ticks);
     let requests_before = requests_by_verb(&scrape(&metrics_addr).await);
     let rollout_started = Instant::now();
     rollouts.create(&PostParams::default(), &rollout).await?;
@@ -296,6 +337,11 @@ async fn main() -> anyhow::Result<()> {
     let wall = rollout_started.elapsed();
     let cpu_rollout = cpu_seconds(pid, ticks).unwrap_or(0.0) - cpu_before;
     let cpu_total = cpu_seconds(pid, ticks).unwrap_or(0.0);
+    let bed_rollout: Vec<(&str, f64)> = bed
+        .iter()
+        .zip(bed_cpu_seconds(&bed, ticks).iter().zip(&bed_before))
+        .map(|((name, _), (after, before))| (*name, after - before))
+        .collect();
     let metrics = scrape(&metrics_addr).await;
     peak_kib = peak_kib.max(peak_memory_kib(pid).unwrap_or(0));
     let load_end = load_average();
@@ -307,7 +353,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect();
 
-    let slots = (nodes / 10).max(1);
+    let slots = inplace_proto::rollout_slots::activation_slots(&max_unavailable, nodes);
     let waves = nodes.div_ceil(slots);
     let ideal = update * waves as u32;
     let writes: BTreeMap<String, f64> = samples(&metrics, "inplace_controller_api_writes_total")
@@ -373,6 +419,24 @@ async fn main() -> anyhow::Result<()> {
          {writes_per_second:.0} writes/s = {api_bound:.1}s; ideal {:.1}s; wall / max(ideal, API-bound) = {:.2}",
         (ideal + download).as_secs_f64(),
         wall.as_secs_f64() / api_bound.max((ideal + download).as_secs_f64())
+    );
+    let bed_total: f64 = bed_rollout.iter().map(|(_, s)| s).sum();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let bed_bound = bed_total / cores as f64;
+    println!(
+        "test bed CPU: {bed_total:.1}s over the rollout ({}) on {cores} cores: the bed alone \
+         needs {bed_bound:.1}s; wall / max(ideal, API-bound, test bed) = {:.2}; the controller's \
+         share of the rollout's CPU {:.0} %",
+        bed_rollout
+            .iter()
+            .map(|(name, s)| format!("{name} {s:.1}s"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        wall.as_secs_f64()
+            / api_bound
+                .max((ideal + download).as_secs_f64())
+                .max(bed_bound),
+        cpu_rollout / (cpu_rollout + bed_total) * 100.0
     );
     println!(
         "controller CPU: {cpu_rollout:.2}s over the rollout = {:.3}s per 1,000 nodes ({cpu_total:.2}s since start, the initial lists included)",

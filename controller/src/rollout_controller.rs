@@ -22,7 +22,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::alert_gate::observe_alerts;
 use crate::context::Context;
 use crate::decision::{
-    ReleaseState, RolloutInput, decide, drain_pass_options, needs_drain_pass, rollout_drains,
+    NodeOrder, ReleaseState, RolloutInput, decide, drain_pass_options, needs_drain_pass,
+    rollout_drains,
 };
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
@@ -189,6 +190,8 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         previous: previous.as_ref(),
         release: release_state.clone(),
         nodes: std::mem::take(&mut view.nodes),
+        // The view keeps its nodes so (`RolloutView::sort`).
+        order: NodeOrder::Activation,
         alerts,
         now: Timestamp::now(),
     };

@@ -51,7 +51,7 @@ pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadl
 pub use drain::{drain_pass_options, needs_drain_pass, rollout_drains};
 pub use health::{AlertObservation, Readiness};
 pub use input::{
-    DrainTimedOut, NodeView, Ownership, PlanReport, PlanView, ReleaseState, RolloutInput,
+    DrainTimedOut, NodeOrder, NodeView, Ownership, PlanReport, PlanView, ReleaseState, RolloutInput,
 };
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
@@ -269,7 +269,13 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
         .nodes
         .iter()
         .partition(|n| n.ownership == Ownership::Ours);
-    owned.sort_by(|a, b| activation_order(a, b));
+    match input.order {
+        NodeOrder::Any => owned.sort_by(|a, b| activation_order(a, b)),
+        NodeOrder::Activation => debug_assert!(
+            owned.is_sorted_by(|a, b| activation_order(a, b).is_le()),
+            "nodes said to be in activation order are not"
+        ),
+    }
     let refused_condition = status::refused_condition(&refused);
     let ReleaseState::Valid { revision } = &input.release else {
         status::release_not_usable(input, owned.len(), refused_condition, &mut decision);

@@ -126,6 +126,7 @@ fn input<'a>(spec: &'a NodeRolloutSpec, nodes: Vec<NodeView>) -> RolloutInput<'a
             revision: REV.into(),
         },
         nodes,
+        order: NodeOrder::Any,
         alerts: AlertObservation::NotAsked,
         now: t(100),
     }
@@ -878,6 +879,24 @@ fn activation_order_is_control_plane_then_name() {
     nodes.sort_by(activation_order);
     let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["c", "z", "a", "b"]);
+}
+
+#[test]
+fn nodes_given_in_activation_order_are_decided_as_if_sorted_by_the_decision() {
+    let s = spec(IntOrString::Int(1), 0);
+    let shuffled = vec![
+        staged(node("b")),
+        staged(cp("z")),
+        node("a"),
+        staged(cp("c")),
+    ];
+    let mut sorted = shuffled.clone();
+    sorted.sort_by(activation_order);
+    let mut in_order = input(&s, sorted);
+    in_order.order = NodeOrder::Activation;
+    let d = decide(&in_order);
+    assert_eq!(d, decide(&input(&s, shuffled)));
+    assert_eq!(d.actions[0].node(), "c", "{:?}", d.actions);
 }
 
 /// What a write does to the simulated node.

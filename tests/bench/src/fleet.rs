@@ -178,6 +178,16 @@ fn rows_from(stdout: &str, time: &str, n: u64, api: Api) -> Result<Vec<Row>> {
             .target("ratio ≤ 1.2", ratio <= 1.2),
         );
     }
+    if let Some(l) = line(stdout, "test bed CPU:") {
+        let needs = number_after(l, "needs").unwrap_or(f64::NAN);
+        let ratio = number_after(l, "test bed) =").unwrap_or(f64::NAN);
+        let share = number_after(l, "share of the rollout's CPU").unwrap_or(f64::NAN);
+        rows.push(row(
+            format!("test-bed-bound lower limit (CPU of the {server} and the simulated agents over the rollout / cores), wall / max(ideal, API-bound, test bed), the controller's share of the rollout's CPU"),
+            format!("{needs:.1} (ratio {ratio:.2}; controller {share:.0} %)"),
+            "s",
+        ));
+    }
     if let Some(l) = line(stdout, "controller CPU:") {
         let per = number_after(l, "=").unwrap_or(f64::NAN);
         rows.push(
@@ -294,6 +304,7 @@ mod tests {
         let stdout = "scale bench: 3000 nodes, maxUnavailable 10%, update time T = 2s
 wall time to Complete: 30.0s; ideal ceil(N/slots) x T = 10 x 2s = 20.0s (+ staging 500ms): ratio 1.46
 API-bound lower limit: 15000 plan and agent status writes / 500 writes/s = 30.0s; ideal 20.5s; wall / max(ideal, API-bound) = 1.00
+test bed CPU: 40.2s over the rollout (API emulator + simulated agents 40.2s) on 2 cores: the bed alone needs 20.1s; wall / max(ideal, API-bound, test bed) = 1.00; the controller's share of the rollout's CPU 2 %
 controller CPU: 0.90s over the rollout = 0.300s per 1,000 nodes (2.00s since start, the initial lists included)
 controller API requests over the rollout: 6100 = 2.03 per node; per node by verb: create 0.001, patch 2.030, watch 0.002
 load average at start / end: 3.1 2.9 2.5 / 4.0 3.2 2.6
@@ -313,6 +324,15 @@ controller peak memory (VmHWM): 40.5 MiB
         assert_eq!(
             (limit.as_str(), verdict.as_str()),
             ("30.0 (ratio 1.00)", "ok")
+        );
+        let (name, bed, verdict) = value("test-bed-bound lower limit");
+        assert!(
+            name.contains("CPU of the API emulator and the simulated agents"),
+            "{name}"
+        );
+        assert_eq!(
+            (bed.as_str(), verdict.as_str()),
+            ("20.1 (ratio 1.00; controller 2 %)", "ref")
         );
         let (_, requests, _) = value("controller API requests per node");
         assert!(
