@@ -2,7 +2,7 @@
 //! that finished since the previous status (updated, or failed), and a node a person held,
 //! released or skipped.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
 use inplace_proto::{NodeFailure, NodeRolloutStatus};
@@ -72,7 +72,8 @@ fn finished_nodes(
     let (active_before, failed_before) = previous
         .map(|p| (p.active_nodes.as_slice(), p.failed_nodes.as_slice()))
         .unwrap_or_default();
-    let failed_before: BTreeMap<&str, &str> = failed_before
+    // (node, reason) pairs: a status written by hand may list a node twice.
+    let failed_before: BTreeSet<(&str, &str)> = failed_before
         .iter()
         .map(|f| (f.node.as_str(), f.reason.as_str()))
         .collect();
@@ -82,7 +83,7 @@ fn finished_nodes(
         .filter(|&i| states[i] == NodeState::Succeeded);
     let failed = failures
         .iter()
-        .filter(|f| failed_before.get(f.node.as_str()) != Some(&f.reason.as_str()))
+        .filter(|f| !failed_before.contains(&(f.node.as_str(), f.reason.as_str())))
         .filter_map(|f| position_in_activation_order(owned, &f.node));
     let mut finished: Vec<usize> = updated.chain(failed).collect();
     finished.sort_unstable();
