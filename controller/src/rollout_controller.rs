@@ -1,7 +1,7 @@
 //! The NodeRollout controller: refreshes the rollout's per-node view from the watch caches
 //! (never listing nodes or plans from the API; only what changed, `rollout_view`), and
 //! unless nothing the decision reads changed, runs the drain passes the decision needs,
-//! calls [`decide`], and carries out what it returns (`rollout_writes`: plan applies,
+//! calls [`decide_with_memo`], and carries out what it returns (`rollout_writes`: plan applies,
 //! cordons, uncordons, the rollout's status) and publishes its Events.
 
 use std::collections::BTreeSet;
@@ -22,7 +22,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::alert_gate::observe_alerts;
 use crate::context::Context;
 use crate::decision::{
-    NodeOrder, ReleaseState, RolloutInput, decide, drain_pass_options, needs_drain_pass,
+    NodeOrder, ReleaseState, RolloutInput, decide_with_memo, drain_pass_options, needs_drain_pass,
     rollout_drains,
 };
 use crate::error::{Error, Result};
@@ -197,7 +197,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     };
     run_drain_passes(&mut input, ctx).await?;
     let deciding = Instant::now();
-    let decision = decide(&input);
+    let decision = decide_with_memo(&input, &mut view.memo);
     // The round's own work, not the drain's or Prometheus' answers it waited for.
     let cost = refresh_cost + deciding.elapsed();
     let next_round_at = round_pacing::next_round_at(started, cost);

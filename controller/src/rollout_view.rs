@@ -19,7 +19,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::decision::{
-    CONTROL_PLANE_LABEL, NodeView, ReleaseState, activation_order, resolve_ownership,
+    CONTROL_PLANE_LABEL, DecisionMemo, NodeView, ReleaseState, activation_order, resolve_ownership,
 };
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
@@ -170,6 +170,10 @@ pub struct RolloutView {
     pub last: Option<LastRound>,
     /// The one copy of each revision the views name.
     revisions: Revisions,
+    /// The last version number given to a node's view ([`NodeView::version`]).
+    last_version: u64,
+    /// What the last round's decision found per node, for the next (`decision/memo.rs`).
+    pub memo: DecisionMemo,
 }
 
 /// How many node views a refresh built, and whether any of them differs from before.
@@ -199,6 +203,7 @@ impl RolloutView {
             self.uids.clear();
             self.revisions.clear();
             self.last = None;
+            self.memo = DecisionMemo::default();
             for node in ctx.nodes.state() {
                 if let Some((view, uid)) = builder.build(&node, ctx)? {
                     self.insert(view, uid);
@@ -244,6 +249,7 @@ impl RolloutView {
 
     fn insert(&mut self, mut view: NodeView, uid: String) {
         self.revisions.share_node(&mut view);
+        view.version = self.new_version();
         self.index.insert(view.name.clone(), self.nodes.len());
         self.uids.insert(view.name.clone(), uid);
         self.nodes.push(view);
@@ -256,6 +262,7 @@ impl RolloutView {
             (Some(i), Some((mut view, uid))) => {
                 self.revisions.share_node(&mut view);
                 self.uids.insert(view.name.clone(), uid);
+                view.version = self.nodes[i].version;
                 let change = if self.nodes[i].control_plane != view.control_plane {
                     Change::Order
                 } else if self.nodes[i] != view {
@@ -263,6 +270,9 @@ impl RolloutView {
                 } else {
                     Change::None
                 };
+                if change != Change::None {
+                    view.version = self.new_version();
+                }
                 self.nodes[i] = view;
                 change
             }
@@ -281,6 +291,12 @@ impl RolloutView {
             }
             (None, None) => Change::None,
         }
+    }
+
+    /// A version number no view of this rollout had before.
+    fn new_version(&mut self) -> u64 {
+        self.last_version += 1;
+        self.last_version
     }
 
     /// Puts the nodes in activation order, the order the decision walks them in: kept so
@@ -372,6 +388,7 @@ impl<'a> ViewBuilder<'a> {
             plan,
             drain: None,
             steering: Steering::of(node.metadata.annotations.as_ref()),
+            version: 0,
         };
         Ok(Some((view, uid)))
     }

@@ -10,6 +10,7 @@ use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec};
 
 use super::classify::{Classified, keeps_cordon};
 use super::grant::Grants;
+use super::memo::DecisionMemo;
 use super::steer::leaves_plan_alone;
 use super::{
     Decision, EventKind, NodeAction, NodeState, NodeView, PlanIntent, PlanReport, PlanView, event,
@@ -24,14 +25,21 @@ pub(super) fn node_actions(
     classified: &mut Classified,
     grants: &Grants,
     decision: &mut Decision,
+    memo: &mut DecisionMemo,
 ) -> bool {
     let staging_limit = staging_batch(grants.slots);
     let mut staging_started = 0;
     let mut staging_deferred = false;
     for (i, node) in owned.iter().enumerate() {
+        if grants.rank[i].is_none() && classified.reused[i] {
+            continue;
+        }
         let state = &classified.states[i];
         let intent = &mut classified.intents[i];
         let actions_before = decision.actions.len();
+        let events_before = decision.events.len();
+        let cordoned_before = intent.cordoned;
+        let mut deferred = false;
         let written = cordon_actions(spec, node, state, intent, decision);
         if plan_differs(written.as_deref(), intent)
             && !leaves_plan_alone(node, state, &intent.revision)
@@ -44,7 +52,7 @@ pub(super) fn node_actions(
                     .as_ref()
                     .is_none_or(|p| p.revision.as_ref() != Some(&intent.revision));
             if starts_staging && staging_started == staging_limit {
-                staging_deferred = true;
+                deferred = true;
             } else {
                 staging_started += usize::from(starts_staging);
                 decision.actions.push(NodeAction::ApplyPlan {
@@ -68,6 +76,15 @@ pub(super) fn node_actions(
                 )
                 .on_node(node_event::ACTIVATED),
             );
+        }
+        let quiet = grants.rank[i].is_none()
+            && decision.actions.len() == actions_before
+            && decision.events.len() == events_before
+            && intent.cordoned == cordoned_before
+            && !deferred;
+        staging_deferred |= deferred;
+        if !quiet {
+            memo.forget(i);
         }
     }
     staging_deferred

@@ -10,6 +10,7 @@ use inplace_proto::{DesiredState, Disruption, Duration, Outcome, Phase};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::drain::{DrainVerdict, drain_verdict};
+use super::memo::DecisionMemo;
 use super::{EventNote, NodeState, NodeView, PlanIntent, PlanView, RolloutInput};
 
 /// Classifies a plan that carries `revision` by the agent's report (proto's one reading of
@@ -73,6 +74,9 @@ pub(super) struct Classified {
     pub states: Vec<NodeState>,
     /// What each node's plan should say.
     pub intents: Vec<PlanIntent>,
+    /// Whether each node kept its class from the last round (`memo.rs`), in which case the
+    /// last round asked nothing of it.
+    pub reused: Vec<bool>,
     /// How soon each drain still in progress wants to be looked at again.
     pub drains_pending: Vec<StdDuration>,
     /// Succeeded nodes still soaking (`minReadySeconds`), by index: they keep their slot.
@@ -81,57 +85,108 @@ pub(super) struct Classified {
     pub wake_at: Vec<Timestamp>,
 }
 
+/// One node's classification: what [`classify_nodes`] finds for it alone.
+#[derive(Debug)]
+pub(super) struct NodeClass {
+    pub state: NodeState,
+    pub intent: PlanIntent,
+    /// Succeeded and still soaking.
+    pub soaking: bool,
+    /// When its soak ends or its progress deadline passes; until then the class holds.
+    pub wake_at: Option<Timestamp>,
+    /// Its drain is in progress: look again this soon.
+    pub drain_pending: Option<StdDuration>,
+    /// It was found from more than the node and the time: its drain pass, or the last
+    /// status (a soak's start). Such a class is not kept for the next round (`memo.rs`).
+    pub volatile: bool,
+}
+
 /// Classifies every owned node for `revision` and settles the drains of granted nodes
-/// (Events `Drained` and `EvictionBlocked` go to `events`).
+/// (Events `Drained` and `EvictionBlocked` go to `events`). A node whose class `memo` kept
+/// from the last round, still holding, keeps it in place.
 pub(super) fn classify_nodes(
     input: &RolloutInput<'_>,
     owned: &[&NodeView],
     revision: &Arc<str>,
     events: &mut Vec<EventNote>,
+    memo: &mut DecisionMemo,
 ) -> Classified {
-    let mut classified = Classified {
-        states: Vec::with_capacity(owned.len()),
-        intents: Vec::with_capacity(owned.len()),
-        drains_pending: Vec::new(),
-        soaking: Vec::new(),
-        wake_at: Vec::new(),
-    };
+    let mut classified = memo.begin(revision, input.spec, owned.len());
+    let in_place = classified.states.len() == owned.len();
     for (index, node) in owned.iter().enumerate() {
-        let plan = node.plan.as_ref();
-        let mut state = plan
-            .and_then(|p| classify(p, revision))
-            .unwrap_or(NodeState::Pending);
-        if state == NodeState::Pending && plan.is_some_and(busy_elsewhere) {
-            state = NodeState::Updating;
+        if in_place && let Some(kept) = memo.reusable(index, node, input.now) {
+            classified.reused[index] = true;
+            if kept.soaking {
+                classified.soaking.push(index);
+            }
+            classified.wake_at.extend(kept.wake_at);
+            continue;
         }
-        let mut intent = intent_for(input, plan, revision);
-        if let Some(failed) = past_progress_deadline(input, node, &state, &intent, &mut classified)
-        {
-            state = failed;
-        }
-        super::steer::retry(node, &mut state, &mut intent);
-        super::steer::steer(node, &mut state, &mut intent);
-        if state == NodeState::Succeeded && soaks(input, node, &mut intent, &mut classified) {
+        let class = classify_node(input, node, revision, events);
+        memo.found(index, node, input.now, &class);
+        if class.soaking {
             classified.soaking.push(index);
         }
-        if state == NodeState::Updating
-            && let Some(granted_at) = intent.granted_at
-            && intent.desired_state == DesiredState::Staged
-            && input.spec.disruption == Disruption::Drain
-        {
-            match drain_verdict(input, node, granted_at, events) {
-                DrainVerdict::Drained => intent.desired_state = DesiredState::Active,
-                DrainVerdict::TimedOut(timed_out) => {
-                    state = timed_out.state();
-                    intent.drain_timeout = Some(timed_out);
-                }
-                DrainVerdict::Waiting(retry) => classified.drains_pending.push(retry),
-            }
+        classified.wake_at.extend(class.wake_at);
+        classified.drains_pending.extend(class.drain_pending);
+        if in_place {
+            classified.states[index] = class.state;
+            classified.intents[index] = class.intent;
+        } else {
+            classified.states.push(class.state);
+            classified.intents.push(class.intent);
         }
-        classified.states.push(state);
-        classified.intents.push(intent);
     }
     classified
+}
+
+/// Where one node stands, what its plan should say, and when to look at it again.
+fn classify_node(
+    input: &RolloutInput<'_>,
+    node: &NodeView,
+    revision: &Arc<str>,
+    events: &mut Vec<EventNote>,
+) -> NodeClass {
+    let plan = node.plan.as_ref();
+    let mut state = plan
+        .and_then(|p| classify(p, revision))
+        .unwrap_or(NodeState::Pending);
+    if state == NodeState::Pending && plan.is_some_and(busy_elsewhere) {
+        state = NodeState::Updating;
+    }
+    let intent = intent_for(input, plan, revision);
+    let mut class = NodeClass {
+        state,
+        intent,
+        soaking: false,
+        wake_at: None,
+        drain_pending: None,
+        volatile: false,
+    };
+    if let Some(failed) = past_progress_deadline(input, node, &mut class) {
+        class.state = failed;
+    }
+    super::steer::retry(node, &mut class.state, &mut class.intent);
+    super::steer::steer(node, &mut class.state, &mut class.intent);
+    if class.state == NodeState::Succeeded {
+        class.soaking = soaks(input, node, &mut class);
+    }
+    if class.state == NodeState::Updating
+        && let Some(granted_at) = class.intent.granted_at
+        && class.intent.desired_state == DesiredState::Staged
+        && input.spec.disruption == Disruption::Drain
+    {
+        class.volatile = true;
+        match drain_verdict(input, node, granted_at, events) {
+            DrainVerdict::Drained => class.intent.desired_state = DesiredState::Active,
+            DrainVerdict::TimedOut(timed_out) => {
+                class.state = timed_out.state();
+                class.intent.drain_timeout = Some(timed_out);
+            }
+            DrainVerdict::Waiting(retry) => class.drain_pending = Some(retry),
+        }
+    }
+    class
 }
 
 /// What the controller's part of a plan says before this round's grants: the revision and
@@ -161,17 +216,16 @@ fn intent_for(
 fn past_progress_deadline(
     input: &RolloutInput<'_>,
     node: &NodeView,
-    state: &NodeState,
-    intent: &PlanIntent,
-    classified: &mut Classified,
+    class: &mut NodeClass,
 ) -> Option<NodeState> {
     let deadline = input.spec.progress_deadline.as_ref()?;
-    let granted_at = intent
+    let granted_at = class
+        .intent
         .granted_at
-        .filter(|_| *state == NodeState::Updating)?;
+        .filter(|_| class.state == NodeState::Updating)?;
     let passes_at = progress_deadline_at(deadline, granted_at);
     if input.now < passes_at {
-        classified.wake_at.push(passes_at);
+        class.wake_at = Some(passes_at);
         return None;
     }
     let phase = node
@@ -200,14 +254,9 @@ pub(crate) fn progress_deadline_at(deadline: &Duration, granted_at: Timestamp) -
 /// Whether a node that runs the revision after a grant is still soaking
 /// (`minReadySeconds` from when the controller first saw it so, recorded on the plan as
 /// [`super::READY_SINCE_ANNOTATION`]); a soak that has yet to end asks for a look then.
-fn soaks(
-    input: &RolloutInput<'_>,
-    node: &NodeView,
-    intent: &mut PlanIntent,
-    classified: &mut Classified,
-) -> bool {
+fn soaks(input: &RolloutInput<'_>, node: &NodeView, class: &mut NodeClass) -> bool {
     let min_ready = i64::from(input.spec.min_ready_seconds);
-    if min_ready <= 0 || intent.granted_at.is_none() {
+    if min_ready <= 0 || class.intent.granted_at.is_none() {
         return false;
     }
     // A soak starts only for a node the last status showed holding a slot (it has just
@@ -216,15 +265,19 @@ fn soaks(
     let just_finished = input
         .previous
         .is_some_and(|p| p.active_nodes.contains(&node.name));
-    if intent.ready_since.is_none() && !just_finished {
-        return false;
+    if class.intent.ready_since.is_none() {
+        // Whether it starts a soak now depends on the last status, not the node alone.
+        class.volatile = true;
+        if !just_finished {
+            return false;
+        }
     }
-    let since = *intent.ready_since.get_or_insert(input.now);
+    let since = *class.intent.ready_since.get_or_insert(input.now);
     let ends_at = since
         .saturating_add(SignedDuration::from_secs(min_ready))
         .unwrap_or(since);
     if input.now < ends_at {
-        classified.wake_at.push(ends_at);
+        class.wake_at = Some(ends_at);
         return true;
     }
     false

@@ -137,6 +137,11 @@ pub struct NodeView {
     pub drain: Option<DrainProgress>,
     /// What a person asked for on the Node (hold, skip): `steer.rs`.
     pub steering: Steering,
+    /// Which version of the node's view this is: the rollout's kept view gives every view
+    /// it builds a number it never gave before (`rollout_view.rs`), so the same number
+    /// means the same node and view, and the decision reuses what it found for it last
+    /// round (`memo.rs`). 0: not numbered, never reused.
+    pub version: u64,
 }
 
 /// Everything the decision looks at.

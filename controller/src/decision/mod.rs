@@ -42,6 +42,7 @@ mod drain;
 mod grant;
 mod health;
 mod input;
+mod memo;
 mod node_events;
 mod status;
 mod steer;
@@ -53,6 +54,7 @@ pub use health::{AlertObservation, Readiness};
 pub use input::{
     DrainTimedOut, NodeOrder, NodeView, Ownership, PlanReport, PlanView, ReleaseState, RolloutInput,
 };
+pub use memo::DecisionMemo;
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
 pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";
@@ -256,6 +258,13 @@ pub fn resolve_ownership(
 /// (`actions.rs`), report status, conditions and Events (`status.rs`). See the module
 /// documentation and `docs/design/controller.md`.
 pub fn decide(input: &RolloutInput<'_>) -> Decision {
+    decide_with_memo(input, &mut DecisionMemo::default())
+}
+
+/// [`decide`], reusing what the last round found for every node whose view is unchanged
+/// (`memo.rs`) and keeping what this round finds for the next: the same decision, at the
+/// cost of the changed nodes plus a pass over the kept classes.
+pub fn decide_with_memo(input: &RolloutInput<'_>, memo: &mut DecisionMemo) -> Decision {
     let mut decision = Decision {
         actions: Vec::new(),
         status: NodeRolloutStatus {
@@ -283,7 +292,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     };
     decision.status.revision = Some(revision.to_string());
 
-    let mut nodes = classify::classify_nodes(input, &owned, revision, &mut decision.events);
+    let mut nodes = classify::classify_nodes(input, &owned, revision, &mut decision.events, memo);
     let failures = grant::failures(&owned, &nodes.states);
     let halted = grant::is_halted(input.spec, &failures);
     let window = window::window_verdict(&input.spec.maintenance_windows, input.now);
@@ -301,7 +310,7 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
         &mut nodes.intents,
     );
     let staging_deferred =
-        actions::node_actions(input.spec, &owned, &mut nodes, &grants, &mut decision);
+        actions::node_actions(input.spec, &owned, &mut nodes, &grants, &mut decision, memo);
     let found = status::Found {
         revision,
         owned: &owned,
@@ -320,15 +329,18 @@ pub fn decide(input: &RolloutInput<'_>) -> Decision {
     // nothing the watches would see: the rollout asks to be looked at again then.
     let wake = nodes
         .wake_at
-        .into_iter()
+        .iter()
+        .copied()
         .chain(window.changes_at())
         .filter_map(|at| at.duration_since(input.now).try_into().ok());
     decision.requeue_after = nodes
         .drains_pending
-        .into_iter()
+        .iter()
+        .copied()
         .chain(wake)
         .chain(staging_deferred.then_some(STAGING_REQUEUE))
         .min();
+    memo.end(nodes);
     decision
 }
 

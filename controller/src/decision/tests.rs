@@ -43,6 +43,7 @@ pub(super) fn node(name: &str) -> NodeView {
         plan: None,
         drain: None,
         steering: Steering::default(),
+        version: 0,
     }
 }
 
@@ -924,6 +925,8 @@ struct SimNode {
     view: NodeView,
     /// Steps left in the current agent phase.
     timer: u32,
+    /// The view when it was last numbered (without number and drain pass).
+    last_seen: Option<NodeView>,
     fails: bool,
     /// The agent never gets past `Activating` (a node that died mid-swap).
     stalls: bool,
@@ -1004,6 +1007,7 @@ fn simulate(
                 }
             },
             timer: 0,
+            last_seen: None,
             fails: failing.contains(&i),
             stalls: policy.stalled.contains(&i),
         })
@@ -1012,6 +1016,8 @@ fn simulate(
     let slots = activation_slots(&max_unavailable, total);
     let mut previous: Option<NodeRolloutStatus> = None;
     let mut cp_done_before_worker_start = true;
+    let mut memo = DecisionMemo::default();
+    let mut last_version = 0;
     for round in 0..10_000i64 {
         // Agents move one step.
         for n in &mut nodes {
@@ -1054,10 +1060,33 @@ fn simulate(
         for n in &mut nodes {
             n.view.drain = needs_drain_pass(&s, &release, &n.view).then(DrainProgress::default);
         }
-        let mut i = input(&s, nodes.iter().map(|n| n.view.clone()).collect());
+        // Numbered as the rollout's kept view numbers them: a new number when it changed.
+        let views: Vec<NodeView> = nodes
+            .iter_mut()
+            .map(|n| {
+                let unnumbered = NodeView {
+                    version: 0,
+                    drain: None,
+                    ..n.view.clone()
+                };
+                if n.last_seen.as_ref() != Some(&unnumbered) {
+                    last_version += 1;
+                    n.view.version = last_version;
+                    n.last_seen = Some(unnumbered);
+                }
+                n.view.clone()
+            })
+            .collect();
+        let mut i = input(&s, views);
         i.now = t(round);
         i.previous = previous.as_ref();
         let d = decide(&i);
+        // The memo changes nothing: every round's decision is the one found from scratch.
+        assert_eq!(
+            decide_with_memo(&i, &mut memo),
+            d,
+            "round {round}: the decision with the last rounds' memo differs"
+        );
         for action in &d.actions {
             let name = match action {
                 NodeAction::ApplyPlan { node, .. }
@@ -1325,6 +1354,7 @@ proptest! {
 
 mod drain;
 mod health;
+mod memo;
 mod steering;
 mod timing;
 mod topology;

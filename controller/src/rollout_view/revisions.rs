@@ -91,6 +91,7 @@ mod tests {
             }),
             drain: None,
             steering: Steering::default(),
+            version: 0,
         }
     }
 

@@ -11,6 +11,7 @@ fn view_of(name: usize, control_plane: bool) -> (NodeView, String) {
         plan: None,
         drain: None,
         steering: Steering::default(),
+        version: 0,
     };
     (view, format!("uid-{name}"))
 }
@@ -47,7 +48,14 @@ proptest::proptest! {
                 scratch.insert(view, uid);
             }
             scratch.sort();
-            proptest::prop_assert_eq!(&kept.nodes, &scratch.nodes);
+            let unnumbered = |view: &RolloutView| -> Vec<NodeView> {
+                view.nodes.iter().map(|n| NodeView { version: 0, ..n.clone() }).collect()
+            };
+            proptest::prop_assert_eq!(unnumbered(&kept), unnumbered(&scratch));
+            let mut versions: Vec<u64> = kept.nodes.iter().map(|n| n.version).collect();
+            versions.sort_unstable();
+            versions.dedup();
+            proptest::prop_assert_eq!(versions.len(), kept.nodes.len(), "a version given twice");
             proptest::prop_assert_eq!(&kept.index, &scratch.index);
             proptest::prop_assert_eq!(&kept.uids, &scratch.uids);
         }
