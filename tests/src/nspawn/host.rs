@@ -37,9 +37,14 @@ impl FileLock {
     }
 }
 
-/// Makes sure `/dev/loop-control` and `/dev/loop0..count` exist on the host. Nodes bind all
-/// of them: the kernel hands out free loop devices globally (`LOOP_CTL_GET_FREE`), so a node
-/// must be able to open whichever number it gets.
+/// Makes sure `/dev/loop-control` and `/dev/loop0..count` exist on the host, as device
+/// nodes and as the kernel's devices. Nodes bind all of them: the kernel hands out free loop
+/// devices globally (`LOOP_CTL_GET_FREE`: a free existing device first, else a new one), so a
+/// node must be able to open whichever number it gets. systemd in a node removes a loop device
+/// it allocated once it is done with it, so after a day of tests the kernel may have none of
+/// `loop0..count` left and hand out `loop16` and up, which no node can open
+/// (`systemd-sysext` then fails to merge). Opening each device node creates the kernel's
+/// device again (`CONFIG_BLOCK_LEGACY_AUTOLOAD`).
 pub(crate) fn ensure_loop_devices(count: u32) -> Result<Vec<PathBuf>> {
     let control = Path::new("/dev/loop-control");
     if !control.exists() {
@@ -51,6 +56,8 @@ pub(crate) fn ensure_loop_devices(count: u32) -> Result<Vec<PathBuf>> {
             if !path.exists() {
                 make_node(&path, SFlag::S_IFBLK, 7, u64::from(n))?;
             }
+            fs::File::open(&path)
+                .ctx(|| format!("opening {} (creates the loop device)", path.display()))?;
             Ok(path)
         })
         .collect()
