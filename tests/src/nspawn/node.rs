@@ -46,7 +46,11 @@ impl Default for NodeOptions {
             rootfs: None,
             boot_timeout: Duration::from_secs(240),
             exec_timeout: Duration::from_secs(300),
-            loop_devices: 16,
+            // Far more than the nodes of two tests at once ever hold: the kernel numbers a
+            // new loop device with the lowest free index, but hands out any free existing
+            // one first, and one numbered past the nodes' range (left by an earlier burst)
+            // would be unusable in every node.
+            loop_devices: 64,
             files: Vec::new(),
             enable_units: Vec::new(),
             extra_nspawn_args: Vec::new(),
