@@ -925,8 +925,6 @@ struct SimNode {
     view: NodeView,
     /// Steps left in the current agent phase.
     timer: u32,
-    /// The view when it was last numbered (without number and drain pass).
-    last_seen: Option<NodeView>,
     fails: bool,
     /// The agent never gets past `Activating` (a node that died mid-swap).
     stalls: bool,
@@ -1007,7 +1005,6 @@ fn simulate(
                 }
             },
             timer: 0,
-            last_seen: None,
             fails: failing.contains(&i),
             stalls: policy.stalled.contains(&i),
         })
@@ -1017,7 +1014,7 @@ fn simulate(
     let mut previous: Option<NodeRolloutStatus> = None;
     let mut cp_done_before_worker_start = true;
     let mut memo = DecisionMemo::default();
-    let mut last_version = 0;
+    let mut numbered = memo::Numbered::default();
     for round in 0..10_000i64 {
         // Agents move one step.
         for n in &mut nodes {
@@ -1060,24 +1057,8 @@ fn simulate(
         for n in &mut nodes {
             n.view.drain = needs_drain_pass(&s, &release, &n.view).then(DrainProgress::default);
         }
-        // Numbered as the rollout's kept view numbers them: a new number when it changed.
-        let views: Vec<NodeView> = nodes
-            .iter_mut()
-            .map(|n| {
-                let unnumbered = NodeView {
-                    version: 0,
-                    drain: None,
-                    ..n.view.clone()
-                };
-                if n.last_seen.as_ref() != Some(&unnumbered) {
-                    last_version += 1;
-                    n.view.version = last_version;
-                    n.last_seen = Some(unnumbered);
-                }
-                n.view.clone()
-            })
-            .collect();
-        let mut i = input(&s, views);
+        let views: Vec<NodeView> = nodes.iter().map(|n| n.view.clone()).collect();
+        let mut i = input(&s, numbered.number(&views));
         i.now = t(round);
         i.previous = previous.as_ref();
         let d = decide(&i);

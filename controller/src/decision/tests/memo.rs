@@ -54,13 +54,14 @@ fn agent_step(view: &mut NodeView, fails: bool) {
 }
 
 /// The fleet as the rollout's kept view numbers it: a view that changed gets a new number.
-struct Numbered {
+#[derive(Default)]
+pub(super) struct Numbered {
     last_version: u64,
     seen: BTreeMap<String, (NodeView, u64)>,
 }
 
 impl Numbered {
-    fn number(&mut self, views: &[NodeView]) -> Vec<NodeView> {
+    pub(super) fn number(&mut self, views: &[NodeView]) -> Vec<NodeView> {
         views
             .iter()
             .map(|v| {
@@ -112,7 +113,7 @@ proptest! {
             .collect();
         let mut present: Vec<bool> = vec![true; all.len()];
         let mut views = all.clone();
-        let mut numbered = Numbered { last_version: 0, seen: BTreeMap::new() };
+        let mut numbered = Numbered::default();
         let mut memo = DecisionMemo::default();
         let mut previous: Option<NodeRolloutStatus> = None;
         let mut last_actions: Vec<NodeAction> = Vec::new();
