@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kube-smoke capi-golden node-tools tools images
+.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kubelets kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test.
 test: deps lint kube-smoke unit fuzz-short
@@ -15,6 +15,14 @@ export PATH := $(KUBE_BIN):$(PATH)
 ## Build (cached) kube-testbed: etcd + kube-apiserver + kube-controller-manager + kubectl.
 kube:
 	@./tests/kube/build.sh "$(KUBE_BIN)"
+
+## Build (cached) the real kubelet of every release pinned under tests/kubelet into
+## target/kubelet/bin (they share Go's build cache with `make kube`), and the container images
+## the real nodes import (target/node-images).
+KUBELET_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/kubelet/bin
+kubelets: kube tools
+	@./tests/kubelet/build.sh "$(KUBELET_BIN)"
+	@./tests/tools/node-images.sh
 
 ## Start the real server once, show its version, apply the shipped manifests with its kubectl.
 kube-smoke: kube testbed
@@ -57,7 +65,7 @@ lint:
 
 # images: the suites run the install pages, which push what `make images` wrote (built here,
 # so that no test builds the release itself).
-unit: testbed kube node-tools tools images
+unit: testbed kube kubelets node-tools tools images
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 ## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.

@@ -11,14 +11,6 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
 release=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
-major=${release#v}; major=${major%%.*}
-minor=${release#v*.}; minor=${minor%%.*}
-flags=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    flags+=" -X $pkg.gitVersion=$release -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
-# -s -w: no symbol tables; the link of a binary this size is the slowest step of a rebuild.
-go build -trimpath -ldflags "-s -w$flags" -o "$out/kube-testbed" .
+go build -trimpath -ldflags "$(./ldflags.sh "$release")" -o "$out/kube-testbed" .
 ln -sf kube-testbed "$out/kubectl"
 echo "$out/kube-testbed ($release)"

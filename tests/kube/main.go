@@ -1,7 +1,7 @@
 // Command kube-testbed is the real Kubernetes control plane for inplace's tests and demo,
 // built from the official modules of one pinned release (see pin.sh): etcd embedded from
-// go.etcd.io/etcd/server/v3, kube-apiserver, kube-controller-manager and kubectl from
-// k8s.io/kubernetes. It is one binary so one link serves all four; the first argument (or
+// go.etcd.io/etcd/server/v3, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from
+// k8s.io/kubernetes. It is one binary so one link serves all five; the first argument (or
 // the name it is called by, for a `kubectl` link) picks the component.
 //
 // Test-bed code only: nothing here ships.
@@ -18,6 +18,7 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
@@ -25,10 +26,12 @@ import (
 )
 
 const usage = `usage:
-  kube-testbed serve --dir DIR [--node NAME]...      etcd + kube-apiserver + kube-controller-manager
+  kube-testbed serve --dir DIR [--node NAME]... [--workloads]
+                                                     etcd + kube-apiserver + kube-controller-manager
+                                                     (+ kube-scheduler with --workloads)
   kube-testbed kubeconfig --dir DIR --user NAME [--group G]... --out FILE
   kube-testbed kubectl ARGS...                        (also: called through a link named kubectl)
-  kube-testbed kube-apiserver ARGS... | kube-controller-manager ARGS...   (started by serve)`
+  kube-testbed kube-apiserver|kube-controller-manager|kube-scheduler ARGS...  (started by serve)`
 
 func main() {
 	if filepath.Base(os.Args[0]) == "kubectl" {
@@ -52,6 +55,10 @@ func main() {
 		os.Exit(cli.Run(command))
 	case "kube-controller-manager":
 		command := controllermanager.NewControllerManagerCommand()
+		command.SetArgs(args)
+		os.Exit(cli.Run(command))
+	case "kube-scheduler":
+		command := scheduler.NewSchedulerCommand()
 		command.SetArgs(args)
 		os.Exit(cli.Run(command))
 	default:

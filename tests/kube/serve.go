@@ -29,6 +29,7 @@ type serveOptions struct {
 	apiserverArgs stringList
 	restartDelay  time.Duration
 	exitOnEOF     bool
+	workloads     bool
 }
 
 // serve runs etcd (in this process), kube-apiserver and kube-controller-manager (children,
@@ -44,6 +45,7 @@ func serve(args []string) int {
 	flags.Var(&o.apiserverArgs, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
 	flags.DurationVar(&o.restartDelay, "restart-delay", time.Second, "wait before restarting a killed kube-apiserver")
 	flags.BoolVar(&o.exitOnEOF, "exit-on-stdin-eof", false, "stop when standard input closes")
+	flags.BoolVar(&o.workloads, "workloads", false, "also run kube-scheduler and the controllers of Deployments, ReplicaSets, DaemonSets and node lifecycle (for real kubelets)")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
@@ -104,11 +106,18 @@ func run(ctx context.Context, o serveOptions) error {
 	if err := waitReady(ctx, p, server, apiserver); err != nil {
 		return err
 	}
-	controllerManager, err := startControllerManager(p, o.dir, server)
+	controllerManager, err := startControllerManager(p, o.dir, server, o.workloads)
 	if err != nil {
 		return err
 	}
 	defer controllerManager.stop()
+	if o.workloads {
+		scheduler, err := startScheduler(p, o.dir, server)
+		if err != nil {
+			return err
+		}
+		defer scheduler.stop()
+	}
 	for _, node := range o.nodes {
 		out := filepath.Join(o.dir, node+".kubeconfig")
 		if err := p.writeKubeconfig(out, server, "system:node:"+node, []string{"system:nodes"}); err != nil {
@@ -177,10 +186,17 @@ func apiserverArgs(p *pki, etcdURL string, port int, extra []string) []string {
 // startControllerManager runs the controllers that give the API its server-side behaviour
 // tests rely on: garbage collection (owner references), PodDisruptionBudget status (so
 // evictions meet real budgets), namespace deletion and default service accounts.
-func startControllerManager(p *pki, dir, server string) (*child, error) {
+//
+// With workloads (beds with real kubelets) it also runs what makes Pods of Deployments,
+// ReplicaSets and DaemonSets and watches the Nodes' heartbeats (NotReady, taints, evictions).
+func startControllerManager(p *pki, dir, server string, workloads bool) (*child, error) {
 	kubeconfig := filepath.Join(dir, "kube-controller-manager.kubeconfig")
 	if err := p.writeKubeconfig(kubeconfig, server, "system:kube-controller-manager", nil); err != nil {
 		return nil, err
+	}
+	controllers := "garbage-collector-controller,disruption-controller,namespace-controller,serviceaccount-controller"
+	if workloads {
+		controllers += ",deployment-controller,replicaset-controller,daemonset-controller,node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller"
 	}
 	c := &child{name: "kube-controller-manager", dir: dir, args: []string{
 		"--kubeconfig=" + kubeconfig,
@@ -191,8 +207,25 @@ func startControllerManager(p *pki, dir, server string) (*child, error) {
 		// Each controller acts as its own ServiceAccount with its bootstrap role, as kubeadm
 		// sets it up (the garbage collector may delete anything; kcm's own user may not).
 		"--use-service-account-credentials=true",
-		"--controllers=garbage-collector-controller,disruption-controller,namespace-controller,serviceaccount-controller",
+		"--controllers=" + controllers,
 		"--concurrent-gc-syncs=5",
+	}}
+	return c, c.start()
+}
+
+// startScheduler runs kube-scheduler as its own user (system:kube-scheduler, the bootstrap
+// role kubeadm binds), so that the Pods of Deployments land on the real kubelets' Nodes.
+func startScheduler(p *pki, dir, server string) (*child, error) {
+	kubeconfig := filepath.Join(dir, "kube-scheduler.kubeconfig")
+	if err := p.writeKubeconfig(kubeconfig, server, "system:kube-scheduler", nil); err != nil {
+		return nil, err
+	}
+	c := &child{name: "kube-scheduler", dir: dir, args: []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
 	}}
 	return c, c.start()
 }

@@ -142,21 +142,35 @@ impl ApiServer {
             .prefix("inplace-kube-")
             .tempdir()
             .context("creating the server's directory")?;
-        let mut server = Self::spawn(tempdir.path(), &[], apiserver_args).await?;
+        let mut server = Self::spawn(tempdir.path(), &[], apiserver_args, false).await?;
         server._tempdir = Some(tempdir);
         Ok(server)
+    }
+
+    /// Starts a server for real kubelets, keeping its state in `dir`: with kube-scheduler
+    /// and the controllers of Deployments, ReplicaSets, DaemonSets and node lifecycle
+    /// (`serve --workloads`).
+    pub async fn start_for_kubelets(dir: &Path) -> anyhow::Result<ApiServer> {
+        Self::spawn(dir, &[], &[], true).await
+    }
+
+    /// The cluster CA's certificate (PEM), which kubelets trust for client certificates.
+    pub fn ca_pem(&self) -> anyhow::Result<Vec<u8>> {
+        let path = self.dir.join("pki").join("ca.crt");
+        std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
     }
 
     /// Starts a server keeping its state (CA, etcd data, logs, kubeconfigs) in `dir`, and
     /// writes `dir/NAME.kubeconfig` for each of `nodes`.
     pub async fn start_in(dir: &Path, nodes: &[String]) -> anyhow::Result<ApiServer> {
-        Self::spawn(dir, nodes, &[]).await
+        Self::spawn(dir, nodes, &[], false).await
     }
 
     async fn spawn(
         dir: &Path,
         nodes: &[String],
         apiserver_args: &[&str],
+        workloads: bool,
     ) -> anyhow::Result<ApiServer> {
         let binary = tokio::task::spawn_blocking(binary).await??;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -175,6 +189,9 @@ impl ApiServer {
         }
         for arg in apiserver_args {
             command.arg(format!("--apiserver-arg={arg}"));
+        }
+        if workloads {
+            command.arg("--workloads");
         }
         let mut child = command
             .spawn()

@@ -22,6 +22,7 @@ pub mod docs;
 pub mod error;
 pub mod fake_kubelet;
 pub mod ignition;
+pub mod kube_node;
 pub mod metrics_guide;
 pub mod nspawn;
 pub mod prereq;

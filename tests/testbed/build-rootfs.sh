@@ -13,6 +13,10 @@ dest=${1:?usage: build-rootfs.sh DEST [MIRROR]}
 mirror=${2:-http://deb.debian.org/debian}
 suite=bookworm
 packages=systemd,systemd-sysv,dbus,udev,procps,iproute2,curl,less,util-linux,ca-certificates
+# The container runtime of the real Kubernetes nodes (docs/development/test-beds.md § Real
+# Kubernetes nodes): Debian's containerd, runc and CNI plugins. Installed in every node, started
+# only where a test enables it.
+packages+=,containerd,runc,containernetworking-plugins
 
 for tool in debootstrap systemd-nspawn; do
     command -v "$tool" >/dev/null || {
@@ -56,6 +60,8 @@ for unit in systemd-networkd-wait-online.service systemd-timesyncd.service apt-d
     systemd-firstboot.service; do
     ln -sf /dev/null "$tmp/etc/systemd/system/$unit"
 done
+# containerd's package enables it; only real Kubernetes nodes start it (they enable it again).
+rm -f "$tmp/etc/systemd/system/multi-user.target.wants/containerd.service"
 # Journal small and volatile: nodes are throwaway.
 mkdir -p "$tmp/etc/systemd/journald.conf.d"
 printf '[Journal]\nStorage=volatile\nRuntimeMaxUse=16M\n' \

@@ -96,9 +96,68 @@ pub(crate) fn cgroup_bases() -> Vec<PathBuf> {
     .collect()
 }
 
-/// A node's cgroups, one per hierarchy.
-pub(crate) fn node_cgroups(name: &str) -> Vec<PathBuf> {
-    cgroup_bases().into_iter().map(|b| b.join(name)).collect()
+/// The bases in the v1 controller hierarchies (cpu, memory, pids, ...: every one but
+/// `name=systemd`) under which a node that runs containerd and a kubelet gets a group of its
+/// own ([`node_cgroups`] with `controllers`). They lie below this process's own group in each
+/// hierarchy: here the memory one is the sandbox's (`/process_api/<id>`), and a group outside
+/// it would escape its limit. Empty on a pure cgroup v2 host.
+pub(crate) fn controller_cgroup_bases() -> Vec<PathBuf> {
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    own.lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            if controllers.is_empty() || controllers.starts_with("name=") {
+                return None;
+            }
+            // Joined controllers (`cpu,cpuacct`) are mounted under their joined name.
+            let mount = Path::new("/sys/fs/cgroup").join(controllers);
+            mount.join("cgroup.procs").exists().then(|| {
+                mount
+                    .join(path.trim_start_matches('/'))
+                    .join("inplace-testbed")
+            })
+        })
+        .collect()
+}
+
+/// A node's cgroups, one per hierarchy: systemd's (always) and, with `controllers`, one in
+/// every v1 controller hierarchy ([`controller_cgroup_bases`]).
+pub(crate) fn node_cgroups(name: &str, controllers: bool) -> Vec<PathBuf> {
+    let mut bases = cgroup_bases();
+    if controllers {
+        bases.extend(controller_cgroup_bases());
+    }
+    bases.into_iter().map(|b| b.join(name)).collect()
+}
+
+/// Creates a node's cgroups. A new cpuset group starts with no CPUs and no memory nodes, and
+/// no process can join it until they are set: each new level copies its parent's.
+pub(crate) fn create_cgroups(dirs: &[PathBuf]) -> Result<()> {
+    for dir in dirs {
+        let base = dir.parent().unwrap_or(dir);
+        for level in [base, dir.as_path()] {
+            fs::create_dir_all(level).ctx(|| format!("creating cgroup {}", level.display()))?;
+            if level.join("cpuset.cpus").exists() {
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    inherit_cpuset(level, file)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn inherit_cpuset(dir: &Path, file: &str) -> Result<()> {
+    let own = fs::read_to_string(dir.join(file))
+        .ctx(|| format!("reading {file} of {}", dir.display()))?;
+    if !own.trim().is_empty() {
+        return Ok(());
+    }
+    let parent = dir.parent().unwrap_or(dir);
+    let value = fs::read_to_string(parent.join(file))
+        .ctx(|| format!("reading {file} of {}", parent.display()))?;
+    fs::write(dir.join(file), value.trim()).ctx(|| format!("writing {file} of {}", dir.display()))
 }
 
 /// All process ids in a cgroup tree.

@@ -18,7 +18,7 @@
 //! [`Node::poweroff`], or by `Drop` when a test panics; nodes of crashed test processes are
 //! swept by the next [`Node::boot`] (or `inplace-testbed sweep`).
 
-mod host;
+pub(crate) mod host;
 mod node;
 pub mod rootfs;
 

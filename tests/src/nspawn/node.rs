@@ -34,10 +34,18 @@ pub struct NodeOptions {
     pub loop_devices: u32,
     /// Files placed in the node's tree before it boots, "the way an image builder would".
     pub files: Vec<NodeFile>,
+    /// Symbolic links placed in the node's tree before it boots: `(link, target)`, both as the
+    /// node sees paths (e.g. `/etc/extensions/kubernetes.raw` to the stored image).
+    pub symlinks: Vec<(PathBuf, PathBuf)>,
     /// Units enabled before boot with `systemctl --root=... enable`.
     pub enable_units: Vec<String>,
     /// Extra `systemd-nspawn` arguments (e.g. `--bind=/host/dir:/in/node`).
     pub extra_nspawn_args: Vec<String>,
+    /// Gives the node a cgroup of its own in every v1 controller hierarchy too, not only in
+    /// systemd's: containerd and a kubelet make groups there, and without one of its own the
+    /// node's root in those hierarchies would be the host's (test-beds.md § Real Kubernetes
+    /// nodes).
+    pub cgroup_controllers: bool,
 }
 
 impl Default for NodeOptions {
@@ -52,8 +60,10 @@ impl Default for NodeOptions {
             // would be unusable in every node.
             loop_devices: 64,
             files: Vec::new(),
+            symlinks: Vec::new(),
             enable_units: Vec::new(),
             extra_nspawn_args: Vec::new(),
+            cgroup_controllers: false,
         }
     }
 }
@@ -267,7 +277,7 @@ impl Node {
 
         let mut node = Node {
             name: name.to_owned(),
-            cgroups: host::node_cgroups(name),
+            cgroups: host::node_cgroups(name, options.cgroup_controllers),
             dir: dir.clone(),
             root: root.clone(),
             child: None,
@@ -285,6 +295,18 @@ impl Node {
         files.extend(node.options.files.clone());
         for file in &files {
             write_into_tree(&root, file).await?;
+        }
+        for (link, target) in &node.options.symlinks {
+            let rel = absolute(link)?;
+            let at = root.join(rel.strip_prefix("/").unwrap_or(&rel));
+            if let Some(parent) = at.parent() {
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .ctx(|| format!("creating {}", parent.display()))?;
+            }
+            tokio::fs::symlink(target, &at)
+                .await
+                .ctx(|| format!("linking {} to {}", at.display(), target.display()))?;
         }
         for unit in node.options.enable_units.clone() {
             run_host(
@@ -333,11 +355,7 @@ impl Node {
         let cgroups = self.cgroups.clone();
         tokio::task::spawn_blocking(move || {
             host::kill_cgroup_trees(&cgroups, Duration::from_secs(20))?;
-            for cgroup in &cgroups {
-                std::fs::create_dir_all(cgroup)
-                    .ctx(|| format!("creating cgroup {}", cgroup.display()))?;
-            }
-            Ok(())
+            host::create_cgroups(&cgroups)
         })
         .await
         .map_err(|e| Error::Invalid(format!("cgroup task failed: {e}")))??;
@@ -907,13 +925,16 @@ pub async fn sweep_stale_nodes() -> Result<Vec<String>> {
                     }
                 }
             }
-            match teardown(&dir, &host::node_cgroups(&name)) {
+            match teardown(&dir, &host::node_cgroups(&name, true)) {
                 Ok(()) => swept.push(name),
                 Err(e) => tracing::warn!("sweeping node {name}: {e}"),
             }
         }
         // Groups whose node directory is gone (a teardown that died half-way).
-        for base in host::cgroup_bases() {
+        for base in host::cgroup_bases()
+            .into_iter()
+            .chain(host::controller_cgroup_bases())
+        {
             let Ok(groups) = std::fs::read_dir(&base) else {
                 continue;
             };
