@@ -109,3 +109,64 @@ pub async fn client_from_secret(
         .map_err(|e| bad(format!("kubeconfig is not usable: {e}")))?;
     kube::Client::try_from(config).map_err(|e| bad(format!("cannot build a client: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    fn secret_with(kubeconfig: &str) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c1-kubeconfig", "namespace": "tenant-a"},
+            "stringData": {KUBECONFIG_KEY: kubeconfig},
+        }))
+        .unwrap()
+    }
+
+    /// A kubeconfig whose user reads its token from a file the extension's pod holds (its
+    /// own ServiceAccount token) and whose server is someone else's: the file is never
+    /// read and the server never reached; the refusal names the field.
+    #[tokio::test]
+    async fn a_kubeconfig_that_names_a_token_file_sends_nothing_anywhere() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, "the-extension-s-own-token").unwrap();
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: x\n  context:\n    cluster: x\n    user: x\ncurrent-context: x\nusers:\n- name: x\n  user:\n    tokenFile: {}\n",
+            token_file.display()
+        );
+        let built = client_from_secret(&secret_with(&kubeconfig), "tenant-a", "c1-kubeconfig").await;
+        if let Ok(client) = &built {
+            // What the hooks do next with a workload client.
+            let plans = Api::<inplace_proto::NodeUpdatePlan>::all(client.clone());
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                plans.list_metadata(&Default::default()),
+            )
+            .await;
+        }
+        if let Ok(Ok((mut stream, _))) =
+            tokio::time::timeout(Duration::from_millis(200), listener.accept()).await
+        {
+            let mut request = vec![0; 4096];
+            let n = stream.read(&mut request).await.unwrap_or(0);
+            panic!(
+                "the extension connected to the kubeconfig's server and sent:\n{}",
+                String::from_utf8_lossy(&request[..n])
+            );
+        }
+        let error = built.err().expect("the kubeconfig is refused");
+        assert_eq!(error.kind(), "Kubeconfig");
+        let text = error.to_string();
+        assert!(
+            text.contains("Secret tenant-a/c1-kubeconfig") && text.contains("users[0].user.tokenFile"),
+            "{text}"
+        );
+    }
+}

@@ -199,6 +199,9 @@ async fn a_version_bump_for_a_cluster_that_cannot_take_plans_is_not_claimed() {
         &admin_kubeconfig_yaml(&bed.management),
     )
     .await;
+    for cluster in ["c6", "c9"] {
+        create_cluster(&bed.management_client, cluster).await;
+    }
     let infra = update_machine_object("infrastructureMachine");
     for (cluster, expected) in [
         (
@@ -230,6 +233,55 @@ async fn a_version_bump_for_a_cluster_that_cannot_take_plans_is_not_claimed() {
             "{answer}"
         );
     }
+    bed.stop().await;
+}
+
+/// Anyone who reaches the extension can name any namespace and cluster in a CanUpdate*
+/// request: a Secret named like a kubeconfig where no Cluster exists is never read (here it
+/// points at a listener that would see the extension connect), and nothing is claimed.
+#[tokio::test]
+async fn a_claim_for_a_cluster_that_does_not_exist_reads_no_secret() {
+    let bed = Bed::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = format!("http://{}", listener.local_addr().unwrap());
+    let mut planted: serde_yaml::Value =
+        serde_yaml::from_str(&refused_kubeconfig_yaml(&bed.workload)).unwrap();
+    for cluster in planted["clusters"].as_sequence_mut().unwrap() {
+        cluster["cluster"] = serde_yaml::from_str(&format!("{{server: '{server}'}}")).unwrap();
+    }
+    put_kubeconfig_secret(
+        &bed.management_client,
+        "c5",
+        &serde_yaml::to_string(&planted).unwrap(),
+    )
+    .await;
+    let infra = update_machine_object("infrastructureMachine");
+    let mut current = machine("v1.31.1", Some("node-1"));
+    current["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("c5");
+    current["spec"]["clusterName"] = json!("c5");
+    let mut desired = current.clone();
+    desired["spec"]["version"] = json!("v1.31.2");
+    let (status, answer) = bed
+        .post(
+            &format!("{HOOKS}/canupdatemachine/can-update-machine"),
+            &can_update_machine_request(&current, &desired, &infra, &infra),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let connected =
+        tokio::time::timeout(std::time::Duration::from_millis(200), listener.accept()).await;
+    assert!(
+        connected.is_err(),
+        "the extension used the planted kubeconfig: {answer}"
+    );
+    assert!(answer.get("machinePatch").is_none(), "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("Cluster tenant-a/c5 does not exist in the management cluster"),
+        "{answer}"
+    );
     bed.stop().await;
 }
 
