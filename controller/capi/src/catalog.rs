@@ -32,8 +32,8 @@ pub enum ReleaseLookup {
     Invalid(Vec<(String, String)>),
     /// Several valid releases have this version; the extension will not guess.
     Ambiguous(Vec<String>),
-    /// A release exists, but the machine's workload cluster cannot run it (no kubeconfig
-    /// Secret, no NodeUpdatePlan CRD); the message says which.
+    /// A release exists, but the machine's workload cluster cannot run it (no Cluster, no
+    /// usable kubeconfig Secret, no NodeUpdatePlan CRD); the message says which.
     ClusterNotReady(String),
 }
 

@@ -82,8 +82,9 @@ impl Extension {
     }
 
     /// The release for a changed version, and whether the object's workload cluster can
-    /// take a plan at all: a claim for a cluster without the NodeUpdatePlan CRD (so without
-    /// agents) or without a kubeconfig Secret would be a claim the extension cannot honour.
+    /// take a plan at all: a claim for a Cluster the management cluster does not hold, for
+    /// a cluster without the NodeUpdatePlan CRD (so without agents) or without a usable
+    /// kubeconfig Secret would be a claim the extension cannot honour.
     async fn lookup_if_changed(
         &self,
         change: Option<&claim::VersionChange>,
@@ -101,6 +102,14 @@ impl Extension {
                 "the object names no Cluster (label cluster.x-k8s.io/cluster-name, spec.clusterName) and no namespace".into(),
             )));
         };
+        // The request names namespace and cluster: only a Cluster the management cluster
+        // holds has its kubeconfig Secret read (a Secret named like one elsewhere is
+        // whoever wrote it).
+        if !self.machines.cluster_exists(&namespace, &cluster).await? {
+            return Ok(Some(ReleaseLookup::ClusterNotReady(format!(
+                "Cluster {namespace}/{cluster} does not exist in the management cluster"
+            ))));
+        }
         let client = match self.workloads.client(&namespace, &cluster).await {
             Ok(client) => client,
             Err(error @ Error::Kubeconfig(_)) => {

@@ -8,7 +8,8 @@
 //! configured, and answers from the plan's status. See `docs/usage/cluster-api.md`.
 //!
 //! Layout: [`hooks`] (wire types), [`claim`] and [`progress`] (pure decisions),
-//! [`target`] (what a call is about), [`catalog`], [`workload`], [`drain`] (I/O edges behind traits), [`extension`] (the hooks
+//! [`target`] (what a call is about), [`catalog`], [`workload`] (with [`kubeconfig`]: inline
+//! credentials only), [`drain`] (I/O edges behind traits), [`extension`] (the hooks
 //! wired to the edges), [`tls`] and [`server`] (HTTPS), [`run`] (the entry point).
 
 pub mod catalog;
@@ -17,6 +18,7 @@ pub mod drain;
 pub mod error;
 pub mod extension;
 pub mod hooks;
+pub mod kubeconfig;
 pub mod machines;
 pub mod progress;
 pub mod server;

@@ -81,7 +81,8 @@ impl WorkloadClusters for SecretKubeconfigs {
     }
 }
 
-/// A client from the kubeconfig in `secret`'s `value` key.
+/// A client from the kubeconfig in `secret`'s `value` key, when its credentials are inline
+/// (see [`crate::kubeconfig`]).
 pub async fn client_from_secret(
     secret: &Secret,
     namespace: &str,
@@ -104,6 +105,7 @@ pub async fn client_from_secret(
     let text = String::from_utf8(bytes).map_err(|_| bad("kubeconfig is not UTF-8".into()))?;
     let kubeconfig =
         Kubeconfig::from_yaml(&text).map_err(|e| bad(format!("kubeconfig does not parse: {e}")))?;
+    crate::kubeconfig::check_inline_credentials(&kubeconfig).map_err(bad)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(format!("kubeconfig is not usable: {e}")))?;
@@ -141,7 +143,8 @@ mod tests {
             "apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: x\n  context:\n    cluster: x\n    user: x\ncurrent-context: x\nusers:\n- name: x\n  user:\n    tokenFile: {}\n",
             token_file.display()
         );
-        let built = client_from_secret(&secret_with(&kubeconfig), "tenant-a", "c1-kubeconfig").await;
+        let built =
+            client_from_secret(&secret_with(&kubeconfig), "tenant-a", "c1-kubeconfig").await;
         if let Ok(client) = &built {
             // What the hooks do next with a workload client.
             let plans = Api::<inplace_proto::NodeUpdatePlan>::all(client.clone());
@@ -165,7 +168,8 @@ mod tests {
         assert_eq!(error.kind(), "Kubeconfig");
         let text = error.to_string();
         assert!(
-            text.contains("Secret tenant-a/c1-kubeconfig") && text.contains("users[0].user.tokenFile"),
+            text.contains("Secret tenant-a/c1-kubeconfig")
+                && text.contains("users[0].user.tokenFile"),
             "{text}"
         );
     }

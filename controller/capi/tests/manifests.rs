@@ -136,6 +136,17 @@ fn the_manifests_parse_and_fit_together() {
             readable.push(resource.as_str().unwrap().to_owned());
         }
     }
+    let secrets = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|rule| rule["resources"] == json!(["secrets"]))
+        .unwrap();
+    assert_eq!(
+        secrets["verbs"],
+        json!(["get"]),
+        "Secrets are read one by one, never listed or watched"
+    );
     for needed in ["nodereleases", "machines", "machinesets", "secrets"] {
         assert!(
             readable.iter().any(|r| r == needed),
