@@ -260,3 +260,82 @@ async fn on_timeout_halt_fails_skip_leaves_the_node_and_force_deletes_past_the_b
         "its budget held"
     );
 }
+
+/// Evictions the API server refuses otherwise than by a budget's 429: a pod covered by two
+/// PodDisruptionBudgets (the Eviction API answers 500). Its node fails on its own with the
+/// refusal in the message, and the other node of the round is updated. `onTimeout: Force`
+/// runs as the controller's ServiceAccount with the shipped RBAC. (Each aborted the whole
+/// reconcile: every round of the rollout stopped with no status, no grant, no Event.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_eviction_fails_only_its_node_and_force_works_under_the_shipped_rbac() {
+    let bed = Bed::start_with_shipped_rbac().await;
+    let _fleet = bed.fleet(SimConfig::default());
+    for (node, group) in [("two-1", "two"), ("ok-1", "two"), ("force-1", "force")] {
+        create_node(&bed.client, node, &[("drain", group)]).await;
+    }
+    protected_pod(&bed, "db-two", "two-1").await;
+    let second: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "db-two-again", "namespace": "default"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "db-two"}}},
+    }))
+    .unwrap();
+    Api::<PodDisruptionBudget>::namespaced(bed.client.clone(), "default")
+        .create(&Default::default(), &second)
+        .await
+        .unwrap();
+    create_running_pod(
+        &bed.client,
+        pod("web-ok", "ok-1", json!({"app": "web"}), json!({})),
+    )
+    .await;
+    protected_pod(&bed, "db-force", "force-1").await;
+    create_release(&bed.client, "rel", "v8").await;
+    let rollout = |group: &str, extra: Value| {
+        let mut spec = json!({"release": "rel", "nodeSelector": {"matchLabels": {"drain": group}},
+               "maxUnavailable": 2, "maxFailures": 1, "disruption": "Drain", "drainTimeout": "3s"});
+        for (key, value) in extra.as_object().unwrap() {
+            spec[key] = value.clone();
+        }
+        spec
+    };
+    create_rollout(
+        &bed.client,
+        "ro-two",
+        rollout("two", json!({"drain": {"onTimeout": "Halt"}})),
+    )
+    .await;
+    create_rollout(
+        &bed.client,
+        "ro-force",
+        rollout(
+            "force",
+            json!({"drain": {"onTimeout": "Force", "allowForce": true, "gracePeriodSeconds": 5}}),
+        ),
+    )
+    .await;
+
+    let done = rollout_when(&bed.client, "ro-two", "two-1 failed, ok-1 updated", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.nodes.succeeded == 1 && s.nodes.failed == 1)
+    })
+    .await;
+    let status = done.status.unwrap();
+    assert_eq!(status.failed_nodes[0].node, "two-1");
+    assert_eq!(status.failed_nodes[0].reason, "DrainTimeout");
+    let message = &status.failed_nodes[0].message;
+    assert!(
+        message.contains("default/db-two") && message.contains("more than one PodDisruptionBudget"),
+        "{message}"
+    );
+
+    rollout_when(&bed.client, "ro-force", "Complete=True", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "default");
+    assert!(pods.get_opt("db-force").await.unwrap().is_none(), "deleted");
+    for node in ["two-1", "ok-1", "force-1"] {
+        uncordoned(&bed, node).await;
+    }
+}
