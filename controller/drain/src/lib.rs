@@ -10,7 +10,10 @@
 //! * [`pod_disposition`]: what a drain does with one pod (pure);
 //! * [`drain_pass`]: one round of evictions over a node, and what is left
 //!   ([`DrainProgress`]), behind the [`Evictions`] trait so callers can be tested without
-//!   pods;
+//!   pods. An eviction (or forced deletion) the API server refuses — a budget's 429, a pod
+//!   under two budgets (500), an admission webhook, missing RBAC (403) — blocks that pod
+//!   and is retried on the next pass: it never fails the pass, so one node's drain never
+//!   stops a caller's other nodes; the caller's drain timeout decides;
 //! * [`cordon`]: cordoning, and the one record that inplace (not a person) cordoned a node.
 //!
 //! A pass never waits for pods to go: callers run one pass each time they look at a node
@@ -104,13 +107,15 @@ pub struct DrainProgress {
     /// Pods that still have to leave the node (evicted or deleted now, or still
     /// terminating).
     pub remaining: usize,
-    /// Evictions refused (a PodDisruptionBudget, usually), one line per pod:
+    /// Evictions refused (a PodDisruptionBudget, usually; or any answer of the API server
+    /// but 404), one line per pod:
     /// `namespace/pod: Cannot evict pod as it would violate the pod's disruption budget`.
     pub blocked: Vec<String>,
 }
 
-/// Why a drain pass could not finish. A refused eviction (429) is not an error: it is
-/// reported in [`DrainProgress::blocked`] and retried on the next pass.
+/// Why a drain pass could not finish. A refused eviction (any answer of the API server but
+/// 404) is not an error: it is reported in [`DrainProgress::blocked`] and retried on the
+/// next pass.
 #[derive(Debug, thiserror::Error)]
 pub enum DrainError {
     /// The pods on the node could not be listed.
@@ -122,7 +127,8 @@ pub enum DrainError {
         #[source]
         source: kube::Error,
     },
-    /// An eviction (or a forced deletion) failed otherwise than by a PodDisruptionBudget.
+    /// An eviction (or a forced deletion) got no answer from the API server (the
+    /// connection failed): the whole pass is retried.
     #[error("{action} pod {pod}: {source}")]
     Evict {
         /// `evicting`, or `deleting` in a forced pass.
@@ -179,7 +185,8 @@ impl DrainError {
 }
 
 /// One drain pass over `node`: evicts (or, forced, deletes) what should go and counts what
-/// remains. Evictions refused with 429 (a PodDisruptionBudget) are reported in `blocked`;
+/// remains. Evictions refused (429 from a PodDisruptionBudget, or any other answer but 404)
+/// are reported in `blocked`;
 /// `on_eviction` is called for every eviction or deletion sent (the caller's write metric).
 pub async fn drain_pass(
     client: &kube::Client,
@@ -222,11 +229,26 @@ pub async fn drain_pass(
                 match sent {
                     Ok(()) => progress.remaining += 1,
                     Err(kube::Error::Api(status)) if status.is_not_found() => {}
-                    Err(kube::Error::Api(status)) if status.code == 429 => {
+                    // A budget (429), or a refusal a later pass may not meet: two budgets
+                    // over the pod (500), a webhook, RBAC (403). The pod stays; the caller's
+                    // drain timeout decides, for this node alone.
+                    Err(kube::Error::Api(status)) => {
                         progress.remaining += 1;
-                        progress
-                            .blocked
-                            .push(format!("{namespace}/{name}: {}", refusal(&status)));
+                        let refused = refusal(&status);
+                        let line = if status.code == 429 {
+                            format!("{namespace}/{name}: {refused}")
+                        } else {
+                            let action = if options.force {
+                                "deletion"
+                            } else {
+                                "eviction"
+                            };
+                            format!(
+                                "{namespace}/{name}: {action} refused ({}): {refused}",
+                                status.code
+                            )
+                        };
+                        progress.blocked.push(line);
                     }
                     Err(source) => {
                         return Err(DrainError::Evict {
