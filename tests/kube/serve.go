@@ -197,6 +197,8 @@ func startControllerManager(p *pki, dir, server string, workloads bool) (*child,
 	controllers := "garbage-collector-controller,disruption-controller,namespace-controller,serviceaccount-controller"
 	if workloads {
 		controllers += ",deployment-controller,replicaset-controller,daemonset-controller,node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller"
+		// Pods mount the cluster CA from the kube-root-ca.crt ConfigMap of their namespace.
+		controllers += ",root-ca-certificate-publisher-controller"
 	}
 	c := &child{name: "kube-controller-manager", dir: dir, args: []string{
 		"--kubeconfig=" + kubeconfig,
@@ -209,6 +211,7 @@ func startControllerManager(p *pki, dir, server string, workloads bool) (*child,
 		"--use-service-account-credentials=true",
 		"--controllers=" + controllers,
 		"--concurrent-gc-syncs=5",
+		"--root-ca-file=" + p.path("ca.crt"),
 	}}
 	return c, c.start()
 }

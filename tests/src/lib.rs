@@ -12,6 +12,9 @@
 //! - [`docs`]: the commands a docs/usage page documents, for tests that run them as written.
 //! - [`ignition`]: applies an Ignition config's files, links and units to a node, as
 //!   Ignition does before a Flatcar node's first boot.
+//! - [`kube_node`]: real Kubernetes nodes (real kubelets, containerd, Pods) and whole clusters
+//!   on them.
+//! - [`install`]: inplace installed into a test cluster and onto a node as its docs say.
 //! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
 
 pub mod agent_images;
@@ -22,6 +25,7 @@ pub mod docs;
 pub mod error;
 pub mod fake_kubelet;
 pub mod ignition;
+pub mod install;
 pub mod kube_node;
 pub mod metrics_guide;
 pub mod nspawn;

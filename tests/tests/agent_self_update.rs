@@ -233,23 +233,11 @@ async fn create_ready_node(test_api: &inplace_tests::test_api::TestApi, name: &s
 
 /// The controller, as admin (RBAC is not what this suite is about), until dropped.
 fn start_controller(admin: &Path, out: &Path) -> tokio::process::Child {
-    let log = std::fs::File::create(out.join("controller.log")).unwrap();
-    tokio::process::Command::new(support::packaging::workspace_binary(
-        "inplace-controller",
-        "inplace-controller",
-    ))
-    .args([
-        "run",
-        "--no-leader-election",
-        "--metrics-addr",
-        "127.0.0.1:0",
-    ])
-    .arg("--kubeconfig")
-    .arg(admin)
-    .stdout(log.try_clone().unwrap())
-    .stderr(log)
-    .kill_on_drop(true)
-    .spawn()
+    inplace_tests::install::spawn_controller(
+        &support::packaging::workspace_binary("inplace-controller", "inplace-controller"),
+        admin,
+        &out.join("controller.log"),
+    )
     .unwrap()
 }
 

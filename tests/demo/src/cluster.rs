@@ -59,29 +59,10 @@ impl Cluster {
 
     /// Installs the CRDs (waiting until they are served), the agent's RBAC and admission
     /// policy, and the controller's namespace and RBAC, from `packaging/kubernetes`.
-    pub fn install(&self, packaging: &Path) -> anyhow::Result<()> {
-        let path = |relative: &str| packaging.join(relative).display().to_string();
-        let crds = path("crds");
-        self.kubectl(&["apply", "--server-side", "-f", &crds])
-            .context("installing the CRDs")?;
-        self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=120s",
-            "-f",
-            &crds,
-        ])?;
-        self.kubectl(&[
-            "apply",
-            "-f",
-            &path("agent"),
-            "-f",
-            &path("controller/namespace.yaml"),
-            "-f",
-            &path("controller/rbac.yaml"),
-        ])
-        .context("installing the agent's and the controller's RBAC and admission policy")?;
-        Ok(())
+    pub fn install(&self) -> anyhow::Result<()> {
+        Ok(inplace_tests::install::install_manifests(
+            &self.admin_kubeconfig(),
+        )?)
     }
 
     /// A kubeconfig (YAML) for `node`'s agent, acting as `system:node:NODE` in
@@ -126,11 +107,8 @@ impl Cluster {
         match self {
             Cluster::Started(server) => server.write_kubeconfig(
                 out,
-                "system:serviceaccount:inplace-system:inplace-controller",
-                &[
-                    "system:serviceaccounts",
-                    "system:serviceaccounts:inplace-system",
-                ],
+                inplace_tests::install::CONTROLLER_USER,
+                &inplace_tests::install::CONTROLLER_GROUPS,
             ),
             Cluster::Existing { .. } => {
                 let kubeconfig = self.token_kubeconfig("inplace-controller")?;

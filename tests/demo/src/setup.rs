@@ -60,8 +60,7 @@ pub(crate) async fn start_cluster(
         }
     };
     let cluster = keep.api.insert(cluster);
-    let packaging = paths.repo.join("packaging/kubernetes");
-    tokio::task::block_in_place(|| cluster.install(&packaging))?;
+    tokio::task::block_in_place(|| cluster.install())?;
     let kubeconfig = paths.work.join("kubeconfig");
     std::fs::copy(cluster.admin_kubeconfig(), &kubeconfig)
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
@@ -241,22 +240,11 @@ pub(crate) fn start_controller(
     tokio::task::block_in_place(|| cluster.write_controller_kubeconfig(&controller_kubeconfig))
         .context("writing the controller's kubeconfig")?;
     let log_path = paths.work.join("controller.log");
-    let log = std::fs::File::create(&log_path)
-        .with_context(|| format!("creating {}", log_path.display()))?;
-    let controller = tokio::process::Command::new(&paths.controller)
-        .args([
-            "run",
-            "--no-leader-election",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .arg("--kubeconfig")
-        .arg(&controller_kubeconfig)
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", paths.controller.display()))?;
+    let controller = inplace_tests::install::spawn_controller(
+        &paths.controller,
+        &controller_kubeconfig,
+        &log_path,
+    )?;
     println!("    log: {}", log_path.display());
 
     Ok(controller)

@@ -2,12 +2,16 @@
 //! filesystem (for `make`), `inplace-testbed sweep` removes nodes left by crashed test runs,
 //! `inplace-testbed boot NAME` boots a node and keeps it until Ctrl-C (for poking around with
 //! `nsenter -t <pid> -a bash`), `inplace-testbed kube --dir DIR [--node NAME]...` runs the real
-//! control plane (etcd, kube-apiserver, kube-controller-manager) until Ctrl-C or SIGTERM.
+//! control plane (etcd, kube-apiserver, kube-controller-manager) until Ctrl-C or SIGTERM,
+//! `inplace-testbed cluster --dir DIR --nodes N [--kubelet RELEASE]` a whole cluster on real
+//! nodes (docs/development/test-beds.md § Real Kubernetes nodes) until Ctrl-C or SIGTERM.
 
 use anyhow::{Context, bail};
 use std::path::Path;
 
 use inplace_tests::apiserver::ApiServer;
+use inplace_tests::install::workspace_binaries;
+use inplace_tests::kube_node::{ClusterOptions, KUBELET_RELEASES, KubeCluster};
 use inplace_tests::nspawn::{Node, NodeOptions, RootfsRecipe, sweep_stale_nodes};
 
 #[tokio::main]
@@ -50,8 +54,9 @@ async fn main() -> anyhow::Result<()> {
             node.poweroff().await.context("powering off")?;
         }
         ["kube", "--dir", dir, rest @ ..] => serve_kube(Path::new(dir), rest).await?,
+        ["cluster", rest @ ..] => serve_cluster(rest).await?,
         _ => bail!(
-            "usage: inplace-testbed build-rootfs [MIRROR] | sweep | boot NAME | kube --dir DIR [--node NAME]..."
+            "usage: inplace-testbed build-rootfs [MIRROR] | sweep | boot NAME | kube --dir DIR [--node NAME]... | cluster --dir DIR --nodes N [--kubelet RELEASE] [--no-controller]"
         ),
     }
     Ok(())
@@ -76,12 +81,63 @@ async fn serve_kube(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     for node in &nodes {
         println!("node {node}: {}", server.node_kubeconfig(node)?.display());
     }
+    until_stopped().await?;
+    drop(server);
+    Ok(())
+}
+
+/// `cluster --dir DIR --nodes N [--kubelet RELEASE] [--no-controller]`: the real control
+/// plane, N real nodes on the oldest built kubelet (or RELEASE) with containerd and the agent,
+/// the controller, every built kubelet served; `DIR/admin.kubeconfig`,
+/// `DIR/releases/RELEASE.yaml` and `DIR/images.txt`. Runs until SIGINT or SIGTERM, then
+/// removes every node.
+async fn serve_cluster(args: &[&str]) -> anyhow::Result<()> {
+    let (mut dir, mut nodes, mut kubelet, mut controller) = (None, 3, KUBELET_RELEASES[0], true);
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        let mut value = || {
+            rest.next()
+                .with_context(|| format!("cluster: {flag} needs a value"))
+        };
+        match *flag {
+            "--dir" => dir = Some(Path::new(value()?).to_path_buf()),
+            "--nodes" => nodes = value()?.parse().context("cluster: --nodes N")?,
+            "--kubelet" => kubelet = value()?,
+            "--no-controller" => controller = false,
+            other => bail!("cluster: unknown flag {other}"),
+        }
+    }
+    let dir = dir.context("cluster: --dir DIR is required")?;
+    println!("building the agent and the controller (cargo; cached)");
+    let (agent, controller_bin) = workspace_binaries().await?;
+    let options = ClusterOptions {
+        dir: std::path::absolute(&dir)?,
+        nodes,
+        name_prefix: "node".to_owned(),
+        kubelet: kubelet.to_owned(),
+        agent,
+        controller: controller.then_some(controller_bin),
+    };
+    let cluster = KubeCluster::start(&options, &|step| println!("==> {step}")).await?;
+    println!(
+        "ready: export KUBECONFIG={}\n  kubectl get nodes -o wide\n  kubectl apply -f {}/releases/<release>.yaml   (one per built kubelet: {})\n  images for Pods (imagePullPolicy: Never): {}/images.txt\nCtrl-C or SIGTERM stops everything.",
+        cluster.admin_kubeconfig().display(),
+        options.dir.display(),
+        KUBELET_RELEASES.join(", "),
+        options.dir.display(),
+    );
+    until_stopped().await?;
+    drop(cluster);
+    Ok(())
+}
+
+/// Returns at SIGINT (Ctrl-C) or SIGTERM.
+async fn until_stopped() -> anyhow::Result<()> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("handling SIGTERM")?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
     }
-    drop(server);
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! `system:node:NAME`, and Pods run from images built and imported locally
 //! ([`config::WORKLOAD_IMAGE`]). See docs/development/test-beds.md § Real Kubernetes nodes.
 
+pub mod cluster;
 pub mod config;
 pub mod kubelet;
 mod node;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node as NodeObject;
 
+pub use cluster::{ClusterOptions, KubeCluster};
 pub use config::KubeletPorts;
 pub use kubelet::{KUBELET_RELEASES, KubeletImage, kubelet_binary, kubelet_sysext, node_images};
 pub use node::{KubeNode, KubeNodeConfig, healthz_ok};

@@ -50,6 +50,9 @@ impl KubeNodeConfig {
             // watcher reads /dev/kmsg.
             "--capability=CAP_NET_ADMIN,CAP_SYSLOG".to_owned(),
             "--bind-ro=/dev/kmsg".to_owned(),
+            // containerd's overlayfs snapshotter: the kernel refuses an overlay whose upper
+            // directory is on overlayfs (the node's root), with "invalid argument".
+            "--tmpfs=/var/lib/containerd:mode=0711".to_owned(),
             format!(
                 "--bind-ro={}:{}",
                 self.images_dir.display(),

@@ -1,0 +1,170 @@
+//! inplace installed into a test cluster the way its docs install it, shared by the suites,
+//! the demo and `inplace-testbed cluster`: the manifests (CRDs, the agent's and the
+//! controller's RBAC and admission policy), the controller run as its shipped ServiceAccount,
+//! and the agent laid out on a node as its package lays it out.
+
+use std::path::{Path, PathBuf};
+
+use crate::apiserver::{repo_root, run_kubectl};
+use crate::error::IoContext;
+use crate::nspawn::{NodeFile, NodeOptions};
+use crate::{Error, Result};
+
+/// The controller's ServiceAccount as the shipped RBAC names it, and its groups.
+pub const CONTROLLER_USER: &str = "system:serviceaccount:inplace-system:inplace-controller";
+/// The groups of [`CONTROLLER_USER`].
+pub const CONTROLLER_GROUPS: [&str; 2] = [
+    "system:serviceaccounts",
+    "system:serviceaccounts:inplace-system",
+];
+
+/// Applies the CRDs (waiting until they are served), the agent's RBAC and admission policy,
+/// and the controller's namespace and RBAC from `packaging/kubernetes`, as `kubeconfig`'s user.
+pub fn install_manifests(kubeconfig: &Path) -> Result<()> {
+    let packaging = repo_root().join("packaging/kubernetes");
+    let path = |relative: &str| packaging.join(relative).display().to_string();
+    let kubectl = |what: &str, args: &[&str]| {
+        run_kubectl(kubeconfig, args).map_err(|e| Error::Invalid(format!("{what}: {e:#}")))
+    };
+    let crds = path("crds");
+    kubectl(
+        "installing the CRDs",
+        &["apply", "--server-side", "-f", &crds],
+    )?;
+    kubectl(
+        "waiting for the CRDs",
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=120s",
+            "-f",
+            &crds,
+        ],
+    )?;
+    kubectl(
+        "installing the agent's and the controller's RBAC and admission policy",
+        &[
+            "apply",
+            "-f",
+            &path("agent"),
+            "-f",
+            &path("controller/namespace.yaml"),
+            "-f",
+            &path("controller/rbac.yaml"),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Starts `inplace-controller run` (no leader election, metrics on a free port) with
+/// `kubeconfig`, logging to `log_path`; killed when the handle is dropped.
+pub fn spawn_controller(
+    binary: &Path,
+    kubeconfig: &Path,
+    log_path: &Path,
+) -> Result<tokio::process::Child> {
+    let log = std::fs::File::create(log_path).ctx(|| format!("creating {}", log_path.display()))?;
+    let log2 = log
+        .try_clone()
+        .ctx(|| "duplicating a log file".to_owned())?;
+    tokio::process::Command::new(binary)
+        .args([
+            "run",
+            "--no-leader-election",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdout(log)
+        .stderr(log2)
+        .kill_on_drop(true)
+        .spawn()
+        .ctx(|| format!("starting {}", binary.display()))
+}
+
+/// The agent and the controller of this workspace, built into the running program's target
+/// directory and profile (`cargo build --bins`: a no-op when current); their paths.
+pub async fn workspace_binaries() -> Result<(PathBuf, PathBuf)> {
+    let exe = std::env::current_exe().ctx(|| "locating the running program".to_owned())?;
+    // <target>/<profile dir>/deps/<test binary>, or <target>/<profile dir>/<binary>
+    let mut profile_dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if profile_dir.ends_with("deps") {
+        profile_dir.pop();
+    }
+    let target_dir = profile_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_owned(),
+        Some(other) => other.to_owned(),
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = tokio::process::Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--bins",
+            "-p",
+            "inplace-agent",
+            "-p",
+            "inplace-controller",
+        ])
+        .args(["--profile", &profile])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .current_dir(repo_root())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .ctx(|| "running cargo build".to_owned())?;
+    if !status.success() {
+        return Err(Error::Invalid(format!(
+            "building the agent and the controller: cargo build {status}"
+        )));
+    }
+    Ok((
+        profile_dir.join("inplace-agent"),
+        profile_dir.join("inplace-controller"),
+    ))
+}
+
+/// The agent as its package installs it (docs/usage/deb.md's layout): the binary, the shipped
+/// unit and tmpfiles, a policy allowing `artifact_prefix` over plain HTTP, the unit enabled.
+/// Its identity is the kubelet's kubeconfig (`/etc/kubernetes/kubelet.conf`), which the node
+/// has of its own.
+pub async fn add_agent(
+    options: &mut NodeOptions,
+    agent: &Path,
+    artifact_prefix: &str,
+) -> Result<()> {
+    let root = repo_root();
+    options.files.extend([
+        NodeFile::from_host(agent, "/usr/bin/inplace-agent", 0o755).await?,
+        NodeFile::from_host(
+            root.join("systemd/inplace-agent.service"),
+            "/etc/systemd/system/inplace-agent.service",
+            0o644,
+        )
+        .await?,
+        NodeFile::from_host(
+            root.join("systemd/inplace-agent.tmpfiles.conf"),
+            "/usr/lib/tmpfiles.d/inplace-agent.conf",
+            0o644,
+        )
+        .await?,
+        NodeFile::new(
+            "/etc/inplace/agent.toml",
+            format!(
+                "[policy]\nallowed_url_prefixes = [\"{artifact_prefix}\"]\nallow_http = true\n\
+                 [activation]\nhealth_interval = \"200ms\"\n"
+            ),
+            0o644,
+        ),
+    ]);
+    options
+        .enable_units
+        .push("inplace-agent.service".to_owned());
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! A whole cluster on real nodes, for people (`inplace-testbed cluster`) and tests alike: the
+//! real control plane with the scheduler and workload controllers, N real nodes on the oldest
+//! kubelet with the agent installed as a package would install it (its node identity), the
+//! controller as its shipped ServiceAccount, and every built kubelet release served as a
+//! sysext image on the bed's artifact server, with a ready-to-apply NodeRelease for each.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::config::WORKLOAD_IMAGE;
+use super::{KUBELET_RELEASES, KubeNode, KubeNodeConfig, KubeletImage, kubelet_sysext};
+use crate::apiserver::{ApiServer, run_kubectl};
+use crate::artifact_server::{Artifact, ArtifactServer};
+use crate::error::IoContext;
+use crate::install::{
+    CONTROLLER_GROUPS, CONTROLLER_USER, add_agent, install_manifests, spawn_controller,
+};
+use crate::nspawn::{Node, NodeOptions};
+use crate::sysext::SysextImage;
+use crate::{Error, Result};
+
+/// How long a real node may take to be `Ready` on a loaded 2-core machine.
+const READY_PATIENCE: Duration = Duration::from_secs(300);
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Where everything lives: the API server's state, images, kubeconfigs, the manifests.
+    pub dir: PathBuf,
+    /// How many nodes.
+    pub nodes: usize,
+    /// Node names are `PREFIX-1` ... (with a unique suffix, so that beds never collide).
+    pub name_prefix: String,
+    /// The kubelet release the nodes boot with.
+    pub kubelet: String,
+    /// The agent binary installed on every node.
+    pub agent: PathBuf,
+    /// The controller binary, run as its shipped ServiceAccount; `None`: no controller.
+    pub controller: Option<PathBuf>,
+}
+
+/// A running cluster; dropping it stops the controller, the nodes and the control plane.
+pub struct KubeCluster {
+    /// The control plane.
+    pub api: ApiServer,
+    /// Serves every built kubelet release's image and `SHA256SUMS`.
+    pub server: ArtifactServer,
+    /// The nodes, in name order.
+    pub nodes: Vec<KubeNode>,
+    /// The images served, by release.
+    pub images: Vec<(String, SysextImage)>,
+    controller: Option<tokio::process::Child>,
+    dir: PathBuf,
+}
+
+impl KubeCluster {
+    /// Starts everything, telling `progress` what it is doing.
+    pub async fn start(options: &ClusterOptions, progress: &dyn Fn(&str)) -> Result<KubeCluster> {
+        let dir = &options.dir;
+        create_dir(dir).await?;
+        progress(
+            "starting the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)",
+        );
+        let api = ApiServer::start_for_kubelets(&dir.join("api"))
+            .await
+            .map_err(|e| Error::Invalid(format!("starting the control plane: {e:#}")))?;
+        install_manifests(&api.admin_kubeconfig())?;
+
+        progress("packing every built kubelet release as a sysext image and serving it");
+        let server = ArtifactServer::start().await?;
+        let images = serve_kubelet_images(&server, &dir.join("images")).await?;
+        let first = images
+            .iter()
+            .find(|(release, _)| *release == options.kubelet)
+            .map(|(_, image)| image.clone())
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "no kubelet {} (built: {KUBELET_RELEASES:?})",
+                    options.kubelet
+                ))
+            })?;
+        let images_dir = super::node_images().await?;
+
+        progress(&format!(
+            "booting {} nodes on kubelet {} with containerd and the agent",
+            options.nodes, options.kubelet
+        ));
+        let boots = (1..=options.nodes).map(|i| {
+            let name = Node::unique_name(&format!("{}-{i}", options.name_prefix));
+            boot_node(
+                &api,
+                &server,
+                options,
+                name,
+                first.clone(),
+                images_dir.clone(),
+            )
+        });
+        let mut nodes = Vec::new();
+        for booted in futures::future::join_all(boots).await {
+            nodes.push(booted?);
+        }
+        let client = api
+            .client()
+            .await
+            .map_err(|e| Error::Invalid(format!("admin client: {e:#}")))?;
+        for node in &nodes {
+            if let Err(e) =
+                super::wait_node_ready(&client, node.name(), Some(&options.kubelet), READY_PATIENCE)
+                    .await
+            {
+                return Err(Error::Invalid(format!("{e}\n{}", node.diagnostics().await)));
+            }
+            progress(&format!(
+                "node {} Ready on kubelet {}",
+                node.name(),
+                options.kubelet
+            ));
+        }
+        let controller = match &options.controller {
+            Some(binary) => {
+                progress(
+                    "starting inplace-controller (ServiceAccount inplace-system/inplace-controller)",
+                );
+                let kubeconfig = dir.join("controller.kubeconfig");
+                api.write_kubeconfig(&kubeconfig, CONTROLLER_USER, &CONTROLLER_GROUPS)
+                    .map_err(|e| Error::Invalid(format!("the controller's kubeconfig: {e:#}")))?;
+                Some(spawn_controller(
+                    binary,
+                    &kubeconfig,
+                    &dir.join("controller.log"),
+                )?)
+            }
+            None => None,
+        };
+        let cluster = KubeCluster {
+            api,
+            server,
+            nodes,
+            images,
+            controller,
+            dir: dir.clone(),
+        };
+        cluster.write_files()?;
+        Ok(cluster)
+    }
+
+    /// The admin's kubeconfig (`DIR/admin.kubeconfig`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// A client acting as the admin.
+    pub async fn client(&self) -> Result<kube::Client> {
+        self.api
+            .client()
+            .await
+            .map_err(|e| Error::Invalid(format!("admin client: {e:#}")))
+    }
+
+    /// kubectl of the pinned release as the admin; its standard output.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        run_kubectl(&self.admin_kubeconfig(), args).map_err(|e| Error::Invalid(format!("{e:#}")))
+    }
+
+    /// The NodeRelease that moves a node to kubelet `release` (`DIR/releases/RELEASE.yaml`):
+    /// its sysext image with sha256 and size, a restart of the kubelet, and health checks
+    /// that need the kubelet's unit steady and the Node reporting the new version.
+    pub fn release_manifest(&self, release: &str) -> Result<String> {
+        let image = self.image(release)?;
+        Ok(release_manifest(
+            release,
+            &self.server.url(&image_path(image)),
+            image,
+        ))
+    }
+
+    /// The served image of `release`.
+    pub fn image(&self, release: &str) -> Result<&SysextImage> {
+        self.images
+            .iter()
+            .find(|(r, _)| r == release)
+            .map(|(_, image)| image)
+            .ok_or_else(|| Error::Invalid(format!("no kubelet {release} served")))
+    }
+
+    /// Serves a kubelet image of `release` that cannot start (its drop-in passes a flag the
+    /// kubelet refuses) and returns its NodeRelease, named `kubelet-RELEASE-refuses-to-start`.
+    pub async fn serve_broken_release(&self, release: &str) -> Result<String> {
+        let image = kubelet_sysext(
+            release,
+            KubeletImage::RefusesToStart,
+            &self.dir.join("images"),
+        )
+        .await?;
+        self.server
+            .put(&image_path(&image), Artifact::file(&image.path)?);
+        let manifest = release_manifest(release, &self.server.url(&image_path(&image)), &image)
+            .replacen(
+                &format!("name: kubelet-{release}\n"),
+                &format!("name: kubelet-{release}-refuses-to-start\n"),
+                1,
+            );
+        Ok(manifest)
+    }
+
+    fn write_files(&self) -> Result<()> {
+        std::fs::copy(self.api.admin_kubeconfig(), self.admin_kubeconfig())
+            .ctx(|| "copying the admin kubeconfig".to_owned())?;
+        let releases = self.dir.join("releases");
+        std::fs::create_dir_all(&releases).ctx(|| format!("creating {}", releases.display()))?;
+        for (release, _) in &self.images {
+            let path = releases.join(format!("{release}.yaml"));
+            std::fs::write(&path, self.release_manifest(release)?)
+                .ctx(|| format!("writing {}", path.display()))?;
+        }
+        let images = self.dir.join("images.txt");
+        std::fs::write(&images, format!("{WORKLOAD_IMAGE}\n"))
+            .ctx(|| format!("writing {}", images.display()))
+    }
+}
+
+impl Drop for KubeCluster {
+    fn drop(&mut self) {
+        if let Some(controller) = self.controller.as_mut() {
+            let _ = controller.start_kill();
+        }
+    }
+}
+
+/// Where the server serves an image: its file name at the root.
+fn image_path(image: &SysextImage) -> String {
+    format!(
+        "/{}",
+        image
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    )
+}
+
+fn release_manifest(release: &str, url: &str, image: &SysextImage) -> String {
+    format!(
+        "apiVersion: inplace.dev/v1alpha1
+kind: NodeRelease
+metadata:
+  name: kubelet-{release}
+spec:
+  version: {release}
+  kubernetesVersion: {release}
+  artifacts:
+  - name: kubernetes
+    type: Sysext
+    url: {url}
+    sha256: {sha256}
+    size: {size}
+  activation:
+    restartUnits: [kubelet.service]
+  healthChecks:
+    units: [kubelet.service]
+    nodeKubeletVersion: true
+    window: 10s
+    timeout: 3m
+",
+        sha256 = image.sha256,
+        size = image.size,
+    )
+}
+
+async fn serve_kubelet_images(
+    server: &ArtifactServer,
+    dir: &Path,
+) -> Result<Vec<(String, SysextImage)>> {
+    create_dir(dir).await?;
+    let mut images = Vec::new();
+    for release in KUBELET_RELEASES {
+        let image = kubelet_sysext(release, KubeletImage::Working, dir).await?;
+        server.put(&image_path(&image), Artifact::file(&image.path)?);
+        images.push((release.to_owned(), image));
+    }
+    let paths: Vec<String> = images.iter().map(|(_, image)| image_path(image)).collect();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    server.put_sha256sums("/SHA256SUMS", &paths)?;
+    Ok(images)
+}
+
+async fn boot_node(
+    api: &ApiServer,
+    server: &ArtifactServer,
+    options: &ClusterOptions,
+    name: String,
+    kubelet_image: SysextImage,
+    images_dir: PathBuf,
+) -> Result<KubeNode> {
+    let kubeconfig = api
+        .node_kubeconfig(&name)
+        .map_err(|e| Error::Invalid(format!("the kubeconfig of {name}: {e:#}")))?;
+    let config = KubeNodeConfig {
+        kubeconfig_yaml: std::fs::read_to_string(&kubeconfig)
+            .ctx(|| format!("reading {}", kubeconfig.display()))?,
+        ca_pem: api.ca_pem().map_err(|e| Error::Invalid(format!("{e:#}")))?,
+        kubelet_image,
+        images_dir,
+        ports: KubeNodeConfig::free_ports()?,
+        name,
+    };
+    let mut node_options = NodeOptions::default();
+    add_agent(&mut node_options, &options.agent, &server.url("/")).await?;
+    KubeNode::boot(&config, node_options).await
+}
+
+async fn create_dir(dir: &Path) -> Result<()> {
+    tokio::fs::create_dir_all(dir)
+        .await
+        .ctx(|| format!("creating {}", dir.display()))
+}
