@@ -382,3 +382,72 @@ async fn a_plan_that_moved_on_during_the_switch_is_taken_after_the_confirmation(
         bed.ready()
     );
 }
+
+/// A plan for the agent version that already runs (a node bootstrapped with the fleet's
+/// current image, then given the fleet's rollout) is up to date: nothing is fetched,
+/// journaled, armed or restarted. (It started a switch; interrupted before the swap, the
+/// agent then waited for a guard that was never armed and ignored every later plan.)
+#[tokio::test]
+async fn a_plan_for_the_running_agent_version_is_up_to_date_and_switches_nothing() {
+    let signer = Signer::new();
+    let mut bed = node(&signer);
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    let mut agent = restarted_as(&mut bed, "0.2.0").await;
+    agent.handle(Some(&plan)).await.unwrap();
+    assert_eq!(agent.journal().step(), None);
+    assert!(pending(&bed).is_none());
+    assert!(bed.systemd.calls.lock().unwrap().is_empty());
+    assert!(link(&bed).ends_with("inplace-agent-0.1.0.raw"));
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::Succeeded),
+        "{:?}",
+        bed.ready()
+    );
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    assert_eq!(
+        bed.last().current_revision.as_deref(),
+        Some(revision.as_str())
+    );
+}
+
+/// A plan for a lower agent version than the running build is refused at
+/// `spec.agent.version`: anyone who may write plans could otherwise roll the fleet back to
+/// an old, signed, vulnerable agent.
+#[tokio::test]
+async fn a_plan_for_a_lower_agent_version_is_refused_as_a_downgrade() {
+    let signer = Signer::new();
+    let mut bed = node(&signer);
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    let mut agent = restarted_as(&mut bed, "0.10.0").await;
+    agent.handle(Some(&plan)).await.unwrap();
+    let (status, reason, message) = bed.ready();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "DowngradeDenied")
+    );
+    for word in ["spec.agent.version", "0.2.0", "0.10.0", "allow_downgrade"] {
+        assert!(message.contains(word), "{word:?} not in {message}");
+    }
+    assert_eq!(agent.journal().step(), None);
+    assert!(pending(&bed).is_none());
+    assert!(bed.systemd.calls.lock().unwrap().is_empty());
+}
+
+/// A confirmed switch is up to date only while its build runs: an agent put back to 0.1.0
+/// (a package reinstalled, an image relinked by hand) takes the plan again.
+#[tokio::test]
+async fn a_confirmed_switch_is_up_to_date_only_while_its_build_runs() {
+    let (mut bed, plan) = mid_switch().await;
+    let mut b = restarted_as(&mut bed, "0.2.0").await;
+    b.handle(Some(&plan)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    let mut a = restarted_as(&mut bed, "0.1.0").await;
+    a.handle(Some(&plan)).await.unwrap();
+    assert_eq!(
+        a.journal().step(),
+        Some(Step::SwitchingAgent),
+        "0.1.0 runs, so the plan for 0.2.0 is not done: {:?}",
+        bed.ready()
+    );
+}

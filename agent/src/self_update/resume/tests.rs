@@ -206,3 +206,65 @@ fn the_new_agent_never_confirms_over_the_guards_record() {
         Resolution::AwaitGuard(_)
     ));
 }
+
+/// A switch to the version that already runs (journaled by a build that did not refuse it):
+/// old and new agent report the same version, so only the link tells them apart. No row may
+/// wait for a guard that was never armed, and a restore is reported.
+fn same_version_switch(attempt: u32) -> Switch {
+    Switch {
+        expected_version: OLD.into(),
+        ..switch(attempt)
+    }
+}
+
+#[test]
+fn with_equal_versions_every_interruption_point_moves_on() {
+    let switch = same_version_switch(1);
+    // Before arming, and armed before the swap: this agent runs from the previous image.
+    for armed in [false, true] {
+        assert_eq!(
+            Host::before_swap(OLD, armed).resolve(&switch),
+            Resolution::Restart { attempt: 2 },
+            "armed: {armed}"
+        );
+    }
+    // After the swap (before or after the refresh, armed or disarmed by 7a): the ordered
+    // image is in place and the ordered version runs.
+    for armed in [true, false] {
+        assert_eq!(
+            Host::after_swap(OLD, armed).resolve(&switch),
+            Resolution::Confirm,
+            "armed: {armed}"
+        );
+    }
+    // Out of attempts before the swap: given up, not waited on.
+    assert_eq!(
+        Host::before_swap(OLD, true).resolve(&same_version_switch(MAX_ATTEMPTS)),
+        Resolution::GiveUp
+    );
+}
+
+#[test]
+fn with_equal_versions_a_restore_by_the_guard_is_reported() {
+    let record = RolledBack {
+        reason: "AgentNotConfirmed".into(),
+        message: "agent 0.1.0 did not confirm itself by its deadline".into(),
+    };
+    for armed in [false, true] {
+        let mut host = Host::before_swap(OLD, armed);
+        host.rolled_back = Some(record.clone());
+        assert_eq!(
+            host.resolve(&same_version_switch(1)),
+            Resolution::ReportRolledBack(record.clone())
+        );
+    }
+    // While the guard is restoring, nobody acts.
+    let host = Host {
+        restoring: true,
+        ..Host::after_swap(OLD, false)
+    };
+    assert!(matches!(
+        host.resolve(&same_version_switch(1)),
+        Resolution::AwaitGuard(_)
+    ));
+}
