@@ -56,7 +56,10 @@ if [[ " $* " == *" --agent-update "* ]]; then
     # in a target directory of its own so that the v1 agent above stays as it is. A first
     # build compiles the agent's dependencies again (release; minutes).
     v1=$("$target/release/inplace-agent" --version | cut -d' ' -f2)
-    v2="$v1-next.2"
+    # One patch above v1, pre-release next.2 (inplace_tests::agent_images::next_version): an
+    # update must be above the running version, or the nodes refuse it as a downgrade.
+    IFS=. read -r major minor patch <<<"${v1%%[-+]*}"
+    v2="$major.$minor.$((patch + 1))-next.2"
     echo "==> building agent $v2 for --agent-update (release, $target/agent-versions; the first build takes a few minutes)"
     INPLACE_AGENT_VERSION=$v2 cargo build --release --quiet -p inplace-agent --bin inplace-agent \
         --target-dir "$target/agent-versions"

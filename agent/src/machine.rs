@@ -26,6 +26,9 @@ pub struct PlanView {
     pub problems: Option<Problems>,
     /// The retry token a person set on the plan (`inplace.dev/retry`), if any.
     pub retry: Option<String>,
+    /// Whether the plan asks for the agent build that runs (`spec.agent.version` is this
+    /// build's): then it is up to date, with or without a switch behind it.
+    pub agent_running: bool,
 }
 
 impl PlanView {
@@ -46,6 +49,7 @@ impl PlanView {
             problems: (!problems.is_empty()).then_some(Problems(problems)),
             retry: inplace_proto::steering::pending_retry(plan.metadata.annotations.as_ref(), None)
                 .map(str::to_owned),
+            agent_running: self_update.runs(&plan.spec.content),
         }
     }
 }
@@ -144,11 +148,9 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
     if let Some(problems) = &plan.problems {
         return Action::Refuse(problems.clone());
     }
-    if journal.current_revision() == Some(plan.revision.as_str())
-        || journal
-            .agent()
-            .is_some_and(|a| a.revision() == plan.revision)
-    {
+    // An agent update is done when its build runs, not when a switch was recorded: the
+    // record outlives a package reinstalled or an image relinked by hand.
+    if journal.current_revision() == Some(plan.revision.as_str()) || plan.agent_running {
         return Action::UpToDate;
     }
     if let Some(problems) = downgrade_problem(plan, journal) {
@@ -218,6 +220,7 @@ mod tests {
             content,
             problems: None,
             retry: None,
+            agent_running: false,
         }
     }
 
@@ -272,6 +275,7 @@ mod tests {
             next_image: "/opt/extensions/inplace-agent/b.raw".into(),
             next_sha256: "b".repeat(64),
             expected_version: "0.2.0".into(),
+            previous_version: Some("0.1.0".into()),
             attempt: 1,
         })
         .unwrap();
@@ -280,11 +284,19 @@ mod tests {
 
     #[test]
     fn a_confirmed_agent_switch_is_up_to_date_and_the_content_chain_unchanged() {
-        let p = plan("agent", DesiredState::Active);
+        let mut p = plan("agent", DesiredState::Active);
         let mut j = switching(&p);
         j.confirm_switch(Utc::now()).unwrap();
         assert_eq!(j.current_revision(), None);
+        // The switch's record alone is not enough: its build must be the one that runs.
+        assert_eq!(decide(Some(&p), &j, 3), Action::Stage { activate: true });
+        p.agent_running = true;
         assert_eq!(decide(Some(&p), &j, 3), Action::UpToDate);
+        assert_eq!(
+            decide(Some(&p), &Journal::default(), 3),
+            Action::UpToDate,
+            "nor is a record needed when the plan asks for the build that runs"
+        );
     }
 
     #[test]

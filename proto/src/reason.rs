@@ -101,7 +101,8 @@ reasons! {
     /// node does not trust, or names another file or version; nothing was installed.
     SignatureInvalid,
     /// The plan's `kubernetesVersion` is lower than the one the node runs and the plan does
-    /// not set `allowDowngrade`; nothing was done.
+    /// not set `allowDowngrade`, or its `spec.agent.version` is lower than the running
+    /// agent's and the node's `[self_update] allow_downgrade` is off; nothing was done.
     DowngradeDenied,
     /// systemd-sysext skipped an extension (incompatible release file); rolled back.
     ExtensionNotMerged,
@@ -122,8 +123,8 @@ reasons! {
     /// removed by something else); the message names the path.
     Drifted,
     /// The plan asks to replace the agent (`spec.agent`) and this agent cannot switch
-    /// itself: it was installed by a package, not as a system extension, or this build does
-    /// not carry out agent switches; nothing was done.
+    /// itself: it was installed by a package, not as a system extension, or its extension
+    /// link is no longer a link; nothing was done.
     SelfUpdateUnsupported,
     /// The new agent did not confirm itself by the node's `[self_update] confirm_timeout`
     /// (it crashed, hung before READY=1 or could not reach the API server); the guard

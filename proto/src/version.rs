@@ -74,6 +74,16 @@ impl KubernetesVersion {
     }
 }
 
+/// The order of two builds' versions by semver precedence (`0.2.0`, `0.2.0-rc.1`, with or
+/// without a leading `v`, as agent builds are versioned); `None` when either is not semver.
+pub fn compare_builds(a: &str, b: &str) -> Option<Ordering> {
+    let parse = |text: &str| {
+        let text = text.strip_prefix('v').unwrap_or(text);
+        KubernetesVersion::parse(&format!("v{text}"))
+    };
+    Some(parse(a)?.precedence(&parse(b)?))
+}
+
 /// Whether going from `current` to `target` lowers the version. Versions that do not parse
 /// cannot be ordered, so they never count as a downgrade (the API validation refuses them).
 pub fn is_downgrade(current: &str, target: &str) -> bool {
@@ -174,6 +184,19 @@ mod tests {
             !is_downgrade("v1.31.2", "1.30.0"),
             "unparsable: not ordered"
         );
+    }
+
+    #[test]
+    fn builds_are_ordered_with_or_without_a_v() {
+        assert_eq!(compare_builds("0.2.0", "0.10.0"), Some(Ordering::Less));
+        assert_eq!(
+            compare_builds("0.2.0-next.2", "0.2.0"),
+            Some(Ordering::Less)
+        );
+        assert_eq!(compare_builds("v0.2.0", "0.2.0"), Some(Ordering::Equal));
+        assert_eq!(compare_builds("0.3.0", "0.2.9"), Some(Ordering::Greater));
+        assert_eq!(compare_builds("0.2", "0.2.0"), None);
+        assert_eq!(compare_builds("0.2.0", "vv0.2.0"), None);
     }
 
     #[test]

@@ -18,6 +18,17 @@ use minisign::KeyPair;
 
 use crate::apiserver::repo_root;
 
+/// The version of agent build `n` made from this tree for the switch suites: one patch
+/// above `current` with the pre-release `next.<n>` (`0.1.0` -> `0.1.1-next.2`). Above the
+/// running build, as an update must be (nodes refuse a lower version as a downgrade), and
+/// ordered by `n`. `scripts/demo.sh` computes the same for the demo's v2.
+pub fn next_version(current: &str, n: u32) -> String {
+    let release = current.split(['-', '+']).next().unwrap_or(current);
+    let mut parts: Vec<u64> = release.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+    parts.resize(3, 0);
+    format!("{}.{}.{}-next.{n}", parts[0], parts[1], parts[2] + 1)
+}
+
 /// What the new agent does when it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {

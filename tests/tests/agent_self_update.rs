@@ -5,9 +5,10 @@
 //! controller) and succeeds with the kubelet untouched; then three broken v3 agents in turn,
 //! each a plan written as the controller writes one (one exits 1 at start, one hangs before
 //! READY=1, one whose credential the server refuses), each end with the node back on v2 and
-//! the plan `RolledBack` for `AgentNotConfirmed`. One node boot for all four: each broken
-//! switch starts from v2 and must leave the node on v2, which is what the next one starts
-//! from. The images come from `inplace_tests::agent_images`, checked on the host by the second
+//! the plan `RolledBack` for `AgentNotConfirmed`; then a plan for v2 again (another image
+//! at the same version) is `Succeeded` at once with nothing switched, and one for v1 is
+//! refused as a downgrade (`DowngradeDenied`). One node boot for all: each broken switch
+//! starts from v2 and must leave the node on v2, which is what the next one starts from. The images come from `inplace_tests::agent_images`, checked on the host by the second
 //! test; the node's setup and the plans are support/switch_node.rs's.
 //!
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools.
@@ -20,7 +21,9 @@ mod support;
 use std::path::Path;
 
 use inplace_proto::Phase;
-use inplace_tests::agent_images::{Behaviour, ReleaseKey, agent_binary_at, agent_image};
+use inplace_tests::agent_images::{
+    Behaviour, ReleaseKey, agent_binary_at, agent_image, next_version,
+};
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
 use inplace_tests::nspawn::{Node, NodeOptions};
 
@@ -32,8 +35,8 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
     inplace_tests::prereq::require_nspawn().expect("prerequisites");
     inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
     let v1 = env!("CARGO_PKG_VERSION");
-    let v2 = format!("{v1}-next.2");
-    let v3 = format!("{v1}-next.3");
+    let v2 = next_version(v1, 2);
+    let v3 = next_version(v1, 3);
 
     let out = tempfile::tempdir().unwrap();
     let (test_api, plans) = api_for_agents().await;
@@ -44,7 +47,16 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
         .await
         .expect("node boots");
     let v1_image = build("packaging/node/build-sysext.sh", &out.path().join("v1"));
-    install_agent(&node, &test_api, &key, &server.url("/"), &v1_image, 20).await;
+    install_agent(
+        &node,
+        &test_api,
+        &key,
+        &server.url("/"),
+        &v1_image,
+        20,
+        false,
+    )
+    .await;
     let kubelet_started = kubelet_start(&node).await;
 
     // v1 -> v2 as docs/usage/agent-updates.md says, through a NodeRelease and a NodeRollout
@@ -97,6 +109,35 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
         assert_eq!(status.agent_version.as_deref(), Some(v2.as_str()));
         assert_running(&node, &v2, &image, &kubelet_started).await;
     }
+
+    // A plan for the version that runs replaces nothing, even with another image (here one
+    // that would exit at start): Succeeded at once, v2 runs on. (It started a switch whose
+    // two agents reported the same version: interrupted before the swap, the node waited for
+    // a guard never armed; here the guard restored v2 and the plan ended RolledBack.)
+    let dir = out.path().join("v2-again");
+    let same = agent_image(Behaviour::ExitsAtStart, &v3_binary, &v2, &dir, &refused).unwrap();
+    let revision = order(&plans, &node, &server, &key, (&same, &v2), "same-version").await;
+    let status = wait_phase(&plans, &node, &revision, Phase::Succeeded).await;
+    assert_eq!(status.current_revision.as_deref(), Some(revision.as_str()));
+    assert_running(&node, &v2, &image, &kubelet_started).await;
+
+    // A lower version than the one that runs is a downgrade, refused at spec.agent.version
+    // (an old agent is signed as well as a new one).
+    let revision = order(&plans, &node, &server, &key, (&v1_image, v1), "downgrade").await;
+    let status = wait_phase(&plans, &node, &revision, Phase::Failed).await;
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, "DowngradeDenied", "{status:?}");
+    assert!(
+        ready.message.contains("spec.agent.version")
+            && ready.message.contains(&format!("{v1} is lower than {v2}")),
+        "{}",
+        ready.message
+    );
+    assert_running(&node, &v2, &image, &kubelet_started).await;
     node.poweroff().await.unwrap();
 }
 
@@ -107,7 +148,7 @@ async fn the_agent_updates_itself_and_broken_agents_are_rolled_back() {
 #[test]
 fn the_agent_images_carry_their_version_and_a_signature_naming_it() {
     inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
-    let version = format!("{}-next.2", env!("CARGO_PKG_VERSION"));
+    let version = next_version(env!("CARGO_PKG_VERSION"), 2);
     let out = tempfile::tempdir().unwrap();
     let key = ReleaseKey::generate().unwrap();
 

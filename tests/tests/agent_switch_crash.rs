@@ -118,6 +118,8 @@ async fn every_row_of_the_power_loss_table_ends_on_one_agent() {
         &server.url("/"),
         &agents[0].1,
         CONFIRM_TIMEOUT,
+        // The two versions switch back and forth: every other switch is to a lower one.
+        true,
     )
     .await;
     node.write_file(

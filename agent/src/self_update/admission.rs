@@ -4,8 +4,13 @@
 //! The rules (docs/design/agent-self-update.md): `[self_update] allow` (off by default);
 //! only an agent installed as a system extension can switch (a package owns `/usr/bin`, and
 //! the agent cannot swap it under `ProtectSystem=strict`); the image is always signed,
-//! because it runs as root, and comes from where `[policy]` lets artifacts come from.
+//! because it runs as root, and comes from where `[policy]` lets artifacts come from; a
+//! lower version than the running build is a downgrade, refused unless `[self_update]
+//! allow_downgrade` says otherwise (an old agent is signed as well as a new one). The
+//! version that already runs replaces nothing, so none of this applies to it: the plan is
+//! up to date (`machine::decide`).
 
+use std::cmp::Ordering;
 use std::path::Path;
 
 use inplace_proto::validate::FieldError;
@@ -42,11 +47,24 @@ pub struct Admission {
     pub settings: SelfUpdateSettings,
     /// How the running agent was installed.
     pub installation: Installation,
+    /// The version the running agent was built as.
+    pub running_version: String,
+}
+
+impl Admission {
+    /// Whether `content` asks for the agent build that runs already (then it replaces
+    /// nothing: the plan is up to date, whatever this node allows).
+    pub fn runs(&self, content: &UpdateContent) -> bool {
+        content
+            .agent
+            .as_ref()
+            .is_some_and(|agent| agent.version == self.running_version)
+    }
 }
 
 /// The problems of `content`'s agent update on this node (none when it has no `agent`).
 pub fn check(content: &UpdateContent, policy: &Policy, admission: &Admission) -> Vec<FieldError> {
-    let Some(agent) = &content.agent else {
+    let Some(agent) = content.agent.as_ref().filter(|_| !admission.runs(content)) else {
         return Vec::new();
     };
     let problem = |path: &str, reason, message: String| FieldError {
@@ -75,10 +93,39 @@ pub fn check(content: &UpdateContent, policy: &Policy, admission: &Admission) ->
             ),
         )];
     }
-    image_problems(agent, policy)
+    downgrade_problem(agent, admission)
         .into_iter()
+        .chain(image_problems(agent, policy))
         .map(|(path, reason, message)| problem(path, reason, message))
         .collect()
+}
+
+/// A lower version than the running build (or one that cannot be ordered against it),
+/// unless the node allows downgrades.
+fn downgrade_problem(
+    agent: &AgentImage,
+    admission: &Admission,
+) -> Option<(&'static str, Reason, String)> {
+    if admission.settings.allow_downgrade {
+        return None;
+    }
+    let running = &admission.running_version;
+    let why = match inplace_proto::version::compare_builds(&agent.version, running) {
+        Some(Ordering::Less) => format!(
+            "{} is lower than {running}, which this node runs",
+            agent.version
+        ),
+        None => format!(
+            "{} cannot be ordered against {running}, which this node runs (not both semver)",
+            agent.version
+        ),
+        Some(_) => return None,
+    };
+    Some((
+        ".version",
+        Reason::DowngradeDenied,
+        format!("agent {why}; set [self_update] allow_downgrade = true on the node to allow it"),
+    ))
 }
 
 fn image_problems(agent: &AgentImage, policy: &Policy) -> Vec<(&'static str, Reason, String)> {

@@ -1,9 +1,11 @@
 //! What an agent that finds an agent switch in flight does next: the power-loss table of
 //! docs/design/agent-self-update.md as one pure function. The same code runs in the old
-//! agent (A, brought back by a restart, a reboot or the guard) and in the new one (B), and
-//! tells them apart by the version it was built as. B only ever confirms; it never declares
-//! failure (a B that is not what was ordered waits for the guard). A finishes or restarts the
-//! switch, or reports the guard's rollback.
+//! agent (A, brought back by a restart, a reboot or the guard) and in the new one (B). It
+//! tells them apart by the version each was built as only when the two versions differ; a
+//! switch between equal versions (journaled by a build that did not yet see such a plan as
+//! up to date) is told by the link: B runs only once the link names its image. B only ever
+//! confirms; it never declares failure (a B that is not what was ordered waits for the
+//! guard). A finishes or restarts the switch, or reports the guard's rollback.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +25,10 @@ pub struct Switch {
     pub next_sha256: String,
     /// The version the new agent must be built as (`spec.agent.version`).
     pub expected_version: String,
+    /// The version the old agent was built as (absent in switches journaled before it was
+    /// recorded: then only the link tells the agents apart when the versions are equal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_version: Option<String>,
     /// How many times the switch was started (1 for the first).
     pub attempt: u32,
 }
@@ -76,7 +82,7 @@ pub enum Resolution {
 /// Decides the next step of an in-flight `switch` from what was `found`. `max_attempts`
 /// is `[activation] max_attempts`, which bounds a switch as any activation.
 pub fn resolve(switch: &Switch, found: Found<'_>, max_attempts: u32) -> Resolution {
-    let new_agent = found.running_version == switch.expected_version;
+    let new_agent = is_new_agent(switch, found);
     if new_agent && (found.restoring || found.rolled_back.is_some()) {
         // The guard won the race for `pending.json`: this agent is being replaced.
         return Resolution::AwaitGuard("the guard restored the previous agent".to_owned());
@@ -101,6 +107,20 @@ pub fn resolve(switch: &Switch, found: Found<'_>, max_attempts: u32) -> Resoluti
     }
     Resolution::Restart {
         attempt: switch.attempt + 1,
+    }
+}
+
+/// Whether this is B. Two versions tell the agents apart; equal ones (or a switch that did
+/// not record the old one) cannot, and then only the link can: B runs only from the new
+/// image, so an agent that finds the link at the previous image (or missing) is A, and
+/// restarts the switch rather than wait for a guard that may never have been armed.
+fn is_new_agent(switch: &Switch, found: Found<'_>) -> bool {
+    if found.running_version != switch.expected_version {
+        return false;
+    }
+    match &switch.previous_version {
+        Some(previous) if *previous != switch.expected_version => true,
+        _ => found.link == Some(switch.next_image.as_path()),
     }
 }
 

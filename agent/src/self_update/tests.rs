@@ -317,6 +317,7 @@ async fn after_the_guards_restore_the_old_agent_finds_and_reports_it() {
         next_image: node.pending.next_image.clone(),
         next_sha256: "b".repeat(64),
         expected_version: node.pending.expected_version.clone(),
+        previous_version: Some("0.1.0".into()),
         attempt: 1,
     };
     std::fs::write(&node.pending.next_image, b"the new image").unwrap();

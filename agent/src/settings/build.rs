@@ -217,6 +217,7 @@ const DEFAULT_CONFIRM_TIMEOUT: StdDuration = StdDuration::from_secs(120);
 fn self_update_settings(u: SelfUpdateFragment) -> Result<SelfUpdateSettings, SettingsError> {
     let settings = SelfUpdateSettings {
         allow: u.allow.unwrap_or(false),
+        allow_downgrade: u.allow_downgrade.unwrap_or(false),
         confirm_timeout: duration(u.confirm_timeout, DEFAULT_CONFIRM_TIMEOUT),
     };
     if settings.confirm_timeout.is_zero() {

@@ -92,6 +92,7 @@ pub(super) struct MetricsFragment {
 #[serde(deny_unknown_fields)]
 pub(super) struct SelfUpdateFragment {
     pub(super) allow: Option<bool>,
+    pub(super) allow_downgrade: Option<bool>,
     pub(super) confirm_timeout: Option<Duration>,
 }
 
@@ -146,6 +147,7 @@ impl Fragment {
         over(&mut m.listen, o.listen);
         let (u, o) = (&mut self.self_update, other.self_update);
         over(&mut u.allow, o.allow);
+        over(&mut u.allow_downgrade, o.allow_downgrade);
         over(&mut u.confirm_timeout, o.confirm_timeout);
     }
 }

@@ -159,6 +159,11 @@ pub struct SelfUpdateSettings {
     /// Whether a plan may switch this node to another agent build. Off by default: a plan
     /// with `spec.agent` is `PolicyDenied` at `spec.agent`.
     pub allow: bool,
+    /// Whether a plan may switch this node to a lower agent version than the running build.
+    /// Off by default: such a plan is `DowngradeDenied` at `spec.agent.version` (an old
+    /// agent is signed as well as a new one, so a signature alone does not stop a rollback
+    /// to a vulnerable build).
+    pub allow_downgrade: bool,
     /// The guard's deadline: the new agent must confirm itself (its version, its image's
     /// sha256, a status write with its identity) within this long, or the guard restores
     /// the previous agent.

@@ -55,6 +55,7 @@ impl Agent {
             next_image: next.target,
             next_sha256: next.sha256,
             expected_version: agent.version.clone(),
+            previous_version: Some(self.host.running.version.clone()),
             attempt: 1,
         })?;
         self.save().await?;

@@ -112,6 +112,7 @@ impl Agent {
         let self_update = Admission {
             settings: settings.self_update.clone(),
             installation: Installation::detect(&settings.paths.extensions_dir),
+            running_version: host.running.version.clone(),
         };
         let boot_id = read_boot_id();
         let agent = Agent {

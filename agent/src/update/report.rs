@@ -325,13 +325,14 @@ pub(super) fn status(
     }
 }
 
-/// The revision the node runs as the plan sees it: the plan's own when it is the agent
-/// build a confirmed switch installed (kept apart from the node's content), else the
-/// committed content's.
+/// The revision the node runs as the plan sees it: the plan's own when it asks for the
+/// agent build that runs (installed by a switch or not; kept apart from the node's
+/// content), else the committed content's.
 fn current_revision<'a>(journal: &'a Journal, view: &'a PlanView) -> Option<&'a str> {
-    match journal.agent() {
-        Some(agent) if agent.revision() == view.revision => Some(&view.revision),
-        _ => journal.current_revision(),
+    if view.agent_running {
+        Some(&view.revision)
+    } else {
+        journal.current_revision()
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use inplace_proto::{DesiredState, NodeRelease, NodeRollout, Phase};
-use inplace_tests::agent_images::{Behaviour, ReleaseKey, agent_image, sha256_hex};
+use inplace_tests::agent_images::{Behaviour, ReleaseKey, agent_image, next_version, sha256_hex};
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
 use inplace_tests::nspawn::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -32,7 +32,8 @@ pub(crate) const AGENT_ROLLOUT: &str = "agent";
 pub(crate) const CONFIRM_TIMEOUT: &str = "20s";
 
 /// The agent versions of `--agent-update`: v1 is the installed agent's own version, v2 is
-/// `<v1>-next.2` from `--agent-bin-dir`, v3 (`<v1>-next.3`) is a script that exits 1.
+/// `next_version(v1, 2)` from `--agent-bin-dir`, v3 (`next_version(v1, 3)`) is a script that
+/// exits 1.
 pub(crate) struct AgentVersions {
     pub(crate) v1: String,
     pub(crate) v2: String,
@@ -56,7 +57,7 @@ pub(crate) fn agent_version(agent: &Path) -> anyhow::Result<String> {
 /// The versions of `--agent-update`, with v2's binary found in `bin_dir`.
 pub(crate) fn agent_versions(agent: &Path, bin_dir: &Path) -> anyhow::Result<AgentVersions> {
     let v1 = agent_version(agent)?;
-    let v2 = format!("{v1}-next.2");
+    let v2 = next_version(&v1, 2);
     let v2_binary = bin_dir.join(format!("inplace-agent-{v2}"));
     if !v2_binary.is_file() {
         bail!(
@@ -69,7 +70,7 @@ pub(crate) fn agent_versions(agent: &Path, bin_dir: &Path) -> anyhow::Result<Age
         bail!("{} reports {found}, not {v2}", v2_binary.display());
     }
     Ok(AgentVersions {
-        v3: format!("{v1}-next.3"),
+        v3: next_version(&v1, 3),
         v1,
         v2,
         v2_binary,

@@ -76,7 +76,8 @@ pub struct Args {
     /// plan ends RolledBack and the rollout halts. Needs `--agent-bin-dir`.
     #[arg(long, requires = "agent_bin_dir")]
     pub agent_update: bool,
-    /// Where `--agent-update` finds agent v2: `inplace-agent-<v1>-next.2`, v1 being the
+    /// Where `--agent-update` finds agent v2: `inplace-agent-<v2>` (v2 one patch above v1,
+    /// pre-release `next.2`: `0.1.0` -> `0.1.1-next.2`), v1 being the
     /// version of `--bin-dir`'s agent (scripts/demo.sh builds it).
     #[arg(long)]
     pub agent_bin_dir: Option<PathBuf>,

@@ -86,7 +86,7 @@ fn assert_the_halt_names(section: &str, failed_node: &str) {
 fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_agent() {
     let (demo, bin_dir) = demo_and_bin_dir();
     // Agent v2 for --agent-update, built by the builder the agent-update suites share.
-    let agent_v2 = format!("{}-next.2", env!("CARGO_PKG_VERSION"));
+    let agent_v2 = inplace_tests::agent_images::next_version(env!("CARGO_PKG_VERSION"), 2);
     inplace_tests::agent_images::agent_binary_at(&agent_v2).expect("agent v2 builds");
     let agent_bin_dir = inplace_tests::agent_images::agent_bin_dir().unwrap();
     let work = tempfile::tempdir().unwrap();

@@ -17,13 +17,14 @@ use super::packaging::{PATIENCE, install_ensure_sysext, repo, write_kubelet_iden
 /// Where the node keeps the agent's images.
 pub const IMAGES: &str = "/opt/extensions/inplace-agent";
 
-/// The node's policy for these tests (docs/usage/agent-updates.md): switches allowed, a
-/// short deadline for the new agent (`confirm_timeout` seconds), images only from the
-/// test's server.
-fn node_policy(prefix: &str, confirm_timeout: u64) -> String {
+/// The node's policy for these tests (docs/usage/agent-updates.md): switches allowed (to
+/// lower versions too with `allow_downgrade`), a short deadline for the new agent
+/// (`confirm_timeout` seconds), images only from the test's server.
+fn node_policy(prefix: &str, confirm_timeout: u64, allow_downgrade: bool) -> String {
     format!(
         "[policy]\nallowed_url_prefixes = [\"{prefix}\"]\nallow_http = true\n\
-         [self_update]\nallow = true\nconfirm_timeout = \"{confirm_timeout}s\"\n"
+         [self_update]\nallow = true\nconfirm_timeout = \"{confirm_timeout}s\"\n\
+         allow_downgrade = {allow_downgrade}\n"
     )
 }
 
@@ -42,6 +43,7 @@ pub async fn install_agent(
     prefix: &str,
     image: &Path,
     confirm_timeout: u64,
+    allow_downgrade: bool,
 ) {
     let installed = format!("{IMAGES}/{}", image.file_name().unwrap().to_str().unwrap());
     node.copy_from_host(image, &installed, 0o644).await.unwrap();
@@ -68,7 +70,7 @@ pub async fn install_agent(
     .unwrap();
     node.write_file(
         "/etc/inplace/agent.d/50-agent-updates.toml",
-        node_policy(prefix, confirm_timeout).as_bytes(),
+        node_policy(prefix, confirm_timeout, allow_downgrade).as_bytes(),
         0o644,
     )
     .await

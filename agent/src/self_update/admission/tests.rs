@@ -17,9 +17,11 @@ fn admission(allow: bool, installation: Installation) -> Admission {
     Admission {
         settings: SelfUpdateSettings {
             allow,
+            allow_downgrade: false,
             confirm_timeout: Duration::from_secs(120),
         },
         installation,
+        running_version: "0.3.0".into(),
     }
 }
 
@@ -113,6 +115,41 @@ fn an_allowed_signed_update_within_policy_is_admitted() {
         &admission(true, Installation::Sysext),
     );
     assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[test]
+fn a_lower_version_than_the_running_build_is_a_downgrade_unless_the_node_allows_it() {
+    let mut node = admission(true, Installation::Sysext);
+    node.running_version = "0.10.0".into();
+    let (reason, problems) = refused(&agent_update(), &node);
+    assert_eq!(reason, Reason::DowngradeDenied);
+    assert!(problems.has("spec.agent.version"), "{problems}");
+    for word in ["0.4.0 is lower than 0.10.0", "allow_downgrade"] {
+        assert!(problems.to_string().contains(word), "{word}: {problems}");
+    }
+    // A version that cannot be ordered is no proof of an upgrade.
+    node.running_version = "custom-build".into();
+    let (reason, problems) = refused(&agent_update(), &node);
+    assert_eq!(reason, Reason::DowngradeDenied);
+    assert!(
+        problems.to_string().contains("cannot be ordered"),
+        "{problems}"
+    );
+    node.settings.allow_downgrade = true;
+    node.running_version = "0.10.0".into();
+    assert!(check(&agent_update(), &policy(), &node).is_empty());
+}
+
+#[test]
+fn the_running_version_replaces_nothing_and_is_never_refused() {
+    // Not even where agent updates are off, or by a package-installed agent: the plan asks
+    // for what runs (a node bootstrapped with the fleet's image, given the fleet's rollout).
+    for installation in [Installation::Sysext, Installation::Package] {
+        let mut node = admission(false, installation);
+        node.running_version = "0.4.0".into();
+        assert!(node.runs(&agent_update()));
+        assert!(check(&agent_update(), &policy(), &node).is_empty());
+    }
 }
 
 #[test]

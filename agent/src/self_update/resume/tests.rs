@@ -15,6 +15,7 @@ fn switch(attempt: u32) -> Switch {
         next_image: "/opt/extensions/inplace-agent/inplace-agent-0.2.0.raw".into(),
         next_sha256: "b".repeat(64),
         expected_version: NEW.into(),
+        previous_version: Some(OLD.into()),
         attempt,
     }
 }

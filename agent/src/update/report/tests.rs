@@ -27,6 +27,7 @@ fn view(tag: &str, desired: DesiredState, sizes: [Option<u64>; 2]) -> PlanView {
         content,
         problems: None,
         retry: None,
+        agent_running: false,
     }
 }
 
