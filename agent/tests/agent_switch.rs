@@ -64,6 +64,16 @@ fn agent_plan(bed: &Bed, signer: &Signer, comment: &str) -> NodeUpdatePlan {
 
 const SIGNED_FOR_0_2_0: &str = "timestamp:1 file:inplace-agent-0.2.0.raw version:0.2.0";
 
+/// The plan's status says Succeeded (its Ready condition shown when not).
+fn assert_succeeded(bed: &Bed) {
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::Succeeded),
+        "{:?}",
+        bed.ready()
+    );
+}
+
 fn link(bed: &Bed) -> PathBuf {
     std::fs::read_link(paths(bed).extension_link).unwrap()
 }
@@ -341,12 +351,7 @@ async fn lost_after_disarming_before_the_commit_the_new_agent_confirms_again() {
     self_update::disarm(&paths(&bed)).unwrap();
     let mut b = restarted_as(&mut bed, "0.2.0").await;
     b.handle(Some(&plan)).await.unwrap();
-    assert_eq!(
-        bed.last().phase,
-        Some(Phase::Succeeded),
-        "{:?}",
-        bed.ready()
-    );
+    assert_succeeded(&bed);
     let revision = inplace_proto::revision_of(&plan.spec.content);
     assert_eq!(
         b.journal().agent().map(|a| a.revision()),
@@ -375,12 +380,7 @@ async fn a_plan_that_moved_on_during_the_switch_is_taken_after_the_confirmation(
             .any(|c| c.message.contains("confirmed itself"))
     });
     assert!(!shown_as_next, "the switch's outcome is not the new plan's");
-    assert_eq!(
-        bed.last().phase,
-        Some(Phase::Succeeded),
-        "{:?}",
-        bed.ready()
-    );
+    assert_succeeded(&bed);
 }
 
 /// A plan for the agent version that already runs (a node bootstrapped with the fleet's
@@ -398,12 +398,7 @@ async fn a_plan_for_the_running_agent_version_is_up_to_date_and_switches_nothing
     assert!(pending(&bed).is_none());
     assert!(bed.systemd.calls.lock().unwrap().is_empty());
     assert!(link(&bed).ends_with("inplace-agent-0.1.0.raw"));
-    assert_eq!(
-        bed.last().phase,
-        Some(Phase::Succeeded),
-        "{:?}",
-        bed.ready()
-    );
+    assert_succeeded(&bed);
     let revision = inplace_proto::revision_of(&plan.spec.content);
     assert_eq!(
         bed.last().current_revision.as_deref(),
