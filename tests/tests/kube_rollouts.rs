@@ -1,284 +1,225 @@
 //! The promise at the centre, on real nodes: a NodeRollout updates each node's real kubelet in
 //! place (its `kubernetes` sysext image swapped by the real agent, the kubelet restarted) while
 //! the node's Pods keep running — same containers, same processes, never restarted, never
-//! deleted — and `kubectl get nodes` shows the new version.
+//! deleted — and `kubectl get nodes` shows the new version; a kubelet that cannot start rolls
+//! back to the one before with the Pods untouched, and halts the rollout.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use inplace_tests::apiserver::bin_dir;
+use inplace_tests::docs::shell_block;
 use inplace_tests::install::workspace_binaries;
-use inplace_tests::kube_node::{self, ClusterOptions, KubeCluster};
+use inplace_tests::kube_node::workload::{
+    ReadinessWatch, RunningContainer, running_containers, web_manifest,
+};
+use inplace_tests::kube_node::{ClusterOptions, KubeCluster};
 
-/// How long a rollout over three real nodes may take on a loaded 2-core machine.
-const ROLLOUT_PATIENCE: Duration = Duration::from_secs(600);
+/// How long a rollout over real nodes may take on a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(600);
 
-const WORKLOAD: &str = "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  namespace: default
-spec:
-  replicas: 3
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      hostNetwork: true
-      terminationGracePeriodSeconds: 5
-      topologySpreadConstraints:
-      - maxSkew: 1
-        topologyKey: kubernetes.io/hostname
-        whenUnsatisfiable: DoNotSchedule
-        labelSelector:
-          matchLabels: {app: web}
-      containers:
-      - name: web
-        image: inplace.test/workload:1
-        imagePullPolicy: Never
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata:
-  name: web
-  namespace: default
-spec:
-  minAvailable: 2
-  selector:
-    matchLabels: {app: web}
-";
+/// Where the quickstart's cluster lives; the test puts its own directory there.
+const QUICKSTART_DIR: &str = "/var/tmp/inplace-cluster";
 
-fn rollout(release: &str) -> String {
-    format!(
-        "apiVersion: inplace.dev/v1alpha1
-kind: NodeRollout
-metadata:
-  name: kubelets
-spec:
-  release: kubelet-{release}
-  maxUnavailable: 1
-  disruption: None
-"
-    )
-}
-
-/// One running container as the API and containerd see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Container {
-    pod_uid: String,
-    node: String,
-    id: String,
-    started_at: String,
-    restarts: String,
-    pid: String,
-}
-
-async fn containers(cluster: &KubeCluster) -> BTreeMap<String, Container> {
-    let listing = cluster
-        .kubectl(&[
-            "get", "pods", "-n", "default", "-l", "app=web", "-o",
-            r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.spec.nodeName} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].state.running.startedAt} {.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
-        ])
-        .unwrap();
-    let mut found = BTreeMap::new();
-    for line in listing.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let [pod, uid, node, id, started_at, restarts] = fields[..] else {
-            panic!("a pod that is not running: {line:?}\n{listing}");
-        };
-        let id = id.trim_start_matches("containerd://").to_owned();
-        let host = cluster.nodes.iter().find(|n| n.name() == node).unwrap();
-        let tasks = host
-            .node
-            .exec_ok(&["ctr", "-n", "k8s.io", "tasks", "ls"])
-            .await
-            .unwrap();
-        let pid = tasks
-            .lines()
-            .find(|l| l.starts_with(&id))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .unwrap_or_else(|| panic!("containerd on {node} has no task {id}:\n{tasks}"))
-            .to_owned();
-        found.insert(
-            pod.to_owned(),
-            Container {
-                pod_uid: uid.to_owned(),
-                node: node.to_owned(),
-                id,
-                started_at: started_at.to_owned(),
-                restarts: restarts.to_owned(),
-                pid,
-            },
-        );
-    }
-    found
-}
-
-/// The longest time each Node's `Ready` condition was not `True`, sampled every 250 ms until
-/// the returned flag is set.
-fn watch_readiness(
-    cluster: &KubeCluster,
-    client: kube::Client,
-) -> (
-    Arc<Mutex<BTreeMap<String, Duration>>>,
-    Arc<std::sync::atomic::AtomicBool>,
-) {
-    let longest = Arc::new(Mutex::new(BTreeMap::new()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let names: Vec<String> = cluster.nodes.iter().map(|n| n.name().to_owned()).collect();
-    let (longest2, stop2) = (longest.clone(), stop.clone());
-    tokio::spawn(async move {
-        let mut since: BTreeMap<String, Instant> = BTreeMap::new();
-        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-            for name in &names {
-                let ready = matches!(
-                    kube_node::node_state(&client, name).await,
-                    Ok(Some((ref r, _))) if r == "True"
-                );
-                let mut longest = longest2.lock().unwrap();
-                let entry = longest.entry(name.clone()).or_insert(Duration::ZERO);
-                if ready {
-                    since.remove(name);
-                } else {
-                    let start = *since.entry(name.clone()).or_insert_with(Instant::now);
-                    *entry = (*entry).max(start.elapsed());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    });
-    (longest, stop)
-}
-
-async fn wait_plans_succeeded(cluster: &KubeCluster, release: &str) {
-    let deadline = Instant::now() + ROLLOUT_PATIENCE;
-    loop {
-        let phases = cluster
-            .kubectl(&[
-                "get",
-                "nodeupdateplans",
-                "-o",
-                r#"jsonpath={range .items[*]}{.metadata.name} {.status.phase}{"\n"}{end}"#,
-            ])
-            .unwrap_or_default();
-        let succeeded = phases.lines().filter(|l| l.ends_with(" Succeeded")).count();
-        let versions = cluster
-            .kubectl(&[
-                "get",
-                "nodes",
-                "-o",
-                "jsonpath={.items[*].status.nodeInfo.kubeletVersion}",
-            ])
-            .unwrap_or_default();
-        if succeeded == cluster.nodes.len() && versions.split_whitespace().all(|v| v == release) {
-            return;
-        }
-        if Instant::now() > deadline {
-            let rollout = cluster
-                .kubectl(&["describe", "noderollout", "kubelets"])
-                .unwrap_or_default();
-            let mut journals = String::new();
-            for node in &cluster.nodes {
-                journals.push_str(
-                    &node
-                        .node
-                        .journal("inplace-agent.service", 40)
-                        .await
-                        .unwrap_or_default(),
-                );
-            }
-            panic!(
-                "the rollout to {release} did not finish:\n{phases}\nkubelets: {versions}\n{rollout}\n{journals}"
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-async fn apply(cluster: &KubeCluster, name: &str, manifest: &str) {
-    let path = cluster
-        .admin_kubeconfig()
-        .with_file_name(format!("{name}.yaml"));
-    std::fs::write(&path, manifest).unwrap();
-    cluster
-        .kubectl(&["apply", "-f", &path.display().to_string()])
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_keep_running_through_an_in_place_kubelet_patch_update() {
-    let work = tempfile::tempdir().unwrap();
+async fn cluster(work: &Path, prefix: &str, nodes: usize, kubelet: &str) -> KubeCluster {
     let (agent, controller) = workspace_binaries().await.unwrap();
     let options = ClusterOptions {
-        dir: work.path().join("cluster"),
-        nodes: 3,
-        name_prefix: "patch".to_owned(),
-        kubelet: "v1.36.1".to_owned(),
+        dir: work.join("cluster"),
+        nodes,
+        name_prefix: prefix.to_owned(),
+        kubelet: kubelet.to_owned(),
         agent,
         controller: Some(controller),
     };
-    let cluster = KubeCluster::start(&options, &|step| eprintln!("bed: {step}"))
+    KubeCluster::start(&options, &|step| eprintln!("bed: {step}"))
         .await
-        .unwrap();
-    apply(&cluster, "workload", WORKLOAD).await;
-    cluster
-        .kubectl(&[
-            "rollout",
-            "status",
-            "deployment/web",
-            "-n",
-            "default",
-            "--timeout=300s",
-        ])
-        .unwrap();
-    let before = containers(&cluster).await;
-    assert_eq!(before.len(), 3, "{before:?}");
-    eprintln!(
-        "before: {before:#?}\n{}",
-        cluster.kubectl(&["get", "nodes"]).unwrap()
-    );
+        .unwrap()
+}
 
-    let client = cluster.client().await.unwrap();
-    let (not_ready, stop) = watch_readiness(&cluster, client);
-    let started = Instant::now();
-    apply(
-        &cluster,
-        "release",
-        &cluster.release_manifest("v1.36.3").unwrap(),
+fn rollout(release: &str) -> String {
+    format!(
+        "apiVersion: inplace.dev/v1alpha1\nkind: NodeRollout\nmetadata:\n  name: kubelets\n\
+         spec:\n  release: {release}\n  maxUnavailable: 1\n  maxFailures: 0\n  disruption: None\n"
     )
-    .await;
-    apply(&cluster, "rollout", &rollout("v1.36.3")).await;
-    wait_plans_succeeded(&cluster, "v1.36.3").await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    eprintln!(
-        "rollout of 3 nodes took {:.1} s; longest time not Ready per node: {:?}",
-        started.elapsed().as_secs_f64(),
-        not_ready.lock().unwrap()
-    );
+}
 
-    let after = containers(&cluster).await;
+async fn run_workload(cluster: &KubeCluster) -> BTreeMap<String, RunningContainer> {
+    cluster
+        .apply("web", &web_manifest(cluster.nodes.len()))
+        .unwrap();
+    cluster
+        .kubectl(&["rollout", "status", "deployment/web", "--timeout=300s"])
+        .unwrap();
+    running_containers(cluster, "app=web").await.unwrap()
+}
+
+/// The same containers, processes and Pods, never restarted; the nodes `Ready` on `version`
+/// in `kubectl get nodes`.
+async fn assert_pods_kept(
+    cluster: &KubeCluster,
+    before: &BTreeMap<String, RunningContainer>,
+    version: &str,
+) {
+    let after = running_containers(cluster, "app=web").await.unwrap();
     assert_eq!(
-        before, after,
+        before, &after,
         "the Pods' containers changed through the kubelet swap"
     );
     assert!(after.values().all(|c| c.restarts == "0"), "{after:?}");
     let nodes = cluster.kubectl(&["get", "nodes"]).unwrap();
-    eprintln!("after:\n{nodes}");
+    eprintln!("{nodes}");
     for node in &cluster.nodes {
         let line = nodes.lines().find(|l| l.starts_with(node.name())).unwrap();
         assert!(
-            line.contains(" Ready ") && line.ends_with("v1.36.3"),
+            line.contains(" Ready ") && line.trim_end().ends_with(version),
             "{line}"
         );
     }
-    for (node, longest) in not_ready.lock().unwrap().iter() {
+}
+
+fn assert_readiness_bounded(watch: &ReadinessWatch) {
+    let longest = watch.longest_not_ready();
+    eprintln!("longest time not Ready per node: {longest:?}");
+    for (node, time) in longest {
         assert!(
-            *longest < Duration::from_secs(120),
-            "{node} not Ready for {longest:?}"
+            time < Duration::from_secs(120),
+            "{node} not Ready for {time:?}"
         );
     }
+}
+
+/// docs/usage/quickstart.md § On real Kubernetes nodes, its two blocks run as written on a
+/// cluster of three nodes started by the code behind `inplace-testbed cluster`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstart_updates_real_kubelets_in_place_while_their_pods_keep_running() {
+    let work = tempfile::tempdir().unwrap();
+    let cluster = cluster(work.path(), "patch", 3, "v1.36.1").await;
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage/quickstart.md");
+    let run_block = |heading: &str, before: &str| {
+        let block = format!("{before}\n{}", shell_block(&page, heading).unwrap()).replace(
+            QUICKSTART_DIR,
+            &work.path().join("cluster").display().to_string(),
+        );
+        let path = format!("{}:{}", bin_dir().display(), std::env::var("PATH").unwrap());
+        let out = std::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &block])
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{heading}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("{heading}:\n{stdout}");
+        stdout
+    };
+    let workload = run_block("### Run a workload", "");
+    assert!(workload.contains("web-"), "{workload}");
+    let before = running_containers(&cluster, "app=web").await.unwrap();
+    assert_eq!(before.len(), 3, "{before:?}");
+
+    let watch = ReadinessWatch::start(&cluster).await.unwrap();
+    let started = Instant::now();
+    // The second block goes on in the first one's shell: its `export` line first.
+    let exports = shell_block(&page, "### Run a workload")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("export "))
+        .unwrap()
+        .to_owned();
+    let shown = run_block("### Update every kubelet in place", &exports);
+    eprintln!(
+        "3 nodes updated in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(shown.contains("v1.36.3"), "{shown}");
+    assert_pods_kept(&cluster, &before, "v1.36.3").await;
+    assert_readiness_bounded(&watch);
+}
+
+/// The minor upgrade, v1.35.4 → v1.36.3 (kubelet one minor behind the API server: allowed
+/// skew), the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minor_kubelet_upgrade_keeps_the_pods_running() {
+    let work = tempfile::tempdir().unwrap();
+    let cluster = cluster(work.path(), "minor", 2, "v1.35.4").await;
+    let before = run_workload(&cluster).await;
+    let watch = ReadinessWatch::start(&cluster).await.unwrap();
+    cluster
+        .apply("release", &cluster.release_manifest("v1.36.3").unwrap())
+        .unwrap();
+    cluster
+        .apply("rollout", &rollout("kubelet-v1.36.3"))
+        .unwrap();
+    cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
+    assert_pods_kept(&cluster, &before, "v1.36.3").await;
+    assert_readiness_bounded(&watch);
+}
+
+/// A release whose kubelet cannot start (its drop-in passes a flag the kubelet refuses): the
+/// health checks fail, the agent puts the previous kubelet back, the Node is `Ready` on the old
+/// version with the same containers, and the rollout halts before the second node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_that_cannot_start_rolls_back_with_the_pods_untouched_and_halts_the_rollout() {
+    let work = tempfile::tempdir().unwrap();
+    let cluster = cluster(work.path(), "broken", 2, "v1.36.1").await;
+    let before = run_workload(&cluster).await;
+    let release = cluster.serve_broken_release("v1.36.3").await.unwrap();
+    cluster.apply("release", &release).unwrap();
+    cluster
+        .apply("rollout", &rollout("kubelet-v1.36.3-refuses-to-start"))
+        .unwrap();
+
+    let deadline = Instant::now() + PATIENCE;
+    let halted = loop {
+        let halted = cluster
+            .kubectl(&[
+                "get",
+                "noderollout",
+                "kubelets",
+                "-o",
+                r#"jsonpath={.status.conditions[?(@.type=="Halted")].status}"#,
+            ])
+            .unwrap();
+        if halted == "True" || Instant::now() > deadline {
+            break halted;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let described = cluster
+        .kubectl(&["describe", "noderollout", "kubelets"])
+        .unwrap();
+    let plans = cluster
+        .kubectl(&[
+            "get",
+            "nodeupdateplans",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}{"\n"}{end}"#,
+        ])
+        .unwrap();
+    assert_eq!(
+        halted,
+        "True",
+        "the rollout did not halt:\n{described}\n{plans}\n{}",
+        cluster.agent_journals().await
+    );
+    eprintln!("{described}\n{plans}");
+    assert!(described.contains("Halted"), "{described}");
+    let rolled_back: Vec<&str> = plans
+        .lines()
+        .filter(|l| l.contains(" RolledBack "))
+        .collect();
+    assert_eq!(rolled_back.len(), 1, "{plans}");
+    // The plan says what failed: the kubelet's unit never stayed up.
+    assert!(
+        rolled_back[0].contains(" RolledBack: ") && rolled_back[0].contains("kubelet.service"),
+        "{plans}"
+    );
+    assert_pods_kept(&cluster, &before, "v1.36.1").await;
 }

@@ -163,6 +163,66 @@ impl KubeCluster {
         run_kubectl(&self.admin_kubeconfig(), args).map_err(|e| Error::Invalid(format!("{e:#}")))
     }
 
+    /// Writes `manifest` to `DIR/manifests/NAME.yaml` and applies it with kubectl.
+    pub fn apply(&self, name: &str, manifest: &str) -> Result<()> {
+        let dir = self.dir.join("manifests");
+        std::fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, manifest).ctx(|| format!("writing {}", path.display()))?;
+        self.kubectl(&["apply", "-f", &path.display().to_string()])
+            .map(|_| ())
+    }
+
+    /// Waits until every node's plan is in `phase` (`Succeeded`, `RolledBack`, ...); the error
+    /// holds the plans, the rollouts and the agents' journals.
+    pub async fn wait_plans(&self, phase: &str, timeout: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let phases = self
+                .kubectl(&[
+                    "get",
+                    "nodeupdateplans",
+                    "-o",
+                    r#"jsonpath={range .items[*]}{.metadata.name} {.status.phase}{"\n"}{end}"#,
+                ])
+                .unwrap_or_default();
+            let done = phases
+                .lines()
+                .filter(|l| l.ends_with(&format!(" {phase}")))
+                .count();
+            if done == self.nodes.len() {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                let rollouts = self
+                    .kubectl(&["describe", "noderollouts"])
+                    .unwrap_or_default();
+                return Err(Error::Timeout {
+                    what: format!(
+                        "every plan {phase}:\n{phases}\n{rollouts}\n{}",
+                        self.agent_journals().await
+                    ),
+                    after: timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The tail of every node's agent journal, for failure messages.
+    pub async fn agent_journals(&self) -> String {
+        let mut text = String::new();
+        for node in &self.nodes {
+            let journal = node
+                .node
+                .journal("inplace-agent.service", 40)
+                .await
+                .unwrap_or_default();
+            text.push_str(&format!("--- {} agent\n{journal}\n", node.name()));
+        }
+        text
+    }
+
     /// The NodeRelease that moves a node to kubelet `release` (`DIR/releases/RELEASE.yaml`):
     /// its sysext image with sha256 and size, a restart of the kubelet, and health checks
     /// that need the kubelet's unit steady and the Node reporting the new version.
@@ -185,7 +245,8 @@ impl KubeCluster {
     }
 
     /// Serves a kubelet image of `release` that cannot start (its drop-in passes a flag the
-    /// kubelet refuses) and returns its NodeRelease, named `kubelet-RELEASE-refuses-to-start`.
+    /// kubelet refuses) and returns its NodeRelease, named `kubelet-RELEASE-refuses-to-start`,
+    /// with a health-check timeout of 45 s.
     pub async fn serve_broken_release(&self, release: &str) -> Result<String> {
         let image = kubelet_sysext(
             release,
@@ -200,7 +261,9 @@ impl KubeCluster {
                 &format!("name: kubelet-{release}\n"),
                 &format!("name: kubelet-{release}-refuses-to-start\n"),
                 1,
-            );
+            )
+            // It never gets healthy: no need to wait the working release's 3 minutes.
+            .replacen("timeout: 3m\n", "timeout: 45s\n", 1);
         Ok(manifest)
     }
 

@@ -1,0 +1,174 @@
+//! A workload on real nodes and what the tests prove about it: a Deployment spread over the
+//! nodes (one Pod each, `hostNetwork`, the locally imported image) with a PodDisruptionBudget,
+//! and a snapshot of its containers as the API server and each node's containerd see them.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::KubeCluster;
+use crate::{Error, Result};
+
+/// The Deployment `web` (one Pod per node: a topology spread on the hostname) and its
+/// PodDisruptionBudget (`minAvailable: replicas - 1`), in `default`.
+pub fn web_manifest(replicas: usize) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      hostNetwork: true
+      terminationGracePeriodSeconds: 5
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: kubernetes.io/hostname
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector:
+          matchLabels: {{app: web}}
+      containers:
+      - name: web
+        image: {image}
+        imagePullPolicy: Never
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: web
+  namespace: default
+spec:
+  minAvailable: {min}
+  selector:
+    matchLabels: {{app: web}}
+",
+        image = super::config::WORKLOAD_IMAGE,
+        min = replicas.saturating_sub(1),
+    )
+}
+
+/// One running container of a Pod, as the API server and its node's containerd report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningContainer {
+    /// The Pod's UID: a deleted and recreated Pod has another.
+    pub pod_uid: String,
+    /// The node it runs on.
+    pub node: String,
+    /// containerd's container ID.
+    pub id: String,
+    /// `state.running.startedAt`.
+    pub started_at: String,
+    /// `restartCount`.
+    pub restarts: String,
+    /// The container's process as containerd's task list has it.
+    pub pid: String,
+}
+
+/// The first container of every Pod labelled `selector` in `default`, by Pod name; an error
+/// names a Pod that is not running.
+pub async fn running_containers(
+    cluster: &KubeCluster,
+    selector: &str,
+) -> Result<BTreeMap<String, RunningContainer>> {
+    let listing = cluster.kubectl(&[
+        "get", "pods", "-n", "default", "-l", selector, "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.spec.nodeName} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].state.running.startedAt} {.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
+    ])?;
+    let mut found = BTreeMap::new();
+    for line in listing.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [pod, uid, node, id, started_at, restarts] = fields[..] else {
+            return Err(Error::Invalid(format!(
+                "a Pod that is not running: {line:?}\n{listing}"
+            )));
+        };
+        let id = id.trim_start_matches("containerd://").to_owned();
+        let host = cluster
+            .nodes
+            .iter()
+            .find(|n| n.name() == node)
+            .ok_or_else(|| Error::Invalid(format!("Pod {pod} on unknown node {node}")))?;
+        let tasks = host
+            .node
+            .exec_ok(&["ctr", "-n", "k8s.io", "tasks", "ls"])
+            .await?;
+        let pid = tasks
+            .lines()
+            .find(|l| l.starts_with(&id))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .ok_or_else(|| {
+                Error::Invalid(format!("containerd on {node} has no task {id}:\n{tasks}"))
+            })?
+            .to_owned();
+        found.insert(
+            pod.to_owned(),
+            RunningContainer {
+                pod_uid: uid.to_owned(),
+                node: node.to_owned(),
+                id,
+                started_at: started_at.to_owned(),
+                restarts: restarts.to_owned(),
+                pid,
+            },
+        );
+    }
+    Ok(found)
+}
+
+/// Samples every node's `Ready` condition every 250 ms until dropped, and keeps the longest
+/// time each one was not `True`.
+pub struct ReadinessWatch {
+    longest: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Duration>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadinessWatch {
+    /// Starts watching the cluster's nodes.
+    pub async fn start(cluster: &KubeCluster) -> Result<ReadinessWatch> {
+        let client = cluster.client().await?;
+        let names: Vec<String> = cluster.nodes.iter().map(|n| n.name().to_owned()).collect();
+        let longest = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let record = longest.clone();
+        let task = tokio::spawn(async move {
+            let mut since: BTreeMap<String, Instant> = BTreeMap::new();
+            loop {
+                for name in &names {
+                    let ready = matches!(
+                        super::node_state(&client, name).await,
+                        Ok(Some((ref r, _))) if r == "True"
+                    );
+                    let mut longest = record.lock().unwrap_or_else(|e| e.into_inner());
+                    let entry = longest.entry(name.clone()).or_insert(Duration::ZERO);
+                    if ready {
+                        since.remove(name);
+                    } else {
+                        let start = *since.entry(name.clone()).or_insert_with(Instant::now);
+                        *entry = (*entry).max(start.elapsed());
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        Ok(ReadinessWatch { longest, task })
+    }
+
+    /// The longest time each node was not `Ready` so far.
+    pub fn longest_not_ready(&self) -> BTreeMap<String, Duration> {
+        self.longest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for ReadinessWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
