@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use inplace_tests::apiserver::bin_dir;
 use inplace_tests::docs::shell_block;
 use inplace_tests::install::workspace_binaries;
+use inplace_tests::kube_node::cluster::rollout_manifest;
 use inplace_tests::kube_node::workload::{
-    ReadinessWatch, RunningContainer, running_containers, web_manifest,
+    ReadinessWatch, RunningContainer, Spread, running_containers, web_manifest,
 };
 use inplace_tests::kube_node::{ClusterOptions, KubeCluster};
 
@@ -39,16 +40,12 @@ async fn cluster(work: &Path, prefix: &str, nodes: usize, kubelet: &str) -> Kube
         .unwrap()
 }
 
-fn rollout(release: &str) -> String {
-    format!(
-        "apiVersion: inplace.dev/v1alpha1\nkind: NodeRollout\nmetadata:\n  name: kubelets\n\
-         spec:\n  release: {release}\n  maxUnavailable: 1\n  maxFailures: 0\n  disruption: None\n"
-    )
-}
-
 async fn run_workload(cluster: &KubeCluster) -> BTreeMap<String, RunningContainer> {
     cluster
-        .apply("web", &web_manifest(cluster.nodes.len()))
+        .apply(
+            "web",
+            &web_manifest(cluster.nodes.len(), Spread::OnePerNode),
+        )
         .unwrap();
     cluster
         .kubectl(&["rollout", "status", "deployment/web", "--timeout=300s"])
@@ -155,7 +152,7 @@ async fn a_minor_kubelet_upgrade_keeps_the_pods_running() {
         .apply("release", &cluster.release_manifest("v1.36.3").unwrap())
         .unwrap();
     cluster
-        .apply("rollout", &rollout("kubelet-v1.36.3"))
+        .apply("rollout", &rollout_manifest("kubelet-v1.36.3", "None"))
         .unwrap();
     cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
     assert_pods_kept(&cluster, &before, "v1.36.3").await;
@@ -173,7 +170,10 @@ async fn a_kubelet_that_cannot_start_rolls_back_with_the_pods_untouched_and_halt
     let release = cluster.serve_broken_release("v1.36.3").await.unwrap();
     cluster.apply("release", &release).unwrap();
     cluster
-        .apply("rollout", &rollout("kubelet-v1.36.3-refuses-to-start"))
+        .apply(
+            "rollout",
+            &rollout_manifest("kubelet-v1.36.3-refuses-to-start", "None"),
+        )
         .unwrap();
 
     let deadline = Instant::now() + PATIENCE;

@@ -303,6 +303,15 @@ fn image_path(image: &SysextImage) -> String {
     )
 }
 
+/// The NodeRollout `kubelets` of the release named `release`: every node, one at a time,
+/// halting at the first failure, with `disruption` (`None`, `Cordon` or `Drain`).
+pub fn rollout_manifest(release: &str, disruption: &str) -> String {
+    format!(
+        "apiVersion: inplace.dev/v1alpha1\nkind: NodeRollout\nmetadata:\n  name: kubelets\n\
+         spec:\n  release: {release}\n  maxUnavailable: 1\n  maxFailures: 0\n  disruption: {disruption}\n"
+    )
+}
+
 fn release_manifest(release: &str, url: &str, image: &SysextImage) -> String {
     format!(
         "apiVersion: inplace.dev/v1alpha1

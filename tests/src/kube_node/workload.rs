@@ -8,9 +8,23 @@ use std::time::{Duration, Instant};
 use super::KubeCluster;
 use crate::{Error, Result};
 
-/// The Deployment `web` (one Pod per node: a topology spread on the hostname) and its
-/// PodDisruptionBudget (`minAvailable: replicas - 1`), in `default`.
-pub fn web_manifest(replicas: usize) -> String {
+/// How the Deployment `web` spreads its Pods over the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spread {
+    /// Exactly one per node (`whenUnsatisfiable: DoNotSchedule`): a Pod stays where it is.
+    OnePerNode,
+    /// As even as the scheduler can (`ScheduleAnyway`): an evicted Pod's replacement may land
+    /// on a node that already runs one.
+    Preferred,
+}
+
+/// The Deployment `web` and its PodDisruptionBudget (`minAvailable: replicas - 1`), in
+/// `default`.
+pub fn web_manifest(replicas: usize, spread: Spread) -> String {
+    let when = match spread {
+        Spread::OnePerNode => "DoNotSchedule",
+        Spread::Preferred => "ScheduleAnyway",
+    };
     format!(
         "apiVersion: apps/v1
 kind: Deployment
@@ -30,7 +44,7 @@ spec:
       topologySpreadConstraints:
       - maxSkew: 1
         topologyKey: kubernetes.io/hostname
-        whenUnsatisfiable: DoNotSchedule
+        whenUnsatisfiable: {when}
         labelSelector:
           matchLabels: {{app: web}}
       containers:
@@ -50,6 +64,32 @@ spec:
 ",
         image = super::config::WORKLOAD_IMAGE,
         min = replicas.saturating_sub(1),
+    )
+}
+
+/// The DaemonSet `node-agent`: one Pod on every node, which a drain leaves alone.
+pub fn daemonset_manifest() -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: node-agent
+  namespace: default
+spec:
+  selector:
+    matchLabels: {{app: node-agent}}
+  template:
+    metadata:
+      labels: {{app: node-agent}}
+    spec:
+      hostNetwork: true
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: node-agent
+        image: {image}
+        imagePullPolicy: Never
+",
+        image = super::config::WORKLOAD_IMAGE,
     )
 }
 
