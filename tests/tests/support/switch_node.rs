@@ -21,10 +21,16 @@ pub const IMAGES: &str = "/opt/extensions/inplace-agent";
 /// lower versions too with `allow_downgrade`), a short deadline for the new agent
 /// (`confirm_timeout` seconds), images only from the test's server.
 fn node_policy(prefix: &str, confirm_timeout: u64, allow_downgrade: bool) -> String {
+    // The key only where it is on: the default needs no key (and agents built before it
+    // existed refuse it).
+    let downgrade = if allow_downgrade {
+        "allow_downgrade = true\n"
+    } else {
+        ""
+    };
     format!(
         "[policy]\nallowed_url_prefixes = [\"{prefix}\"]\nallow_http = true\n\
-         [self_update]\nallow = true\nconfirm_timeout = \"{confirm_timeout}s\"\n\
-         allow_downgrade = {allow_downgrade}\n"
+         [self_update]\nallow = true\nconfirm_timeout = \"{confirm_timeout}s\"\n{downgrade}"
     )
 }
 
