@@ -212,6 +212,18 @@ mod tests {
         }
     }
 
+    /// The largest whole number of hours that fits, plus a fraction that does not: the CRD
+    /// pattern accepts it (29 characters). It panicked in debug builds and read as about 36
+    /// minutes in release ones (the sum wrapped).
+    #[test]
+    fn a_fraction_past_the_largest_value_is_too_large_not_wrapped() {
+        let whole = u128::MAX / (3_600 * 1_000_000_000);
+        for text in [format!("{whole}.9h"), format!("{whole}.99999999999999h")] {
+            let error = Duration::parse(&text).unwrap_err();
+            assert!(error.to_string().contains("too large"), "{text}: {error}");
+        }
+    }
+
     #[test]
     fn keeps_text_as_written() {
         let d: Duration = serde_json::from_str("\"5m\"").unwrap();
