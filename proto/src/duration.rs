@@ -78,7 +78,9 @@ impl Duration {
             let mut scale = unit_nanos;
             for digit in fraction.bytes() {
                 scale /= 10;
-                nanos += u128::from(digit - b'0') * scale;
+                nanos = nanos
+                    .checked_add(u128::from(digit - b'0') * scale)
+                    .ok_or_else(|| fail("too large"))?;
             }
             total_nanos = total_nanos
                 .checked_add(nanos)
