@@ -168,3 +168,15 @@ fn the_verdict_changes_when_a_window_opens_or_closes() {
     assert!(!shut.allows_grants());
     assert_eq!(shut.changes_at(), Some(at("2026-12-04T22:00:00Z")));
 }
+
+/// A window longer than the API allows (168h; the CRD's CEL rule refuses it, an object
+/// stored before that rule does not): longer than jiff's span limit, it panicked, and the
+/// release profile aborts on panic. A window that lasts more than a week never closes.
+#[test]
+fn a_window_longer_than_any_calendar_is_open_and_never_panics() {
+    for duration in ["200000000h", "2000000h", "170h"] {
+        let windows = vec![window(&[Monday], "01:00", duration, "UTC")];
+        let verdict = window_verdict(&windows, at("2026-11-27T23:00:00Z"));
+        assert!(verdict.allows_grants(), "{duration}: {verdict:?}");
+    }
+}
