@@ -11,7 +11,7 @@
 use inplace_proto::MaintenanceWindow;
 use jiff::civil::{Date, Time};
 use jiff::tz::TimeZone;
-use jiff::{SignedDuration, Timestamp, ToSpan};
+use jiff::{SignedDuration, Span, Timestamp};
 
 /// What the windows say about starting an activation now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,7 @@ pub(crate) fn window_verdict(windows: &[MaintenanceWindow], now: Timestamp) -> W
     if windows.is_empty() {
         return WindowVerdict::Open { closes_at: None };
     }
+    let mut open = false;
     let mut closes_at: Option<Timestamp> = None;
     let mut next: Option<(Timestamp, String)> = None;
     for (i, window) in windows.iter().enumerate() {
@@ -56,21 +57,23 @@ pub(crate) fn window_verdict(windows: &[MaintenanceWindow], now: Timestamp) -> W
             Err(message) => return WindowVerdict::Invalid { message },
         };
         for (opens, closes) in read.openings_around(now) {
-            if opens <= now && now < closes {
-                closes_at = Some(closes_at.map_or(closes, |c| c.min(closes)));
+            // `None`: the window closes past the last instant there is: it stays open.
+            if opens <= now && closes.is_none_or(|closes| now < closes) {
+                if let Some(closes) = closes {
+                    closes_at = Some(closes_at.map_or(closes, |c| c.min(closes)));
+                }
+                open = true;
             } else if opens > now && next.as_ref().is_none_or(|(n, _)| opens < *n) {
                 next = Some((opens, read.local(opens)));
             }
         }
     }
-    match (closes_at, next) {
-        (Some(closes_at), _) => WindowVerdict::Open {
-            closes_at: Some(closes_at),
-        },
-        (None, Some((opens_at, local))) => WindowVerdict::Closed { opens_at, local },
+    match (open, next) {
+        (true, _) => WindowVerdict::Open { closes_at },
+        (false, Some((opens_at, local))) => WindowVerdict::Closed { opens_at, local },
         // Unreachable with at least one day per window (the API server requires one):
         // some opening always lies within the next eight days.
-        (None, None) => WindowVerdict::Invalid {
+        (false, None) => WindowVerdict::Invalid {
             message: "spec.maintenanceWindows: no window ever opens".to_owned(),
         },
     }
@@ -109,13 +112,16 @@ impl<'a> ReadWindow<'a> {
     }
 
     /// Every (opens, closes) of this window whose opening day lies from a window's length
-    /// before `now` (a window still open now may have opened days ago) to eight days
-    /// after (the next opening of a weekly window).
-    fn openings_around(&self, now: Timestamp) -> Vec<(Timestamp, Timestamp)> {
+    /// (at most eight days) before `now` (a window still open now may have opened days ago)
+    /// to eight days after (the next opening of a weekly window). Eight days back are
+    /// enough for any length: a window opens at least weekly, so one that lasts longer is
+    /// open now by an opening of the last eight days. `closes` is `None` past the last
+    /// instant `jiff` represents (a window far longer than the API's 168h).
+    fn openings_around(&self, now: Timestamp) -> Vec<(Timestamp, Option<Timestamp>)> {
         let today = now.to_zoned(self.zone.clone()).date();
-        let back = self.length.as_secs() / 86_400 + 1;
+        let back = (self.length.as_secs() / 86_400 + 1).min(8);
         (-back..=8)
-            .filter_map(|offset| today.checked_add(offset.days()).ok())
+            .filter_map(|offset| today.checked_add(Span::new().try_days(offset).ok()?).ok())
             .filter(|day| self.opens_on(*day))
             .filter_map(|day| {
                 let opens = day
@@ -123,7 +129,7 @@ impl<'a> ReadWindow<'a> {
                     .to_zoned(self.zone.clone())
                     .ok()?
                     .timestamp();
-                Some((opens, opens.checked_add(self.length).ok()?))
+                Some((opens, opens.checked_add(self.length).ok()))
             })
             .collect()
     }
