@@ -17,7 +17,7 @@ use inplace_tests::kube_node::cluster::rollout_manifest;
 use inplace_tests::kube_node::workload::{
     ReadinessWatch, RunningContainer, Spread, running_containers, web_manifest,
 };
-use inplace_tests::kube_node::{ClusterOptions, KubeCluster};
+use inplace_tests::kube_node::{self, ClusterOptions, KubeCluster};
 
 /// How long a rollout over real nodes may take on a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(600);
@@ -141,11 +141,12 @@ async fn the_quickstart_updates_real_kubelets_in_place_while_their_pods_keep_run
 }
 
 /// The minor upgrade, v1.35.4 → v1.36.3 (kubelet one minor behind the API server: allowed
-/// skew), the same way.
+/// skew), the same way; then a reboot brings a node back on the new kubelet (the extension
+/// merged at boot) with its Pod running again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_minor_kubelet_upgrade_keeps_the_pods_running() {
+async fn a_minor_kubelet_upgrade_keeps_the_pods_running_and_survives_a_reboot() {
     let work = tempfile::tempdir().unwrap();
-    let cluster = cluster(work.path(), "minor", 2, "v1.35.4").await;
+    let mut cluster = cluster(work.path(), "minor", 2, "v1.35.4").await;
     let before = run_workload(&cluster).await;
     let watch = ReadinessWatch::start(&cluster).await.unwrap();
     cluster
@@ -157,6 +158,97 @@ async fn a_minor_kubelet_upgrade_keeps_the_pods_running() {
     cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
     assert_pods_kept(&cluster, &before, "v1.36.3").await;
     assert_readiness_bounded(&watch);
+    drop(watch);
+
+    let rebooted = cluster.nodes[0].name().to_owned();
+    let took = cluster.nodes[0].node.reboot_and_wait().await.unwrap();
+    let client = cluster.client().await.unwrap();
+    // The Node may still say Ready from before the reboot: wait for the new kubelet's word.
+    cluster.nodes[0]
+        .wait_kubelet_healthy(Duration::from_secs(180))
+        .await
+        .unwrap();
+    kube_node::wait_node_ready(&client, &rebooted, Some("v1.36.3"), PATIENCE)
+        .await
+        .unwrap();
+    let merged = cluster.nodes[0].node.merged_extensions().await.unwrap();
+    assert_eq!(merged, ["kubernetes"]);
+    let version = cluster.nodes[0]
+        .node
+        .exec_ok(&["kubelet", "--version"])
+        .await
+        .unwrap();
+    assert_eq!(version.trim(), "Kubernetes v1.36.3");
+    // The kubelet starts the Pod's containers again: the same Pod, a new container.
+    let (pod, old) = before.iter().find(|(_, c)| c.node == rebooted).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let container = loop {
+        if let Ok(now) = running_containers(&cluster, "app=web").await
+            && let Some(c) = now.get(pod)
+            && c.id != old.id
+        {
+            break c.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{pod} never ran again after the reboot"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    eprintln!("rebooted {rebooted} in {took:?}; {pod} runs again: {container:?}");
+    assert_eq!(
+        container.pod_uid, old.pod_uid,
+        "the same Pod, not a new one"
+    );
+}
+
+/// containerd itself swapped in place: a `containerd` extension and a restart of
+/// `containerd.service` by the agent; the running containers stay (their shims keep them),
+/// the kubelet reconnects, and the Pods stay `Running` with the same containers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_swapped_in_place_keeps_the_containers_running() {
+    let work = tempfile::tempdir().unwrap();
+    let cluster = cluster(work.path(), "runtime", 1, "v1.36.3").await;
+    let before = run_workload(&cluster).await;
+    let shim_before = cluster.nodes[0]
+        .node
+        .sh_ok("pgrep -x containerd-shim | sort")
+        .await
+        .unwrap();
+    let containerd_before = cluster.nodes[0]
+        .node
+        .systemctl(&["show", "-p", "MainPID", "containerd.service"])
+        .await
+        .unwrap();
+    cluster
+        .apply(
+            "release",
+            &cluster.serve_containerd_release().await.unwrap(),
+        )
+        .unwrap();
+    cluster
+        .apply("rollout", &rollout_manifest("containerd", "None"))
+        .unwrap();
+    cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
+    let node = &cluster.nodes[0].node;
+    assert_eq!(
+        node.merged_extensions().await.unwrap(),
+        ["containerd", "kubernetes"]
+    );
+    let containerd_after = node
+        .systemctl(&["show", "-p", "MainPID", "containerd.service"])
+        .await
+        .unwrap();
+    assert_ne!(
+        containerd_before, containerd_after,
+        "containerd was restarted"
+    );
+    assert_eq!(
+        node.sh_ok("pgrep -x containerd-shim | sort").await.unwrap(),
+        shim_before,
+        "the shims kept running"
+    );
+    assert_pods_kept(&cluster, &before, "v1.36.3").await;
 }
 
 /// A release whose kubelet cannot start (its drop-in passes a flag the kubelet refuses): the

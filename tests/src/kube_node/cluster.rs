@@ -16,7 +16,7 @@ use crate::install::{
     CONTROLLER_GROUPS, CONTROLLER_USER, add_agent, install_manifests, spawn_controller,
 };
 use crate::nspawn::{Node, NodeOptions};
-use crate::sysext::SysextImage;
+use crate::sysext::{SysextBuilder, SysextImage, host_architecture};
 use crate::{Error, Result};
 
 /// How long a real node may take to be `Ready` on a loaded 2-core machine.
@@ -265,6 +265,58 @@ impl KubeCluster {
             // It never gets healthy: no need to wait the working release's 3 minutes.
             .replacen("timeout: 3m\n", "timeout: 45s\n", 1);
         Ok(manifest)
+    }
+
+    /// Serves a `containerd` system extension holding the nodes' own containerd and runc shim
+    /// (Debian's, read from the first node) and returns its NodeRelease `containerd`: the image
+    /// swapped in, `containerd.service` restarted, containerd and the kubelet healthy after.
+    pub async fn serve_containerd_release(&self) -> Result<String> {
+        let node = self
+            .nodes
+            .first()
+            .ok_or_else(|| Error::Invalid("no nodes".to_owned()))?;
+        let mut image = SysextBuilder::new("containerd");
+        for binary in ["usr/bin/containerd", "usr/bin/containerd-shim-runc-v2"] {
+            image = image.file(
+                binary,
+                node.node.read_file(format!("/{binary}")).await?,
+                0o755,
+            );
+        }
+        let image = image
+            .build(
+                &self
+                    .dir
+                    .join("images")
+                    .join(format!("containerd-{}.raw", host_architecture())),
+            )
+            .await?;
+        self.server
+            .put(&image_path(&image), Artifact::file(&image.path)?);
+        Ok(format!(
+            "apiVersion: inplace.dev/v1alpha1
+kind: NodeRelease
+metadata:
+  name: containerd
+spec:
+  version: containerd-debian
+  artifacts:
+  - name: containerd
+    type: Sysext
+    url: {url}
+    sha256: {sha256}
+    size: {size}
+  activation:
+    restartUnits: [containerd.service]
+  healthChecks:
+    units: [containerd.service, kubelet.service]
+    window: 10s
+    timeout: 3m
+",
+            url = self.server.url(&image_path(&image)),
+            sha256 = image.sha256,
+            size = image.size,
+        ))
     }
 
     fn write_files(&self) -> Result<()> {
