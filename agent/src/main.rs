@@ -130,13 +130,22 @@ fn check_config(path: &Path) -> anyhow::Result<()> {
     let files = settings::layer_files(path)?;
     let settings = settings::load(path, hostname)?;
     let keys = check_config::trusted_keys(&settings.policy)?;
+    let mut described = check_config::describe(&settings.policy.trusted_keys_dir, &keys);
+    let agent_keys = &settings.self_update.trusted_keys_dir;
+    if settings.self_update.allow && *agent_keys != settings.policy.trusted_keys_dir {
+        let keys = inplace_agent::signature::load_trusted_keys(agent_keys)
+            .context("self_update.trusted_keys_dir")?;
+        described.push_str(&format!(
+            " (Kubernetes artifacts)\n{} (agent images)",
+            check_config::describe(agent_keys, &keys)
+        ));
+    }
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = writeln!(
         out,
-        "# read (when present): {files:?}\n{settings:#?}\n{}",
-        check_config::describe(&settings.policy.trusted_keys_dir, &keys)
+        "# read (when present): {files:?}\n{settings:#?}\n{described}"
     );
     Ok(())
 }

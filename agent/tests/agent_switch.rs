@@ -95,6 +95,21 @@ async fn switched(bed: &Bed, plan: &NodeUpdatePlan) {
     assert_eq!(a.journal().step(), Some(Step::SwitchingAgent));
 }
 
+/// A, 0.1.0, refuses the plan's signature: `SignatureInvalid`, nothing armed, the link
+/// unmoved. The condition's message.
+async fn refused_signature(bed: &Bed, plan: &NodeUpdatePlan) -> String {
+    let mut a = bed.agent().await;
+    a.handle(Some(plan)).await.unwrap();
+    let (status, reason, message) = bed.ready();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SignatureInvalid")
+    );
+    assert!(pending(bed).is_none());
+    assert!(link(bed).ends_with("inplace-agent-0.1.0.raw"));
+    message
+}
+
 /// A node where A took the signed plan for 0.2.0 and swapped (the guard armed).
 async fn mid_switch() -> (Bed, NodeUpdatePlan) {
     let signer = Signer::new();
@@ -186,13 +201,7 @@ async fn an_image_signed_for_another_version_is_refused_naming_the_field_and_bot
         &signer,
         "timestamp:1 file:inplace-agent-0.2.0.raw version:0.1.0",
     );
-    let mut a = bed.agent().await;
-    a.handle(Some(&plan)).await.unwrap();
-    let (status, reason, message) = bed.ready();
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "SignatureInvalid")
-    );
+    let message = refused_signature(&bed, &plan).await;
     for word in [
         "spec.agent.signatureUrl",
         "0.1.0",
@@ -200,8 +209,6 @@ async fn an_image_signed_for_another_version_is_refused_naming_the_field_and_bot
     ] {
         assert!(message.contains(word), "{word:?} not in {message}");
     }
-    assert!(pending(&bed).is_none());
-    assert!(link(&bed).ends_with("inplace-agent-0.1.0.raw"));
 }
 
 /// B cannot write its status (its identity refused): it says why in `STATUS=` and never
@@ -404,6 +411,19 @@ async fn a_plan_for_the_running_agent_version_is_up_to_date_and_switches_nothing
         bed.last().current_revision.as_deref(),
         Some(revision.as_str())
     );
+}
+
+/// `[self_update] trusted_keys_dir` apart from the policy's: a key trusted for Kubernetes
+/// artifacts does not vouch for an agent image, which runs as root.
+#[tokio::test]
+async fn an_agent_image_needs_a_key_of_the_self_update_keys_dir() {
+    let signer = Signer::new();
+    let mut bed = node(&signer);
+    let agent_keys = tempfile::tempdir().unwrap();
+    bed.settings.self_update.trusted_keys_dir = agent_keys.path().to_path_buf();
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    let message = refused_signature(&bed, &plan).await;
+    assert!(message.contains("spec.agent.signatureUrl"), "{message}");
 }
 
 /// A plan for a lower agent version than the running build is refused at

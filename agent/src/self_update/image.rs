@@ -6,6 +6,7 @@
 //! `require_signatures` says: a signature without it would vouch for every build of the
 //! file name, and the new agent confirms only the version it was ordered to be.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use inplace_proto::{AgentImage, Artifact, ArtifactType, Reason};
@@ -13,7 +14,6 @@ use inplace_proto::{AgentImage, Artifact, ArtifactType, Reason};
 use crate::fetch::Fetcher;
 use crate::journal::Failure;
 use crate::policy::OWN_EXTENSION;
-use crate::settings::Policy;
 use crate::signature::{self, CheckedSignature, PrepareError, SignatureError, Vouch};
 
 /// The agent image as the sysext artifact staging stores and links.
@@ -32,19 +32,20 @@ pub fn as_artifact(agent: &AgentImage) -> Artifact {
 }
 
 /// The agent image's signature, downloaded and checked as far as it goes without the
-/// image's bytes (`artifact` is [`as_artifact`]'s). A refusal names
+/// image's bytes (`artifact` is [`as_artifact`]'s), against the keys in
+/// `trusted_keys_dir` (`[self_update] trusted_keys_dir`). A refusal names
 /// `spec.agent.signatureUrl`.
 pub async fn prepare_signature(
     fetcher: &dyn Fetcher,
     agent: &AgentImage,
     artifact: &Artifact,
-    policy: &Policy,
+    trusted_keys_dir: &Path,
 ) -> Result<Option<Arc<CheckedSignature>>, Failure> {
     let vouch = Vouch {
         version: Some(&agent.version),
         version_required: true,
     };
-    signature::prepare_vouching(fetcher, artifact, vouch, &policy.trusted_keys_dir)
+    signature::prepare_vouching(fetcher, artifact, vouch, trusted_keys_dir)
         .await
         .map_err(|e| match e {
             PrepareError::Fetch(failure) => failure,

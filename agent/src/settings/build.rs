@@ -37,16 +37,18 @@ pub(super) fn build(
         .state_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/inplace"));
     absolute("state_dir", &state_dir)?;
+    let policy = policy(f.policy)?;
+    let self_update = self_update_settings(f.self_update, &policy.trusted_keys_dir)?;
     Ok(Settings {
         node_name: node_name(f.node_name, hostname)?,
         state_dir,
         kube: kube_auth(f.kubernetes)?,
-        policy: policy(f.policy)?,
+        policy,
         download: download_settings(f.download)?,
         activation: activation_settings(f.activation)?,
         paths: paths(f.paths)?,
         metrics: metrics_settings(f.metrics)?,
-        self_update: self_update_settings(f.self_update)?,
+        self_update,
     })
 }
 
@@ -214,8 +216,17 @@ fn activation_settings(a: ActivationFragment) -> Result<ActivationSettings, Sett
 /// API server without leaving a broken agent in place for long.
 const DEFAULT_CONFIRM_TIMEOUT: StdDuration = StdDuration::from_secs(120);
 
-fn self_update_settings(u: SelfUpdateFragment) -> Result<SelfUpdateSettings, SettingsError> {
+/// `policy_keys` is `policy.trusted_keys_dir`, the default of `self_update.trusted_keys_dir`.
+fn self_update_settings(
+    u: SelfUpdateFragment,
+    policy_keys: &Path,
+) -> Result<SelfUpdateSettings, SettingsError> {
+    let trusted_keys_dir = u
+        .trusted_keys_dir
+        .unwrap_or_else(|| policy_keys.to_path_buf());
+    absolute("self_update.trusted_keys_dir", &trusted_keys_dir)?;
     let settings = SelfUpdateSettings {
+        trusted_keys_dir,
         allow: u.allow.unwrap_or(false),
         allow_downgrade: u.allow_downgrade.unwrap_or(false),
         confirm_timeout: duration(u.confirm_timeout, DEFAULT_CONFIRM_TIMEOUT),

@@ -93,6 +93,7 @@ pub(super) struct MetricsFragment {
 pub(super) struct SelfUpdateFragment {
     pub(super) allow: Option<bool>,
     pub(super) allow_downgrade: Option<bool>,
+    pub(super) trusted_keys_dir: Option<PathBuf>,
     pub(super) confirm_timeout: Option<Duration>,
 }
 
@@ -148,6 +149,7 @@ impl Fragment {
         let (u, o) = (&mut self.self_update, other.self_update);
         over(&mut u.allow, o.allow);
         over(&mut u.allow_downgrade, o.allow_downgrade);
+        over(&mut u.trusted_keys_dir, o.trusted_keys_dir);
         over(&mut u.confirm_timeout, o.confirm_timeout);
     }
 }

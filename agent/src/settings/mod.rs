@@ -164,6 +164,10 @@ pub struct SelfUpdateSettings {
     /// agent is signed as well as a new one, so a signature alone does not stop a rollback
     /// to a vulnerable build).
     pub allow_downgrade: bool,
+    /// The minisign public keys an agent image's signature must come from. Defaults to
+    /// `policy.trusted_keys_dir` (the keys of Kubernetes artifacts); a separate directory
+    /// keeps whoever signs node artifacts from signing the agent, which runs as root.
+    pub trusted_keys_dir: PathBuf,
     /// The guard's deadline: the new agent must confirm itself (its version, its image's
     /// sha256, a status write with its identity) within this long, or the guard restores
     /// the previous agent.

@@ -27,6 +27,33 @@ fn defaults_are_safe() {
         "a plan may not replace the agent by default"
     );
     assert_eq!(s.self_update.confirm_timeout, StdDuration::from_secs(120));
+    assert_eq!(
+        s.self_update.trusted_keys_dir, s.policy.trusted_keys_dir,
+        "agent images are trusted by the policy's keys by default"
+    );
+}
+
+#[test]
+fn the_agent_images_keys_follow_the_policy_s_unless_set() {
+    let s = from_toml("[policy]\ntrusted_keys_dir = \"/etc/k8s-keys\"\n", host).unwrap();
+    assert_eq!(
+        s.self_update.trusted_keys_dir,
+        PathBuf::from("/etc/k8s-keys")
+    );
+    let s = from_toml(
+        "[policy]\ntrusted_keys_dir = \"/etc/k8s-keys\"\n[self_update]\ntrusted_keys_dir = \"/etc/agent-keys\"\n",
+        host,
+    )
+    .unwrap();
+    assert_eq!(
+        s.self_update.trusted_keys_dir,
+        PathBuf::from("/etc/agent-keys")
+    );
+    let err = from_toml("[self_update]\ntrusted_keys_dir = \"keys\"\n", host).unwrap_err();
+    assert!(
+        err.to_string().contains("self_update.trusted_keys_dir"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -206,7 +206,10 @@ impl Agent {
         let policy = &self.settings.policy;
         let signature = match &view.content.agent {
             // The agent image travels alone: it is the only artifact of its revision.
-            Some(agent) => image::prepare_signature(fetcher, agent, artifact, policy).await?,
+            Some(agent) => {
+                let keys = &self.settings.self_update.trusted_keys_dir;
+                image::prepare_signature(fetcher, agent, artifact, keys).await?
+            }
             None => {
                 let version = view.content.kubernetes_version.as_deref();
                 signature::prepare(fetcher, artifact, version, policy).await?

@@ -512,6 +512,9 @@ pub fn bed_trusting(signer: &Signer, require: bool) -> Bed {
     std::fs::write(keys.join("release.pub"), signer.public_file()).unwrap();
     // Not a key file: ignored.
     std::fs::write(keys.join("README"), "keys end in .pub").unwrap();
+    // Agent images are trusted by the same keys unless a test says otherwise, as on a node
+    // that leaves [self_update] trusted_keys_dir at its default.
+    bed.settings.self_update.trusted_keys_dir = keys.clone();
     bed.settings.policy.trusted_keys_dir = keys;
     bed.settings.policy.require_signatures = require;
     bed

@@ -18,6 +18,7 @@ fn admission(allow: bool, installation: Installation) -> Admission {
         settings: SelfUpdateSettings {
             allow,
             allow_downgrade: false,
+            trusted_keys_dir: "/etc/inplace/keys".into(),
             confirm_timeout: Duration::from_secs(120),
         },
         installation,

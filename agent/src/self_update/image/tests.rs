@@ -9,6 +9,7 @@ use inplace_proto::AgentImage;
 
 use super::*;
 use crate::fetch::{FetchError, Progress};
+use crate::settings::Policy;
 
 const URL: &str = "https://dl.example/inplace-agent-0.2.0.raw";
 const SIGNATURE_URL: &str = "https://dl.example/inplace-agent-0.2.0.raw.minisig";
@@ -65,9 +66,14 @@ fn node_signing(comment: &str) -> (tempfile::TempDir, Policy, SignatureOnly) {
 async fn prepared(comment: &str) -> Result<(), Failure> {
     let (_keys, policy, fetcher) = node_signing(comment);
     let agent = agent();
-    prepare_signature(&fetcher, &agent, &as_artifact(&agent), &policy)
-        .await
-        .map(|signature| assert!(signature.is_some()))
+    prepare_signature(
+        &fetcher,
+        &agent,
+        &as_artifact(&agent),
+        &policy.trusted_keys_dir,
+    )
+    .await
+    .map(|signature| assert!(signature.is_some()))
 }
 
 #[test]
