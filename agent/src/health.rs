@@ -1,6 +1,7 @@
 //! Health checks after activation: every unit active and not restarted, every HTTP check
-//! answering 2xx, the Node reporting the expected kubelet version — all of them,
-//! uninterrupted, for the whole window, before the timeout. Sampled every interval.
+//! answering 2xx, the Node reporting the expected kubelet version and `Ready` — all of them,
+//! uninterrupted, for the whole window, before the timeout. Sampled every interval; the
+//! Node is read once per sample for both Node checks.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,8 +18,50 @@ use crate::systemd::{SystemdManager, UnitState};
 pub trait Probes: Send + Sync {
     /// GETs `url`; `Err` describes a non-2xx answer or a transport error.
     async fn http_ok(&self, url: &str) -> Result<(), String>;
-    /// The node's `status.nodeInfo.kubeletVersion`, as the API server has it.
-    async fn kubelet_version(&self) -> Result<Option<String>, String>;
+    /// What the API server has of this node's Node object; `Err` when it cannot be read.
+    async fn node_status(&self) -> Result<NodeReport, String>;
+}
+
+/// What the Node checks read of this node's Node object: one read serves both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeReport {
+    /// `status.nodeInfo.kubeletVersion`, if the Node has it.
+    pub kubelet_version: Option<String>,
+    /// The `Ready` condition, if the Node has one.
+    pub ready: Option<ReadyCondition>,
+}
+
+/// A Node's `Ready` condition, as the kubelet (or the node lifecycle controller) set it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadyCondition {
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Why, in one word (`KubeletNotReady`, `NodeStatusUnknown`); may be empty.
+    pub reason: String,
+    /// Why, in words; may be empty.
+    pub message: String,
+}
+
+impl NodeReport {
+    /// The report of a Node object: its kubelet version and `Ready` condition.
+    pub fn of(node: k8s_openapi::api::core::v1::Node) -> Self {
+        let Some(status) = node.status else {
+            return NodeReport::default();
+        };
+        NodeReport {
+            kubelet_version: status.node_info.map(|i| i.kubelet_version),
+            ready: status
+                .conditions
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| ReadyCondition {
+                    status: c.status,
+                    reason: c.reason.unwrap_or_default(),
+                    message: c.message.unwrap_or_default(),
+                }),
+        }
+    }
 }
 
 /// What to check, and how long.
@@ -30,6 +73,8 @@ pub struct Plan<'a> {
     pub http: Vec<&'a str>,
     /// The kubelet version the Node must report, if checked.
     pub kubelet_version: Option<&'a str>,
+    /// Whether the Node's `Ready` condition must be `True`.
+    pub node_ready: bool,
     /// How long everything must pass without interruption.
     pub window: Duration,
     /// When to give up, counted from the start.
@@ -53,6 +98,7 @@ impl<'a> Plan<'a> {
             } else {
                 None
             },
+            node_ready: checks.node_ready,
             window: checks.window.get(),
             timeout: checks.timeout.get(),
             interval,
@@ -117,6 +163,9 @@ fn describe(plan: &Plan<'_>) -> String {
     if plan.kubelet_version.is_some() {
         names.push("kubelet version".into());
     }
+    if plan.node_ready {
+        names.push("Node Ready".into());
+    }
     if names.is_empty() {
         "no checks;".into()
     } else {
@@ -175,23 +224,52 @@ async fn sample<'a>(
             problem.get_or_insert(format!("HTTP check {url}: {e}"));
         }
     }
-    if let Some(expected) = plan.kubelet_version {
-        match probes.kubelet_version().await {
-            Ok(Some(v)) if v == expected => {}
-            Ok(Some(v)) => {
-                problem.get_or_insert(format!("the node reports kubelet {v}, expected {expected}"));
-            }
-            Ok(None) => {
-                problem.get_or_insert("the node reports no kubelet version".into());
-            }
-            Err(e) => {
-                problem.get_or_insert(format!("cannot read the node's kubelet version: {e}"));
-            }
-        }
+    if (plan.kubelet_version.is_some() || plan.node_ready)
+        && let Some(p) = node_problem(plan, probes.node_status().await)
+    {
+        problem.get_or_insert(p);
     }
     match problem {
         None => Sample::Healthy,
         Some(p) => Sample::Unhealthy(p),
+    }
+}
+
+/// What is wrong with the Node as `read`, for the Node checks the plan has; the kubelet
+/// version first, because a wrong version says more than the `Ready` of a kubelet.
+fn node_problem(plan: &Plan<'_>, read: Result<NodeReport, String>) -> Option<String> {
+    let node = match read {
+        Ok(node) => node,
+        Err(e) => return Some(format!("cannot read the Node: {e}")),
+    };
+    if let Some(expected) = plan.kubelet_version {
+        match node.kubelet_version.as_deref() {
+            Some(v) if v == expected => {}
+            Some(v) => return Some(format!("the node reports kubelet {v}, expected {expected}")),
+            None => return Some("the node reports no kubelet version".into()),
+        }
+    }
+    if !plan.node_ready {
+        return None;
+    }
+    match node.ready {
+        Some(ready) if ready.status == "True" => None,
+        Some(ready) => Some(format!("the Node is not Ready ({})", ready_detail(&ready))),
+        None => Some("the Node has no Ready condition".into()),
+    }
+}
+
+/// `False, KubeletNotReady: container runtime network not ready`, leaving out what is empty.
+fn ready_detail(ready: &ReadyCondition) -> String {
+    let why = [ready.reason.as_str(), ready.message.as_str()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(": ");
+    if why.is_empty() {
+        ready.status.clone()
+    } else {
+        format!("{}, {why}", ready.status)
     }
 }
 
@@ -203,7 +281,7 @@ pub struct RealProbes {
 }
 
 impl RealProbes {
-    /// Probes for `node_name`; without a client the kubelet version check always fails.
+    /// Probes for `node_name`; without a client the Node checks always fail.
     pub fn new(
         client: Option<kube::Client>,
         node_name: &str,
@@ -239,15 +317,15 @@ impl Probes for RealProbes {
         }
     }
 
-    async fn kubelet_version(&self) -> Result<Option<String>, String> {
+    async fn node_status(&self) -> Result<NodeReport, String> {
         let nodes = self.nodes.as_ref().ok_or("no API client")?;
         let node = nodes
             .get(&self.node_name)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(node
-            .status
-            .and_then(|s| s.node_info)
-            .map(|i| i.kubelet_version))
+        Ok(NodeReport::of(node))
     }
 }
+
+#[cfg(test)]
+mod tests;

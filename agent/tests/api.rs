@@ -267,7 +267,7 @@ async fn works_with_the_shipped_rbac_and_admission_policy_only() {
 }
 
 #[tokio::test]
-async fn real_probes_read_the_nodes_kubelet_version() {
+async fn real_probes_read_the_nodes_kubelet_version_and_ready() {
     let test_api = TestApi::start().await.unwrap();
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
         kube::Api::all(test_api.client().await.unwrap());
@@ -281,7 +281,9 @@ async fn real_probes_read_the_nodes_kubelet_version() {
     let status = serde_json::json!({"status": {"nodeInfo": {
         "kubeletVersion": "v1.31.2", "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
         "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
-        "osImage": "", "systemUUID": ""}}});
+        "osImage": "", "systemUUID": ""},
+        "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+            "message": "container runtime network not ready"}]}});
     nodes
         .patch_status(NODE, &PatchParams::default(), &Patch::Merge(&status))
         .await
@@ -291,15 +293,22 @@ async fn real_probes_read_the_nodes_kubelet_version() {
         inplace_agent::health::RealProbes::new(Some(client.clone()), NODE, Duration::from_secs(5))
             .unwrap();
     use inplace_agent::health::Probes;
+    // One read for both Node checks: the kubelet version and the Ready condition.
+    let node = probes.node_status().await.unwrap();
+    assert_eq!(node.kubelet_version.as_deref(), Some("v1.31.2"));
     assert_eq!(
-        probes.kubelet_version().await.unwrap().as_deref(),
-        Some("v1.31.2")
+        node.ready,
+        Some(inplace_agent::health::ReadyCondition {
+            status: "False".into(),
+            reason: "KubeletNotReady".into(),
+            message: "container runtime network not ready".into(),
+        })
     );
     // The Node authorizer lets a kubelet identity read its own Node only.
     let other =
         inplace_agent::health::RealProbes::new(Some(client), "worker-2", Duration::from_secs(5))
             .unwrap();
-    let err = other.kubelet_version().await.unwrap_err();
+    let err = other.node_status().await.unwrap_err();
     assert!(err.contains("forbidden"), "{err}");
 
     // HTTP checks: 2xx passes, anything else names the status.

@@ -224,6 +224,44 @@ async fn a_commit_says_when_the_kubelet_version_was_not_checked() {
     );
 }
 
+/// `nodeReady` with `nodeKubeletVersion`: the commit says the new kubelet reported the Node
+/// Ready.
+#[tokio::test]
+async fn a_commit_says_the_node_reports_ready() {
+    let bed = Bed::new();
+    let mut plan = bed.plan("OK v1", "kubectl v1", "Active");
+    plan.spec.content.health_checks.node_ready = true;
+    bed.agent().await.handle(Some(&plan)).await.unwrap();
+    let (status, reason, message) = bed.ready();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Succeeded"));
+    assert!(
+        message.ends_with("the node reports kubelet v1.31.2 and Ready"),
+        "{message}"
+    );
+}
+
+/// `nodeReady`: a kubelet that runs but never gets the Node Ready is rolled back when the
+/// timeout runs out, and the status names the Ready condition's status, reason and message.
+#[tokio::test]
+async fn a_node_that_never_gets_ready_rolls_back() {
+    let bed = Bed::new();
+    let mut agent = bed.with_v1().await;
+    let mut plan = bed.plan("OK v2 not-ready", "kubectl v2", "Active");
+    plan.spec.content.health_checks.node_ready = true;
+    plan.spec.content.health_checks.timeout = "200ms".parse().unwrap();
+    agent.handle(Some(&plan)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    let (status, reason, message) = bed.ready();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "RolledBack"));
+    assert!(
+        message.contains(
+            "the Node is not Ready (False, KubeletNotReady: container runtime network not ready)"
+        ),
+        "{message}"
+    );
+    assert_eq!(bed.link(), "OK v1", "the old image is linked again");
+}
+
 /// Issue 18 item 5: a restart job that ends `done` without starting the unit (a
 /// `Condition…=` not met) is no proof the new revision runs: the activation fails with
 /// `UnitFailed` naming the unit and rolls back — even for a plan with no health checks.

@@ -382,7 +382,7 @@ async fn status_lines_name_every_phase_with_download_progress() {
     let host = inplace_agent::update::Host {
         systemd: bed.systemd.clone(),
         fetcher: bed.fetcher.clone(),
-        probes: Arc::new(common::FakeProbes),
+        probes: bed.probes(),
         status: bed.status.clone(),
         notify: Arc::new(move |line: &str| sink.lock().unwrap().push(line.to_owned())),
         running: bed.running.clone(),

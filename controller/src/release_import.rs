@@ -408,7 +408,9 @@ pub fn build_release(
     let content = UpdateContent {
         health_checks: HealthChecks {
             units: vec![KUBELET_UNIT.to_owned()],
+            // A kubelet release: the new kubelet must report its version and the Node Ready.
             node_kubelet_version: kubernetes_version.is_some(),
+            node_ready: kubernetes_version.is_some(),
             ..HealthChecks::default()
         },
         kubernetes_version,

@@ -30,7 +30,7 @@ pub const ARTIFACT_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$";
     {"rule": "has(self.agent) || (has(self.artifacts) && size(self.artifacts) > 0)", "message": "at least one artifact is required (or agent)", "fieldPath": ".artifacts", "reason": "FieldValueRequired"},
     {"rule": "!has(self.agent) || !has(self.artifacts) || size(self.artifacts) == 0", "message": "a release with agent carries no other artifact", "fieldPath": ".artifacts", "reason": "FieldValueForbidden"},
     {"rule": "!has(self.agent) || !has(self.activation) || !has(self.activation.restartUnits) || size(self.activation.restartUnits) == 0", "message": "a release with agent restarts no unit: the agent restarts itself", "fieldPath": ".activation.restartUnits", "reason": "FieldValueForbidden"},
-    {"rule": "!has(self.agent) || !has(self.healthChecks) || ((!has(self.healthChecks.units) || size(self.healthChecks.units) == 0) && (!has(self.healthChecks.http) || size(self.healthChecks.http) == 0) && (!has(self.healthChecks.nodeKubeletVersion) || !self.healthChecks.nodeKubeletVersion))", "message": "a release with agent has no health checks: the new agent confirms itself", "fieldPath": ".healthChecks", "reason": "FieldValueForbidden"},
+    {"rule": "!has(self.agent) || !has(self.healthChecks) || ((!has(self.healthChecks.units) || size(self.healthChecks.units) == 0) && (!has(self.healthChecks.http) || size(self.healthChecks.http) == 0) && (!has(self.healthChecks.nodeKubeletVersion) || !self.healthChecks.nodeKubeletVersion) && (!has(self.healthChecks.nodeReady) || !self.healthChecks.nodeReady))", "message": "a release with agent has no health checks: the new agent confirms itself", "fieldPath": ".healthChecks", "reason": "FieldValueForbidden"},
 ]))]
 pub struct UpdateContent {
     /// The Kubernetes version this content brings (for example `v1.31.2`). Lets Cluster API
@@ -241,6 +241,13 @@ pub struct HealthChecks {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub node_kubelet_version: bool,
 
+    /// Require the Node object's `Ready` condition to be `True`, as the API server has it.
+    /// Together with `nodeKubeletVersion` it means the new kubelet reported the Node Ready.
+    /// Alone it may be passed by the `Ready` the old kubelet posted, until the new kubelet
+    /// or the node lifecycle controller changes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_ready: bool,
+
     /// How long every check must pass without interruption before the revision is
     /// committed.
     #[serde(default = "default_window")]
@@ -258,6 +265,7 @@ impl Default for HealthChecks {
             units: Vec::new(),
             http: Vec::new(),
             node_kubelet_version: false,
+            node_ready: false,
             window: default_window(),
             timeout: default_timeout(),
         }

@@ -53,6 +53,33 @@ fn revision_changes_with_the_content() {
     );
 }
 
+/// `nodeReady` came after releases were written: leaving it out and setting it false is the
+/// same revision (no node updates again because the field appeared), setting it is another.
+#[test]
+fn node_ready_false_keeps_the_revision_of_a_release_without_it() {
+    let a: NodeRelease = object_from_yaml(RELEASE_A).unwrap();
+    let explicit: NodeRelease = object_from_yaml(&RELEASE_A.replace(
+        "units: [kubelet.service]}",
+        "units: [kubelet.service], nodeReady: false}",
+    ))
+    .unwrap();
+    assert!(!explicit.spec.content.health_checks.node_ready);
+    assert_eq!(
+        revision_of(&a.spec.content),
+        revision_of(&explicit.spec.content)
+    );
+    let ready: NodeRelease = object_from_yaml(&RELEASE_A.replace(
+        "units: [kubelet.service]}",
+        "units: [kubelet.service], nodeReady: true}",
+    ))
+    .unwrap();
+    assert!(ready.spec.content.health_checks.node_ready);
+    assert_ne!(
+        revision_of(&a.spec.content),
+        revision_of(&ready.spec.content)
+    );
+}
+
 #[test]
 fn releases_and_rollouts_validate() {
     let release: NodeRelease = object_from_yaml(RELEASE_A).unwrap();

@@ -255,8 +255,9 @@ async fn a_member_of_system_nodes_that_is_not_a_node_writes_no_plan() {
     );
 }
 
-/// The agent's `nodeKubeletVersion` health check reads the node's own Node object. The
-/// shipped RBAC grants nothing on nodes: the Node authorizer answers for a kubelet's identity.
+/// The agent's `nodeKubeletVersion` and `nodeReady` health checks read the node's own Node
+/// object. The shipped RBAC grants nothing on nodes: the Node authorizer answers for a
+/// kubelet's identity.
 #[tokio::test]
 async fn a_node_identity_reads_its_node_through_the_node_authorizer() {
     let server = server_with_agent_objects().await;

@@ -70,9 +70,10 @@ impl Report {
     }
 
     /// The revision was verified healthy and committed; for a plan that restarts the
-    /// kubelet, whether the node's reported kubelet version was checked, and if not why.
+    /// kubelet, whether the node's reported kubelet version was checked (and if not why),
+    /// and whether the Node's Ready was.
     pub(super) fn committed(revision: &str, content: Option<&UpdateContent>) -> Self {
-        let kubelet = content.map(kubelet_version_note).unwrap_or_default();
+        let kubelet = content.map(kubelet_note).unwrap_or_default();
         Report::new(
             Phase::Succeeded,
             Reason::Succeeded,
@@ -451,10 +452,11 @@ impl Agent {
 #[cfg(test)]
 mod tests;
 
-/// What a committed plan that restarts `kubelet.service` proved of the kubelet's version:
-/// the version the Node reports (`healthChecks.nodeKubeletVersion`), or why it was not
-/// checked. Empty for a plan that does not restart the kubelet.
-fn kubelet_version_note(content: &UpdateContent) -> String {
+/// What a committed plan that restarts `kubelet.service` proved of the kubelet: the version
+/// the Node reports (`healthChecks.nodeKubeletVersion`), or why it was not checked, and
+/// that the Node reports Ready (`healthChecks.nodeReady`). Empty for a plan that does not
+/// restart the kubelet.
+fn kubelet_note(content: &UpdateContent) -> String {
     let restarts_kubelet = content
         .activation
         .restart_units
@@ -463,14 +465,25 @@ fn kubelet_version_note(content: &UpdateContent) -> String {
     if !restarts_kubelet {
         return String::new();
     }
+    let checks = &content.health_checks;
+    let ready = if checks.node_ready {
+        "; the node reports Ready"
+    } else {
+        ""
+    };
     match (
-        content.health_checks.node_kubelet_version,
+        checks.node_kubelet_version,
         content.kubernetes_version.as_deref(),
     ) {
-        (true, Some(version)) => format!("; the node reports kubelet {version}"),
-        (false, _) => {
-            "; kubelet version not checked: healthChecks.nodeKubeletVersion is not set".into()
+        (true, Some(version)) if checks.node_ready => {
+            format!("; the node reports kubelet {version} and Ready")
         }
-        (true, None) => "; kubelet version not checked: the plan names no kubernetesVersion".into(),
+        (true, Some(version)) => format!("; the node reports kubelet {version}"),
+        (false, _) => format!(
+            "; kubelet version not checked: healthChecks.nodeKubeletVersion is not set{ready}"
+        ),
+        (true, None) => {
+            format!("; kubelet version not checked: the plan names no kubernetesVersion{ready}")
+        }
     }
 }

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use inplace_agent::fetch::{FetchError, Fetcher, Progress};
-use inplace_agent::health::Probes;
+use inplace_agent::health::{NodeReport, Probes, ReadyCondition};
 use inplace_agent::self_update::host::RunningAgent;
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::status::{MemorySink, StatusSink};
@@ -276,15 +276,35 @@ impl SystemdManager for FakeSystemd {
     }
 }
 
-pub struct FakeProbes;
+/// HTTP checks pass; the Node reports kubelet v1.31.2 and Ready, unless the linked image
+/// says `not-ready`: a kubelet that runs but never gets the Node Ready.
+pub struct FakeProbes {
+    systemd: Arc<FakeSystemd>,
+}
 
 #[async_trait]
 impl Probes for FakeProbes {
     async fn http_ok(&self, _url: &str) -> Result<(), String> {
         Ok(())
     }
-    async fn kubelet_version(&self) -> Result<Option<String>, String> {
-        Ok(Some("v1.31.2".into()))
+    async fn node_status(&self) -> Result<NodeReport, String> {
+        let ready = if self.systemd.linked_image().contains("not-ready") {
+            ReadyCondition {
+                status: "False".into(),
+                reason: "KubeletNotReady".into(),
+                message: "container runtime network not ready".into(),
+            }
+        } else {
+            ReadyCondition {
+                status: "True".into(),
+                reason: "KubeletReady".into(),
+                message: "kubelet is posting ready status".into(),
+            }
+        };
+        Ok(NodeReport {
+            kubelet_version: Some("v1.31.2".into()),
+            ready: Some(ready),
+        })
     }
 }
 
@@ -361,7 +381,7 @@ lock_file = "{root}/run/lock"
         let host = Host {
             systemd: self.systemd.clone(),
             fetcher: self.fetcher.clone(),
-            probes: Arc::new(FakeProbes),
+            probes: self.probes(),
             status,
             notify: {
                 let notified = self.notified.clone();
@@ -370,6 +390,13 @@ lock_file = "{root}/run/lock"
             running: self.running.clone(),
         };
         Agent::open(self.settings.clone(), host).await.unwrap()
+    }
+
+    /// The probes the bed's agents use, reading the bed's host.
+    pub fn probes(&self) -> Arc<FakeProbes> {
+        Arc::new(FakeProbes {
+            systemd: self.systemd.clone(),
+        })
     }
 
     pub fn root(&self) -> &Path {

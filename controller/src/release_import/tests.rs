@@ -220,6 +220,7 @@ fn builds_a_valid_kubernetes_release_next_to_the_sums_file() {
     assert!(content.daemon_reload(), "a sysext implies daemon-reload");
     assert_eq!(content.health_checks.units, vec![KUBELET_UNIT]);
     assert!(content.health_checks.node_kubelet_version);
+    assert!(content.health_checks.node_ready);
     assert!(release.validate().is_ok());
 }
 
@@ -268,6 +269,7 @@ fn other_extensions_get_no_kubernetes_version() {
             .unwrap();
     assert_eq!(release.spec.content.kubernetes_version, None);
     assert!(!release.spec.content.health_checks.node_kubelet_version);
+    assert!(!release.spec.content.health_checks.node_ready);
 }
 
 #[test]

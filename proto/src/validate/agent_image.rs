@@ -34,7 +34,11 @@ pub(super) fn check_agent_update(
         );
     }
     let checks = &content.health_checks;
-    if !checks.units.is_empty() || !checks.http.is_empty() || checks.node_kubelet_version {
+    if !checks.units.is_empty()
+        || !checks.http.is_empty()
+        || checks.node_kubelet_version
+        || checks.node_ready
+    {
         out.invalid(
             format!("{at}.healthChecks"),
             "a release with agent has no health checks: the new agent confirms itself",
@@ -139,6 +143,10 @@ mod tests {
         content.activation.restart_units.clear();
         content.health_checks.units.clear();
         assert_eq!(problems(&content), None);
+        // The Node checks are health checks too: the new agent judges itself alone.
+        content.health_checks.node_ready = true;
+        let found = problems(&content).expect("nodeReady refused");
+        assert!(found.has("spec.healthChecks"), "{found}");
     }
 
     #[test]

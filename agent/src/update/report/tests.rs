@@ -333,3 +333,36 @@ fn a_staging_failure_is_reported_and_then_denied() {
         denied.message
     );
 }
+
+#[test]
+fn a_kubelet_commit_says_what_the_node_checks_proved() {
+    let note = |kubernetes_version: Option<&str>, version_check: bool, ready: bool| {
+        let content: UpdateContent = serde_json::from_value(serde_json::json!({
+            "kubernetesVersion": kubernetes_version,
+            "artifacts": [{"name": "kubernetes", "type": "Sysext", "url": "https://x/k.raw",
+                           "sha256": "0".repeat(64)}],
+            "activation": {"restartUnits": ["kubelet.service"]},
+            "healthChecks": {"nodeKubeletVersion": version_check, "nodeReady": ready},
+        }))
+        .unwrap();
+        kubelet_note(&content)
+    };
+    let v = Some("v1.31.2");
+    assert_eq!(
+        note(v, true, true),
+        "; the node reports kubelet v1.31.2 and Ready"
+    );
+    assert_eq!(note(v, true, false), "; the node reports kubelet v1.31.2");
+    assert_eq!(
+        note(v, false, true),
+        "; kubelet version not checked: healthChecks.nodeKubeletVersion is not set; the node reports Ready"
+    );
+    assert_eq!(
+        note(None, true, true),
+        "; kubelet version not checked: the plan names no kubernetesVersion; the node reports Ready"
+    );
+    assert_eq!(
+        note(v, false, false),
+        "; kubelet version not checked: healthChecks.nodeKubeletVersion is not set"
+    );
+}

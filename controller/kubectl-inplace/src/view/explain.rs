@@ -1,7 +1,7 @@
 //! The long form of one plan (`kubectl inplace plan NODE`): every field a person needs to
 //! tell why the node is where it is, and what to do next.
 
-use inplace_proto::{NodeUpdatePlan, Phase, Reason};
+use inplace_proto::{HealthChecks, NodeUpdatePlan, Phase, Reason};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -64,6 +64,28 @@ pub fn next_step(plan: &NodeUpdatePlan) -> String {
             s
         }
     }
+}
+
+/// `  health checks: unit kubelet.service, Node Ready (healthy for 30s, give up after 5m)`.
+fn health_checks_line(hc: &HealthChecks) -> String {
+    let mut checks: Vec<String> = hc.units.iter().map(|u| format!("unit {u}")).collect();
+    checks.extend(hc.http.iter().map(|h| format!("GET {}", h.url)));
+    if hc.node_kubelet_version {
+        checks.push("Node kubeletVersion".to_owned());
+    }
+    if hc.node_ready {
+        checks.push("Node Ready".to_owned());
+    }
+    format!(
+        "  health checks: {} (healthy for {}, give up after {})",
+        if checks.is_empty() {
+            "none".to_owned()
+        } else {
+            checks.join(", ")
+        },
+        hc.window.as_str(),
+        hc.timeout.as_str()
+    )
 }
 
 /// `kubectl inplace plan <node>`: the plan's spec, status and what to do next.
@@ -135,22 +157,7 @@ pub fn plan_explain(plan: &NodeUpdatePlan, now: Timestamp, style: &Style) -> Vec
         let units: Vec<String> = act.restart_units.iter().map(|u| u.to_string()).collect();
         lines.push(format!("  restarts:      {}", units.join(", ")));
     }
-    let hc = &spec.content.health_checks;
-    let mut checks: Vec<String> = hc.units.iter().map(|u| format!("unit {u}")).collect();
-    checks.extend(hc.http.iter().map(|h| format!("GET {}", h.url)));
-    if hc.node_kubelet_version {
-        checks.push("Node kubeletVersion".to_owned());
-    }
-    lines.push(format!(
-        "  health checks: {} (healthy for {}, give up after {})",
-        if checks.is_empty() {
-            "none".to_owned()
-        } else {
-            checks.join(", ")
-        },
-        hc.window.as_str(),
-        hc.timeout.as_str()
-    ));
+    lines.push(health_checks_line(&spec.content.health_checks));
     lines.push(String::new());
     let phase = effective_phase(plan);
     match plan.status.as_ref() {

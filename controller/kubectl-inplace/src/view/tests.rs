@@ -182,3 +182,15 @@ fn explain_a_rolled_back_plan() {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
 }
+
+#[test]
+fn explain_names_the_node_checks() {
+    let mut p = plan("node-1", json!(null));
+    p.spec.content.kubernetes_version = Some("v1.31.2".into());
+    p.spec.content.health_checks.node_kubelet_version = true;
+    p.spec.content.health_checks.node_ready = true;
+    let now: Timestamp = "2026-01-01T00:01:30Z".parse().unwrap();
+    let text = plan_explain(&p, now, &Style::plain()).join("\n");
+    let want = "health checks: unit kubelet.service, Node kubeletVersion, Node Ready (healthy for 5s, give up after 2m)";
+    assert!(text.contains(want), "missing {want:?} in\n{text}");
+}

@@ -1,0 +1,278 @@
+//! The Node checks: what each `Ready` status and each kubelet version makes of a sample,
+//! one Node read per sample for both, and what a failed window says.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use inplace_proto::Reason;
+
+use super::{NodeReport, Plan, Probes, ReadyCondition, verify};
+use crate::systemd::{SystemdError, SystemdManager, UnitState};
+
+const VERSION: &str = "v1.31.2";
+
+/// The API server's answers, one per read, in order; the last one repeats.
+struct ScriptedNode {
+    answers: Mutex<VecDeque<Result<NodeReport, String>>>,
+    reads: Mutex<usize>,
+}
+
+impl ScriptedNode {
+    fn new(answers: impl IntoIterator<Item = Result<NodeReport, String>>) -> Self {
+        ScriptedNode {
+            answers: Mutex::new(answers.into_iter().collect()),
+            reads: Mutex::new(0),
+        }
+    }
+
+    fn reads(&self) -> usize {
+        *self.reads.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl Probes for ScriptedNode {
+    async fn http_ok(&self, _url: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn node_status(&self) -> Result<NodeReport, String> {
+        *self.reads.lock().unwrap() += 1;
+        let mut answers = self.answers.lock().unwrap();
+        if answers.len() > 1 {
+            answers.pop_front().unwrap()
+        } else {
+            answers.front().cloned().expect("a scripted answer")
+        }
+    }
+}
+
+/// These plans check no unit: systemd is never asked.
+struct NoUnits;
+
+#[async_trait]
+impl SystemdManager for NoUnits {
+    async fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
+        unreachable!("restart {unit}")
+    }
+    async fn refresh_extensions(&self) -> Result<(), SystemdError> {
+        unreachable!("refresh")
+    }
+    async fn daemon_reload(&self) -> Result<(), SystemdError> {
+        unreachable!("daemon-reload")
+    }
+    async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
+        unreachable!("state of {unit}")
+    }
+}
+
+fn node(version: Option<&str>, ready: Option<(&str, &str, &str)>) -> Result<NodeReport, String> {
+    Ok(NodeReport {
+        kubelet_version: version.map(str::to_owned),
+        ready: ready.map(|(status, reason, message)| ReadyCondition {
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+        }),
+    })
+}
+
+fn ready() -> Result<NodeReport, String> {
+    node(
+        Some(VERSION),
+        Some(("True", "KubeletReady", "kubelet is posting ready status")),
+    )
+}
+
+/// A 10 s window within 30 s, sampled every second.
+fn plan(kubelet_version: Option<&'static str>, node_ready: bool) -> Plan<'static> {
+    Plan {
+        units: &[],
+        http: Vec::new(),
+        kubelet_version,
+        node_ready,
+        window: Duration::from_secs(10),
+        timeout: Duration::from_secs(30),
+        interval: Duration::from_secs(1),
+    }
+}
+
+/// Runs the checks on a paused clock; the failure's message, or `None` when they passed.
+async fn run(plan: &Plan<'_>, probes: &ScriptedNode) -> Option<String> {
+    let progress = |_line: String| {};
+    match verify(plan, &NoUnits, probes, &progress).await {
+        Ok(()) => None,
+        Err(failure) => {
+            assert_eq!(failure.reason, Reason::HealthCheckFailed);
+            Some(failure.message)
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn node_ready_true_passes() {
+    let probes = ScriptedNode::new([ready()]);
+    assert_eq!(run(&plan(None, true), &probes).await, None);
+}
+
+/// Every Node the checks never pass against, and the end of the failure's message: the last
+/// sample's problem.
+#[tokio::test(start_paused = true)]
+async fn a_node_that_is_not_ready_says_why() {
+    let not_ready = |status: &str, reason: &str, message: &str| {
+        node(Some(VERSION), Some((status, reason, message)))
+    };
+    let network = "container runtime network not ready: NetworkReady=false";
+    let forbidden = "nodes \"worker-1\" is forbidden: node 'worker-1' cannot read 'worker-1'";
+    let cases = [
+        (
+            "False",
+            plan(None, true),
+            not_ready("False", "KubeletNotReady", network),
+            format!("the Node is not Ready (False, KubeletNotReady: {network})"),
+        ),
+        (
+            "Unknown",
+            plan(None, true),
+            not_ready(
+                "Unknown",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+            ),
+            "the Node is not Ready (Unknown, NodeStatusUnknown: Kubelet stopped posting node status.)"
+                .into(),
+        ),
+        (
+            "no reason or message",
+            plan(None, true),
+            not_ready("False", "", ""),
+            "the Node is not Ready (False)".into(),
+        ),
+        (
+            "no Ready condition",
+            plan(None, true),
+            node(Some(VERSION), None),
+            "the Node has no Ready condition".into(),
+        ),
+        (
+            "API error",
+            plan(None, true),
+            Err(forbidden.to_owned()),
+            format!("cannot read the Node: {forbidden}"),
+        ),
+        (
+            "the wrong kubelet, not Ready: the version is named first",
+            plan(Some(VERSION), true),
+            node(Some("v1.31.1"), Some(("False", "KubeletNotReady", "starting"))),
+            "the node reports kubelet v1.31.1, expected v1.31.2".into(),
+        ),
+        (
+            "the new kubelet reported its version, not yet Ready",
+            plan(Some(VERSION), true),
+            not_ready("False", "KubeletNotReady", "starting"),
+            "the Node is not Ready (False, KubeletNotReady: starting)".into(),
+        ),
+    ];
+    for (case, plan, answer, want) in cases {
+        let probes = ScriptedNode::new([answer]);
+        let message = run(&plan, &probes).await.expect(case);
+        assert!(
+            message.starts_with("not healthy for a whole window"),
+            "{case}: {message}"
+        );
+        assert!(
+            message.ends_with(&want),
+            "{case}: {message}\nwanted the end {want:?}"
+        );
+    }
+}
+
+/// A Ready that drops during the window starts the window again: it must hold throughout.
+#[tokio::test(start_paused = true)]
+async fn node_ready_must_hold_for_the_whole_window() {
+    let not_ready = node(
+        Some(VERSION),
+        Some(("False", "KubeletNotReady", "PLEG is not healthy")),
+    );
+    // Ready for 5 samples, not Ready for one, then Ready: passes 10 s after the drop.
+    let script = std::iter::repeat_n(ready(), 5)
+        .chain([not_ready])
+        .chain([ready()]);
+    let probes = ScriptedNode::new(script);
+    let start = tokio::time::Instant::now();
+    assert_eq!(run(&plan(None, true), &probes).await, None);
+    assert!(
+        start.elapsed() >= Duration::from_secs(16),
+        "passed after {:?}, across the drop",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn node_checks_read_the_node_once_per_sample() {
+    let probes = ScriptedNode::new([ready()]);
+    assert_eq!(run(&plan(Some(VERSION), true), &probes).await, None);
+    // 11 samples, one a second, make the 10 s window: one read each, not two.
+    assert_eq!(probes.reads(), 11);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_node_checks_the_node_is_not_read() {
+    let probes = ScriptedNode::new([Err("must not be read".to_owned())]);
+    assert_eq!(run(&plan(None, false), &probes).await, None);
+    assert_eq!(probes.reads(), 0);
+}
+
+/// The version check alone ignores Ready, as before nodeReady.
+#[tokio::test(start_paused = true)]
+async fn the_kubelet_version_alone_ignores_ready() {
+    let probes = ScriptedNode::new([node(
+        Some(VERSION),
+        Some(("False", "KubeletNotReady", "starting")),
+    )]);
+    assert_eq!(run(&plan(Some(VERSION), false), &probes).await, None);
+}
+
+/// nodeReady alone does not look at the kubelet version.
+#[tokio::test(start_paused = true)]
+async fn node_ready_alone_ignores_the_kubelet_version() {
+    let probes = ScriptedNode::new([node(
+        None,
+        Some(("True", "KubeletReady", "kubelet is posting ready status")),
+    )]);
+    assert_eq!(run(&plan(None, true), &probes).await, None);
+}
+
+#[test]
+fn node_report_of_a_node_object() {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "worker-1"},
+        "status": {
+            "nodeInfo": {"kubeletVersion": VERSION, "architecture": "amd64", "bootID": "",
+                "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
+                "machineID": "", "operatingSystem": "linux", "osImage": "", "systemUUID": ""},
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+                {"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                 "message": "container runtime network not ready"},
+            ],
+        },
+    }))
+    .unwrap();
+    assert_eq!(
+        NodeReport::of(node),
+        NodeReport {
+            kubelet_version: Some(VERSION.into()),
+            ready: Some(ReadyCondition {
+                status: "False".into(),
+                reason: "KubeletNotReady".into(),
+                message: "container runtime network not ready".into(),
+            }),
+        }
+    );
+    let bare: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "worker-1"}})).unwrap();
+    assert_eq!(NodeReport::of(bare), NodeReport::default());
+}
