@@ -9,6 +9,7 @@
 // Test code: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
+use inplace_tests::apiserver::ApiServer;
 use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -20,7 +21,8 @@ fn merge(metadata: Value) -> Patch<Value> {
 
 #[tokio::test]
 async fn a_node_cannot_steer_its_own_updates_through_its_node_object() {
-    let api = TestApi::start().await.unwrap();
+    // The real server only: what is proved is the server's NodeRestriction and admission.
+    let api = TestApi::Real(ApiServer::start().await.unwrap());
     api.install_agent_objects().await.unwrap();
     let admin: Api<Node> = Api::all(api.client().await.unwrap());
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "worker-1",
@@ -29,6 +31,27 @@ async fn a_node_cannot_steer_its_own_updates_through_its_node_object() {
     admin.create(&PostParams::default(), &node).await.unwrap();
     let as_node: Api<Node> = Api::all(api.client_as_node("worker-1").await.unwrap());
     let params = PatchParams::default();
+    // A ValidatingAdmissionPolicy takes effect asynchronously after it is created: probe
+    // with a value that changes each time until the server enforces it (bounded; no
+    // duration is asserted), then put the Node back as it was.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    for attempt in 0.. {
+        let probe = json!({"annotations": {"inplace.dev/probe": attempt.to_string()}});
+        match as_node.patch("worker-1", &params, &merge(probe)).await {
+            Ok(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await
+            }
+            _ => break,
+        }
+    }
+    admin
+        .patch(
+            "worker-1",
+            &params,
+            &merge(json!({"annotations": {"inplace.dev/probe": null, "inplace.dev/hold": "true"}})),
+        )
+        .await
+        .unwrap();
 
     for (what, change) in [
         (
