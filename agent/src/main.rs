@@ -50,10 +50,10 @@ enum Command {
     /// vendor layer may be what is broken.
     Guard {
         /// The agent's state directory.
-        #[arg(long, default_value = "/var/lib/inplace")]
+        #[arg(long, default_value = self_update::GUARD_STATE_DIR)]
         state_dir: PathBuf,
         /// Where the agent's extension link lives.
-        #[arg(long, default_value = "/etc/extensions")]
+        #[arg(long, default_value = self_update::GUARD_EXTENSIONS_DIR)]
         extensions_dir: PathBuf,
     },
     /// Print the running agent's Prometheus metrics (read from its Unix socket).

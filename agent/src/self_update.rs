@@ -17,6 +17,15 @@ use crate::links;
 use crate::policy::{OWN_EXTENSION, OWN_UNIT};
 use crate::systemd::{SystemdError, SystemdManager};
 
+/// The state directory the shipped guard units watch (`systemd/inplace-agent-guard.path`
+/// and `.service`: `<this>/self-update/pending.json`, the kept previous binary). Fixed in
+/// the units: the guard reads no configuration, since a broken new image may be what is
+/// wrong.
+pub const GUARD_STATE_DIR: &str = "/var/lib/inplace";
+/// The extensions directory whose `inplace-agent.raw` link the shipped guard restores (the
+/// only one it may write, `ReadWritePaths=`).
+pub const GUARD_EXTENSIONS_DIR: &str = "/etc/extensions";
+
 /// The armed switch, as the old agent wrote it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

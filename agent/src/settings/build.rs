@@ -39,6 +39,8 @@ pub(super) fn build(
     absolute("state_dir", &state_dir)?;
     let policy = policy(f.policy)?;
     let self_update = self_update_settings(f.self_update, &policy.trusted_keys_dir)?;
+    let paths = paths(f.paths)?;
+    check_guard_covers(&self_update, &state_dir, &paths)?;
     Ok(Settings {
         node_name: node_name(f.node_name, hostname)?,
         state_dir,
@@ -46,7 +48,7 @@ pub(super) fn build(
         policy,
         download: download_settings(f.download)?,
         activation: activation_settings(f.activation)?,
-        paths: paths(f.paths)?,
+        paths,
         metrics: metrics_settings(f.metrics)?,
         self_update,
     })
@@ -215,6 +217,39 @@ fn activation_settings(a: ActivationFragment) -> Result<ActivationSettings, Sett
 /// journal and write one status, seconds on a healthy node; minutes leave room for a slow
 /// API server without leaving a broken agent in place for long.
 const DEFAULT_CONFIRM_TIMEOUT: StdDuration = StdDuration::from_secs(120);
+
+/// With agent switches allowed, the directories must be the ones the shipped guard units
+/// watch and restore (`systemd/inplace-agent-guard.{path,service}`, fixed there): a switch
+/// armed elsewhere would have no guard, and nothing would restore a broken agent.
+fn check_guard_covers(
+    self_update: &SelfUpdateSettings,
+    state_dir: &Path,
+    paths: &Paths,
+) -> Result<(), SettingsError> {
+    if !self_update.allow {
+        return Ok(());
+    }
+    use crate::self_update::{GUARD_EXTENSIONS_DIR, GUARD_STATE_DIR};
+    for (key, dir, guarded) in [
+        ("state_dir", state_dir, GUARD_STATE_DIR),
+        (
+            "paths.extensions_dir",
+            paths.extensions_dir.as_path(),
+            GUARD_EXTENSIONS_DIR,
+        ),
+    ] {
+        if dir != Path::new(guarded) {
+            return Err(invalid(
+                "self_update.allow",
+                format!(
+                    "{key} is {}, but the guard units (inplace-agent-guard.path and .service) watch and restore {guarded}: a switch there would have no guard; keep {key} at {guarded}, or set self_update.allow = false",
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// `policy_keys` is `policy.trusted_keys_dir`, the default of `self_update.trusted_keys_dir`.
 fn self_update_settings(

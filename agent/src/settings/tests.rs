@@ -34,6 +34,31 @@ fn defaults_are_safe() {
 }
 
 #[test]
+fn agent_switches_need_the_directories_the_guard_units_watch() {
+    let allowed = "[self_update]\nallow = true\n";
+    from_toml(allowed, host).expect("the default directories are the guard's");
+    for (config, key) in [
+        (
+            "state_dir = \"/srv/inplace\"\n",
+            "state_dir is /srv/inplace",
+        ),
+        (
+            "[paths]\nextensions_dir = \"/var/lib/extensions\"\n",
+            "paths.extensions_dir is /var/lib/extensions",
+        ),
+    ] {
+        let err = from_toml(&format!("{config}{allowed}"), host).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("self_update.allow") && text.contains(key) && text.contains("guard"),
+            "{text}"
+        );
+        // Without switches, the directories are the node's business.
+        from_toml(config, host).expect("no switch, no guard needed");
+    }
+}
+
+#[test]
 fn the_agent_images_keys_follow_the_policy_s_unless_set() {
     let s = from_toml("[policy]\ntrusted_keys_dir = \"/etc/k8s-keys\"\n", host).unwrap();
     assert_eq!(
