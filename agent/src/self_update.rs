@@ -26,6 +26,10 @@ pub const GUARD_STATE_DIR: &str = "/var/lib/inplace";
 /// only one it may write, `ReadWritePaths=`).
 pub const GUARD_EXTENSIONS_DIR: &str = "/etc/extensions";
 
+/// The unit that starts the guard while a switch is armed (installed outside the agent's
+/// image, enabled): without it active, nothing restores a broken new agent.
+pub const GUARD_PATH_UNIT: &str = "inplace-agent-guard.path";
+
 /// The armed switch, as the old agent wrote it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

@@ -413,6 +413,33 @@ async fn a_plan_for_the_running_agent_version_is_up_to_date_and_switches_nothing
     );
 }
 
+/// A node whose guard path unit is not active (not installed, not enabled) takes no switch:
+/// nothing would restore a broken agent.
+#[tokio::test]
+async fn without_the_guard_unit_active_no_switch_starts() {
+    let signer = Signer::new();
+    let bed = node(&signer);
+    bed.systemd
+        .inactive
+        .lock()
+        .unwrap()
+        .push("inplace-agent-guard.path".into());
+    let plan = agent_plan(&bed, &signer, SIGNED_FOR_0_2_0);
+    let mut a = bed.agent().await;
+    a.handle(Some(&plan)).await.unwrap();
+    let (status, reason, message) = bed.ready();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SelfUpdateUnsupported")
+    );
+    assert!(
+        message.contains("inplace-agent-guard.path is inactive"),
+        "{message}"
+    );
+    assert!(pending(&bed).is_none());
+    assert!(bed.systemd.calls.lock().unwrap().is_empty());
+}
+
 /// `[self_update] trusted_keys_dir` apart from the policy's: a key trusted for Kubernetes
 /// artifacts does not vouch for an agent image, which runs as root.
 #[tokio::test]

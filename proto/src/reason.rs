@@ -123,8 +123,9 @@ reasons! {
     /// removed by something else); the message names the path.
     Drifted,
     /// The plan asks to replace the agent (`spec.agent`) and this agent cannot switch
-    /// itself: it was installed by a package, not as a system extension, or its extension
-    /// link is no longer a link; nothing was done.
+    /// itself: it was installed by a package, not as a system extension, its extension link
+    /// is no longer a link, or the guard's path unit (`inplace-agent-guard.path`) is not
+    /// active, so nothing would restore a broken agent; nothing was done.
     SelfUpdateUnsupported,
     /// The new agent did not confirm itself by the node's `[self_update] confirm_timeout`
     /// (it crashed, hung before READY=1 or could not reach the API server); the guard

@@ -49,6 +49,9 @@ pub struct Admission {
     pub installation: Installation,
     /// The version the running agent was built as.
     pub running_version: String,
+    /// Why the guard does not cover this node (its path unit not active, as read at the
+    /// agent's start); `None` when it does.
+    pub guard_missing: Option<String>,
 }
 
 impl Admission {
@@ -72,7 +75,7 @@ pub fn check(content: &UpdateContent, policy: &Policy, admission: &Admission) ->
         reason,
         message,
     };
-    // The first two refuse the whole idea on this node: nothing else is worth reporting.
+    // The first three refuse the whole idea on this node: nothing else is worth reporting.
     if !admission.settings.allow {
         return vec![problem(
             "",
@@ -89,6 +92,16 @@ pub fn check(content: &UpdateContent, policy: &Policy, admission: &Admission) ->
             Reason::SelfUpdateUnsupported,
             format!(
                 "agent {}: this agent was installed by a package, not as the {OWN_EXTENSION} system extension, and cannot replace itself; update the package",
+                agent.version
+            ),
+        )];
+    }
+    if let Some(why) = &admission.guard_missing {
+        return vec![problem(
+            "",
+            Reason::SelfUpdateUnsupported,
+            format!(
+                "agent {}: {why}, so nothing would restore a broken agent; install and enable the guard units (inplace-agent-guard.path and .service)",
                 agent.version
             ),
         )];

@@ -113,6 +113,8 @@ impl Agent {
             settings: settings.self_update.clone(),
             installation: Installation::detect(&settings.paths.extensions_dir),
             running_version: host.running.version.clone(),
+            // Looked at with each plan that carries spec.agent (`look_at_guard`).
+            guard_missing: None,
         };
         let boot_id = read_boot_id();
         let agent = Agent {
@@ -167,6 +169,9 @@ impl Agent {
     pub async fn handle(&mut self, plan: Option<&NodeUpdatePlan>) -> Result<(), AgentError> {
         use tracing::Instrument;
         let plan = plan.filter(|p| p.metadata.name.as_deref() == Some(&self.settings.node_name));
+        if plan.is_some_and(|p| p.spec.content.agent.is_some()) {
+            self.look_at_guard().await;
+        }
         let view = plan.map(|p| PlanView::new(p, &self.settings.policy, &self.self_update));
         // Every log line of this pass carries the plan's revision and generation (journald
         // fields REVISION, GENERATION).
@@ -195,6 +200,26 @@ impl Agent {
                 return Ok(());
             }
         }
+    }
+
+    /// Reads whether the guard covers this node, for a plan that may switch the agent: its
+    /// path unit must be active (installed and enabled, not failed). Only where a switch
+    /// could be admitted at all (allowed, installed as the system extension); one D-Bus call
+    /// per such plan view.
+    async fn look_at_guard(&mut self) {
+        let admission = &self.self_update;
+        if !admission.settings.allow || admission.installation != Installation::Sysext {
+            return;
+        }
+        let unit = crate::self_update::GUARD_PATH_UNIT;
+        self.self_update.guard_missing = match self.host.systemd.unit_state(unit).await {
+            Ok(state) if state.active_state == "active" => None,
+            Ok(state) => Some(format!(
+                "{unit} is {} ({})",
+                state.active_state, state.sub_state
+            )),
+            Err(e) => Some(format!("the state of {unit} could not be read: {e}")),
+        };
     }
 
     /// Honours the plan's retry token once ([`machine::retry_to_honour`]): the revision's

@@ -121,6 +121,8 @@ pub struct FakeSystemd {
     pub sysext_active: AtomicBool,
     /// Starts per unit (its `InvocationID`).
     pub invocations: Mutex<HashMap<String, u64>>,
+    /// Units that are not active (every other one is).
+    pub inactive: Mutex<Vec<String>>,
 }
 
 impl FakeSystemd {
@@ -257,6 +259,15 @@ impl SystemdManager for FakeSystemd {
 
     async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
         let unhealthy = unit == "kubelet.service" && self.linked_image().contains("unhealthy");
+        if self.inactive.lock().unwrap().iter().any(|u| u == unit) {
+            return Ok(UnitState {
+                active_state: "inactive".into(),
+                sub_state: "dead".into(),
+                n_restarts: None,
+                active_enter_monotonic: 0,
+                invocation_id: String::new(),
+            });
+        }
         Ok(UnitState {
             active_state: if unhealthy { "failed" } else { "active" }.into(),
             sub_state: if unhealthy { "failed" } else { "running" }.into(),
@@ -349,6 +360,7 @@ lock_file = "{root}/run/lock"
             hang: AtomicBool::new(false),
             restarts: AtomicUsize::new(0),
             sysext_active: AtomicBool::new(false),
+            inactive: Mutex::new(Vec::new()),
             invocations: Mutex::new(HashMap::new()),
         });
         let exe = dir.path().join("usr/bin/inplace-agent");

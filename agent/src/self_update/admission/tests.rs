@@ -23,6 +23,7 @@ fn admission(allow: bool, installation: Installation) -> Admission {
         },
         installation,
         running_version: "0.3.0".into(),
+        guard_missing: None,
     }
 }
 
@@ -77,6 +78,21 @@ fn a_package_installed_agent_cannot_replace_itself() {
     assert_eq!(reason, Reason::SelfUpdateUnsupported);
     assert!(problems.has("spec.agent"), "{problems}");
     assert!(problems.to_string().contains("package"), "{problems}");
+}
+
+#[test]
+fn without_an_active_guard_no_switch_is_admitted() {
+    let mut node = admission(true, Installation::Sysext);
+    node.guard_missing = Some("inplace-agent-guard.path is inactive".into());
+    let (reason, problems) = refused(&agent_update(), &node);
+    assert_eq!(reason, Reason::SelfUpdateUnsupported);
+    assert!(problems.has("spec.agent"), "{problems}");
+    for word in [
+        "inplace-agent-guard.path is inactive",
+        "nothing would restore",
+    ] {
+        assert!(problems.to_string().contains(word), "{word}: {problems}");
+    }
 }
 
 #[test]
