@@ -9,6 +9,7 @@ mod download;
 mod fleet;
 mod machine;
 mod node;
+mod real_node;
 mod report;
 mod util;
 
@@ -98,6 +99,9 @@ enum Command {
     /// (2, 3, 5) On an nspawn node with the real agent: idle footprint, kubelet downtime
     /// per swap, the sysext floor, a reboot, Plan → Succeeded overhead.
     Node(Opts),
+    /// (6) On real Kubernetes nodes: an in-place kubelet swap against a reboot and a machine
+    /// replacement (kubelet /healthz, Node Ready, Pods disrupted).
+    RealNode(Opts),
     /// (4) The controller's rollout simulation (3,000 and 30,000 nodes, and on the real
     /// API server).
     Fleet(Opts),
@@ -151,6 +155,11 @@ fn main() -> Result<()> {
             report::print_table(&rows);
             Ok(())
         }
+        Command::RealNode(o) => {
+            let rows = multi_thread()?.block_on(real_node::run(&o.effective()))?;
+            report::print_table(&rows);
+            Ok(())
+        }
         Command::Fleet(o) => {
             let rows = multi_thread()?.block_on(fleet::run(&o.effective()))?;
             report::print_table(&rows);
@@ -165,6 +174,7 @@ fn main() -> Result<()> {
             for (name, result) in [
                 ("download", rt.block_on(download::run(&o))),
                 ("node", rt.block_on(node::run(&o))),
+                ("real node", rt.block_on(real_node::run(&o))),
                 ("fleet", rt.block_on(fleet::run(&o))),
             ] {
                 match result {

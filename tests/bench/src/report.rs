@@ -10,7 +10,7 @@ use crate::Opts;
 /// One measured figure.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// The section: `download`, `footprint`, `swap`, `fleet`, `plan`.
+    /// The section: `download`, `footprint`, `swap`, `fleet`, `plan`, `real node`.
     pub section: &'static str,
     /// What was measured.
     pub name: String,

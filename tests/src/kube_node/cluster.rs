@@ -50,7 +50,8 @@ pub struct KubeCluster {
     /// The images served, by release.
     pub images: Vec<(String, SysextImage)>,
     controller: Option<tokio::process::Child>,
-    dir: PathBuf,
+    options: ClusterOptions,
+    images_dir: PathBuf,
 }
 
 impl KubeCluster {
@@ -139,7 +140,8 @@ impl KubeCluster {
             nodes,
             images,
             controller,
-            dir: dir.clone(),
+            options: options.clone(),
+            images_dir,
         };
         cluster.write_files()?;
         Ok(cluster)
@@ -147,7 +149,25 @@ impl KubeCluster {
 
     /// The admin's kubeconfig (`DIR/admin.kubeconfig`).
     pub fn admin_kubeconfig(&self) -> PathBuf {
-        self.dir.join("admin.kubeconfig")
+        self.options.dir.join("admin.kubeconfig")
+    }
+
+    /// Boots one more node on kubelet `release` (a machine replacement joining the cluster)
+    /// and waits until its kubelet answers; its Node's readiness is the API's to tell.
+    pub async fn add_node(&mut self, prefix: &str, release: &str) -> Result<&KubeNode> {
+        let image = self.image(release)?.clone();
+        let name = Node::unique_name(prefix);
+        let node = boot_node(
+            &self.api,
+            &self.server,
+            &self.options,
+            name,
+            image,
+            self.images_dir.clone(),
+        )
+        .await?;
+        self.nodes.push(node);
+        Ok(&self.nodes[self.nodes.len() - 1])
     }
 
     /// A client acting as the admin.
@@ -165,7 +185,7 @@ impl KubeCluster {
 
     /// Writes `manifest` to `DIR/manifests/NAME.yaml` and applies it with kubectl.
     pub fn apply(&self, name: &str, manifest: &str) -> Result<()> {
-        let dir = self.dir.join("manifests");
+        let dir = self.options.dir.join("manifests");
         std::fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
         let path = dir.join(format!("{name}.yaml"));
         std::fs::write(&path, manifest).ctx(|| format!("writing {}", path.display()))?;
@@ -225,7 +245,8 @@ impl KubeCluster {
 
     /// The NodeRelease that moves a node to kubelet `release` (`DIR/releases/RELEASE.yaml`):
     /// its sysext image with sha256 and size, a restart of the kubelet, and health checks
-    /// that need the kubelet's unit steady and the Node reporting the new version.
+    /// that need the kubelet's unit steady and the Node `Ready` on the new version (the real
+    /// kubelet's own report).
     pub fn release_manifest(&self, release: &str) -> Result<String> {
         let image = self.image(release)?;
         Ok(release_manifest(
@@ -251,7 +272,7 @@ impl KubeCluster {
         let image = kubelet_sysext(
             release,
             KubeletImage::RefusesToStart,
-            &self.dir.join("images"),
+            &self.options.dir.join("images"),
         )
         .await?;
         self.server
@@ -286,6 +307,7 @@ impl KubeCluster {
         let image = image
             .build(
                 &self
+                    .options
                     .dir
                     .join("images")
                     .join(format!("containerd-{}.raw", host_architecture())),
@@ -322,14 +344,14 @@ spec:
     fn write_files(&self) -> Result<()> {
         std::fs::copy(self.api.admin_kubeconfig(), self.admin_kubeconfig())
             .ctx(|| "copying the admin kubeconfig".to_owned())?;
-        let releases = self.dir.join("releases");
+        let releases = self.options.dir.join("releases");
         std::fs::create_dir_all(&releases).ctx(|| format!("creating {}", releases.display()))?;
         for (release, _) in &self.images {
             let path = releases.join(format!("{release}.yaml"));
             std::fs::write(&path, self.release_manifest(release)?)
                 .ctx(|| format!("writing {}", path.display()))?;
         }
-        let images = self.dir.join("images.txt");
+        let images = self.options.dir.join("images.txt");
         std::fs::write(&images, format!("{WORKLOAD_IMAGE}\n"))
             .ctx(|| format!("writing {}", images.display()))
     }
@@ -384,6 +406,7 @@ spec:
   healthChecks:
     units: [kubelet.service]
     nodeKubeletVersion: true
+    nodeReady: true
     window: 10s
     timeout: 3m
 ",
