@@ -158,7 +158,8 @@ reasons! {
     /// (staging goes on); the message says when the next window opens.
     OutsideMaintenanceWindow,
     /// A maintenance window cannot be read (the message names the field, e.g. an unknown
-    /// time zone); no new activation starts until it is fixed.
+    /// time zone, or a duration outside 1m to 168h); no new activation starts until it is
+    /// fixed.
     InvalidMaintenanceWindow,
     /// A node held its activation slot longer than `progressDeadline` without reaching a
     /// final phase; counted as failed, its slot released, the node left cordoned.

@@ -9,6 +9,7 @@
 //! into the controller (`jiff`), so the answer does not depend on the host or container.
 
 use inplace_proto::MaintenanceWindow;
+use inplace_proto::maintenance_window::DURATION_BOUNDS;
 use jiff::civil::{Date, Time};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Span, Timestamp};
@@ -22,8 +23,8 @@ pub(crate) enum WindowVerdict {
     /// Every window is closed; the earliest opens at `opens_at`. `local` says when in the
     /// window's own time zone, for the status message.
     Closed { opens_at: Timestamp, local: String },
-    /// A window cannot be read (a time zone the database does not know); the message
-    /// names the field. No activation starts until it is fixed.
+    /// A window cannot be read (a time zone the database does not know, a length outside
+    /// 1m to 168h); the message names the field. No activation starts until it is fixed.
     Invalid { message: String },
 }
 
@@ -101,6 +102,16 @@ impl<'a> ReadWindow<'a> {
             .start_hour_minute()
             .and_then(|(hour, minute)| Time::new(hour, minute, 0, 0).ok())
             .ok_or_else(|| format!("{}: {:?} is not HH:MM", field("start"), window.start))?;
+        // The CRD's CEL rule refuses other lengths, but an object stored before that rule
+        // reaches the controller as it is: the controller checks what it relies on.
+        let (shortest, longest) = DURATION_BOUNDS;
+        if !(shortest..=longest).contains(&window.duration.get()) {
+            return Err(format!(
+                "{}: {} is not from 1m to 168h",
+                field("duration"),
+                window.duration.as_str()
+            ));
+        }
         let length = SignedDuration::try_from(window.duration.get())
             .map_err(|_| format!("{}: too long", field("duration")))?;
         Ok(ReadWindow {

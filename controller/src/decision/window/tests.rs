@@ -170,13 +170,37 @@ fn the_verdict_changes_when_a_window_opens_or_closes() {
 }
 
 /// A window longer than the API allows (168h; the CRD's CEL rule refuses it, an object
-/// stored before that rule does not): longer than jiff's span limit, it panicked, and the
-/// release profile aborts on panic. A window that lasts more than a week never closes.
+/// stored before that rule does not) holds the rollout naming the field, as an unknown time
+/// zone does. Longer than jiff's span limit, it panicked, and the release profile aborts on
+/// panic.
 #[test]
-fn a_window_longer_than_any_calendar_is_open_and_never_panics() {
+fn a_window_longer_than_the_api_allows_holds_the_rollout_and_never_panics() {
     for duration in ["200000000h", "2000000h", "170h"] {
         let windows = vec![window(&[Monday], "01:00", duration, "UTC")];
         let verdict = window_verdict(&windows, at("2026-11-27T23:00:00Z"));
-        assert!(verdict.allows_grants(), "{duration}: {verdict:?}");
+        let WindowVerdict::Invalid { message } = &verdict else {
+            panic!("{duration}: {verdict:?}");
+        };
+        assert_eq!(
+            message,
+            &format!("spec.maintenanceWindows[0].duration: {duration} is not from 1m to 168h")
+        );
     }
+}
+
+/// Behind that check, the openings of a window of any length never panic: eight days back
+/// are enough (a window opens at least weekly), and one that ends past the last instant jiff
+/// represents stays open.
+#[test]
+fn the_openings_of_a_window_of_any_length_never_panic() {
+    let window = window(&[Monday], "01:00", "1h", "UTC");
+    let read = ReadWindow {
+        window: &window,
+        zone: TimeZone::UTC,
+        start: Time::new(1, 0, 0, 0).unwrap(),
+        length: SignedDuration::from_secs(200_000_000 * 3600),
+    };
+    let openings = read.openings_around(at("2026-11-27T23:00:00Z"));
+    assert!(!openings.is_empty());
+    assert!(openings.iter().all(|(_, closes)| closes.is_none()));
 }
