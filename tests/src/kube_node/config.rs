@@ -144,10 +144,10 @@ ExecStart=/bin/sh -c 'for image in /var/lib/inplace-testbed/images/*.tar; do ctr
 WantedBy=multi-user.target
 ";
 
-/// Flatcar's `ensure-sysext.service`, as Flatcar ships it in spirit: systemd loads its units
-/// before systemd-sysext merges the images, so a unit that an image brings (the kubelet's) is
-/// unknown at boot until the manager reloads; then the targets are started again so that
-/// enabled units from images start too. Without it a rebooted node has no kubelet.
+/// The job of Flatcar's `ensure-sysext.service`: systemd loads its units before
+/// systemd-sysext merges the images, so a unit that an image brings (the kubelet's) is unknown
+/// at boot until the manager reloads; then the targets are started again so that units from
+/// images that are wanted start too. Without it a rebooted node has no kubelet.
 pub const ENSURE_SYSEXT_UNIT: &str = "[Unit]
 Description=Reload units brought by system extensions and start them
 BindsTo=systemd-sysext.service
