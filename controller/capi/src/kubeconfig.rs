@@ -10,6 +10,15 @@
 
 use kube::config::{AuthInfo, Cluster, Kubeconfig};
 
+/// Parses a `<cluster>-kubeconfig` Secret's text and refuses what is not inline (see
+/// [`check_inline_credentials`]); the message says which.
+pub fn parse_inline(text: &str) -> Result<Kubeconfig, String> {
+    let kubeconfig =
+        Kubeconfig::from_yaml(text).map_err(|e| format!("kubeconfig does not parse: {e}"))?;
+    check_inline_credentials(&kubeconfig)?;
+    Ok(kubeconfig)
+}
+
 /// The first field of `kubeconfig` that would make the extension read a local file or run
 /// something, named as in the kubeconfig (`users[0].user.tokenFile`), with why; `Ok` when
 /// every credential is inline.

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 
 use crate::error::Error;
 
@@ -103,9 +103,7 @@ pub async fn client_from_secret(
         })
         .ok_or_else(|| bad(format!("has no key {KUBECONFIG_KEY:?}")))?;
     let text = String::from_utf8(bytes).map_err(|_| bad("kubeconfig is not UTF-8".into()))?;
-    let kubeconfig =
-        Kubeconfig::from_yaml(&text).map_err(|e| bad(format!("kubeconfig does not parse: {e}")))?;
-    crate::kubeconfig::check_inline_credentials(&kubeconfig).map_err(bad)?;
+    let kubeconfig = crate::kubeconfig::parse_inline(&text).map_err(bad)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| bad(format!("kubeconfig is not usable: {e}")))?;
