@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -233,7 +234,20 @@ func startScheduler(p *pki, dir, server string) (*child, error) {
 	return c, c.start()
 }
 
+// startEtcd starts etcd on two free ports. A port found free can be taken by another process
+// before etcd binds it (tests start many servers and kubelets at once): on "address already in
+// use" it tries again with other ports, up to three times.
 func startEtcd(dataDir string) (*embed.Etcd, string, error) {
+	for attempt := 1; ; attempt++ {
+		e, url, err := startEtcdOnce(dataDir)
+		inUse := err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use"))
+		if !inUse || attempt == 3 {
+			return e, url, err
+		}
+	}
+}
+
+func startEtcdOnce(dataDir string) (*embed.Etcd, string, error) {
 	clientPort, err := freePort()
 	if err != nil {
 		return nil, "", err
