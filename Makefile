@@ -73,7 +73,7 @@ testbed:
 	$(CARGO) run -q -p inplace-tests --bin inplace-testbed -- build-rootfs
 
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix
+FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix kubeconfig
 ## Run every fuzz target for FUZZ_SECONDS (nightly toolchain, cargo-fuzz).
 fuzz-short:
 	@for target in $(FUZZ_TARGETS); do \
