@@ -178,11 +178,8 @@ async fn guard(state_dir: &Path, extensions_dir: &Path) -> anyhow::Result<()> {
     let systemd = DbusSystemd::connect(std::time::Duration::from_secs(300))
         .await
         .context("connecting to systemd")?;
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    };
+    let boot_id = self_update::deadline::read_boot_id();
+    let now = || self_update::ClockReading::read(boot_id.clone());
     let verdict = self_update::guard(&paths, &systemd, &now).await?;
     tracing::info!(?verdict, "agent switch guard done");
     Ok(())

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use deadline::{BootDeadline, ClockReading};
+
 use crate::links;
 use crate::policy::{OWN_EXTENSION, OWN_UNIT};
 use crate::systemd::{SystemdError, SystemdManager};
@@ -40,11 +42,18 @@ pub struct Pending {
     pub next_image: PathBuf,
     /// The version the new agent must report to confirm.
     pub expected_version: String,
-    /// Unix seconds by which the new agent must have confirmed.
+    /// Unix seconds by which the new agent must have confirmed: judged only when
+    /// `boot_deadline` is absent (a record from an agent before it), since the wall clock
+    /// can be stepped.
     pub deadline: u64,
-    /// Seconds the new agent is given at least from the guard's own start: after a power
-    /// loss the node was down, and the new agent had no chance.
+    /// Seconds the new agent is given from the guard's own start in another boot than the
+    /// one armed (the node was down, the new agent had no chance), and at least, for a
+    /// record without `boot_deadline`.
     pub confirm_timeout: u64,
+    /// The deadline on the armed boot's own clock (the [`deadline`](crate::self_update::deadline)
+    /// module says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_deadline: Option<BootDeadline>,
     /// The sha256 of the previous agent binary kept for the guard (for whoever inspects
     /// the node; the guard does not check itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,18 +116,21 @@ pub enum Verdict {
 }
 
 /// Judges one look: `link` is what the extension link names now (None: missing),
-/// `started_at` when this guard started, `now` the time (both Unix seconds).
-pub fn judge(pending: Option<&Pending>, link: Option<&Path>, started_at: u64, now: u64) -> Verdict {
+/// `started` the clocks when this guard started, `now` the clocks now.
+pub fn judge(
+    pending: Option<&Pending>,
+    link: Option<&Path>,
+    started: &ClockReading,
+    now: &ClockReading,
+) -> Verdict {
     let Some(pending) = pending else {
         return Verdict::Done;
     };
-    let deadline = pending
-        .deadline
-        .max(started_at.saturating_add(pending.confirm_timeout));
-    if now < deadline {
+    let left = deadline::remaining(pending, started, now);
+    if left > 0 {
         // Even with the link still at the previous image: the old agent arms the guard
         // before it swaps, so a guard started in between must not disarm.
-        Verdict::Wait(deadline - now)
+        Verdict::Wait(left)
     } else if link == Some(pending.previous_image.as_path()) {
         Verdict::Disarm
     } else {
@@ -220,13 +232,13 @@ pub fn claim_restore(paths: &GuardPaths) -> Result<Option<Pending>, GuardError> 
 }
 
 /// The guard's loop: looks, waits, and at the deadline restores the previous agent.
-/// `now` gives Unix seconds; returns when nothing is armed any more.
+/// `now` reads the clocks; returns when nothing is armed any more.
 pub async fn guard(
     paths: &GuardPaths,
     systemd: &dyn SystemdManager,
-    now: &dyn Fn() -> u64,
+    now: &dyn Fn() -> ClockReading,
 ) -> Result<Verdict, GuardError> {
-    let started_at = now();
+    let started = now();
     if let Some(claimed) = read_pending(&paths.restoring)? {
         // A guard that died mid-restore: its claim stands; every step is idempotent.
         restore(paths, &claimed, systemd).await?;
@@ -237,7 +249,7 @@ pub async fn guard(
             return Ok(Verdict::Done);
         };
         let link = std::fs::read_link(&paths.extension_link).ok();
-        match judge(Some(&pending), link.as_deref(), started_at, now()) {
+        match judge(Some(&pending), link.as_deref(), &started, &now()) {
             Verdict::Done => return Ok(Verdict::Done),
             Verdict::Disarm => {
                 disarm(paths)?;
@@ -301,6 +313,7 @@ async fn restore(
 }
 
 pub mod admission;
+pub mod deadline;
 pub mod host;
 pub mod image;
 pub mod resume;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::{Bed, Signer, bed_trusting};
 use inplace_agent::journal::Step;
-use inplace_agent::self_update::{self, GuardPaths, Pending, Verdict};
+use inplace_agent::self_update::{self, ClockReading, GuardPaths, Pending, Verdict};
 use inplace_agent::update::Agent;
 use inplace_proto::{NodeUpdatePlan, Phase};
 use sha2::{Digest, Sha256};
@@ -122,9 +122,16 @@ async fn mid_switch() -> (Bed, NodeUpdatePlan) {
 /// The guard, run as the unit would run it, its clock jumping past the deadline (and the
 /// time it grants from its own start) after its first look.
 async fn guard_after_deadline(bed: &Bed) -> Verdict {
-    let deadline = pending(bed).unwrap().deadline;
+    let armed = pending(bed).unwrap();
     let looks = AtomicU64::new(0);
-    let now = move || deadline + looks.fetch_add(1, Ordering::SeqCst) * 100_000;
+    let now = move || {
+        let later = looks.fetch_add(1, Ordering::SeqCst) * 100_000;
+        ClockReading {
+            boot_id: armed.boot_deadline.as_ref().map(|b| b.boot_id.clone()),
+            boottime: armed.boot_deadline.as_ref().map(|b| b.boottime + later),
+            wall: armed.deadline + later,
+        }
+    };
     self_update::guard(&paths(bed), bed.systemd.as_ref(), &now)
         .await
         .unwrap()
@@ -136,6 +143,14 @@ async fn the_old_agent_arms_and_swaps_and_the_new_one_confirms_without_touching_
 
     let armed = pending(&bed).expect("the guard is armed");
     assert_eq!(armed.expected_version, "0.2.0");
+    let boot = armed
+        .boot_deadline
+        .as_ref()
+        .expect("armed on this boot's clock");
+    assert_eq!(
+        Some(&boot.boot_id),
+        self_update::deadline::read_boot_id().as_ref()
+    );
     assert_eq!(link(&bed), armed.next_image);
     assert_eq!(std::fs::read_to_string(&armed.next_image).unwrap(), NEXT);
     assert!(armed.previous_image.ends_with("inplace-agent-0.1.0.raw"));

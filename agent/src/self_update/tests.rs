@@ -6,14 +6,32 @@ use async_trait::async_trait;
 use super::*;
 use crate::systemd::UnitState;
 
-fn pending(deadline: u64) -> Pending {
+/// Armed in `boot-1`, due at `deadline` on both its clock and the wall clock.
+pub(super) fn pending(deadline: u64) -> Pending {
     Pending {
         previous_image: "/opt/extensions/inplace-agent/inplace-agent-0.1.0-x86-64.raw".into(),
         next_image: "/opt/extensions/inplace-agent/inplace-agent-0.2.0-x86-64.raw".into(),
         expected_version: "0.2.0".into(),
         deadline,
         confirm_timeout: 120,
+        boot_deadline: Some(BootDeadline {
+            boot_id: "boot-1".into(),
+            boottime: deadline,
+        }),
         previous_binary_sha256: None,
+    }
+}
+
+/// The clocks at `t` in `boot-1` (the wall clock agreeing; `deadline`'s tests step it).
+fn at(t: u64) -> ClockReading {
+    in_boot("boot-1", t)
+}
+
+fn in_boot(boot: &str, t: u64) -> ClockReading {
+    ClockReading {
+        boot_id: Some(boot.into()),
+        boottime: Some(t),
+        wall: t,
     }
 }
 
@@ -22,29 +40,53 @@ fn judge_table() {
     let p = pending(1_000);
     let next = p.next_image.clone();
     // (armed, link, guard started at, now, verdict)
-    type Case<'a> = (Option<&'a Pending>, Option<&'a Path>, u64, u64, Verdict);
+    type Case<'a> = (
+        Option<&'a Pending>,
+        Option<&'a Path>,
+        ClockReading,
+        ClockReading,
+        Verdict,
+    );
     let cases: [Case; 8] = [
-        (None, Some(&next), 0, 2_000, Verdict::Done),
+        (None, Some(&next), at(0), at(2_000), Verdict::Done),
         // The old agent arms before it swaps: no disarming before the deadline...
         (
             Some(&p),
             Some(&p.previous_image),
-            0,
-            400,
+            at(0),
+            at(400),
             Verdict::Wait(600),
         ),
         // ...after it, the old agent stopped before it swapped and still runs.
-        (Some(&p), Some(&p.previous_image), 0, 2_000, Verdict::Disarm),
-        (Some(&p), Some(&next), 0, 400, Verdict::Wait(600)),
-        (Some(&p), Some(&next), 0, 1_000, Verdict::Restore),
+        (
+            Some(&p),
+            Some(&p.previous_image),
+            at(0),
+            at(2_000),
+            Verdict::Disarm,
+        ),
+        (Some(&p), Some(&next), at(0), at(400), Verdict::Wait(600)),
+        (Some(&p), Some(&next), at(0), at(1_000), Verdict::Restore),
         // A link gone altogether is no agent: restore.
-        (Some(&p), None, 0, 1_000, Verdict::Restore),
-        // After a power loss: at least confirm_timeout from the guard's own start.
-        (Some(&p), Some(&next), 5_000, 5_050, Verdict::Wait(70)),
-        (Some(&p), Some(&next), 5_000, 5_120, Verdict::Restore),
+        (Some(&p), None, at(0), at(1_000), Verdict::Restore),
+        // After a power loss: confirm_timeout from the guard's own start.
+        (
+            Some(&p),
+            Some(&next),
+            in_boot("boot-2", 5_000),
+            in_boot("boot-2", 5_050),
+            Verdict::Wait(70),
+        ),
+        (
+            Some(&p),
+            Some(&next),
+            in_boot("boot-2", 5_000),
+            in_boot("boot-2", 5_120),
+            Verdict::Restore,
+        ),
     ];
-    for (i, (pending, link, started_at, now, want)) in cases.into_iter().enumerate() {
-        assert_eq!(judge(pending, link, started_at, now), want, "case {i}");
+    for (i, (pending, link, started, now, want)) in cases.into_iter().enumerate() {
+        assert_eq!(judge(pending, link, &started, &now), want, "case {i}");
     }
 }
 
@@ -112,7 +154,7 @@ async fn an_unconfirmed_agent_is_replaced_by_the_previous_one_at_the_deadline() 
     let node = switched_node(100);
     let systemd = RecordingSystemd::default();
     let clock = AtomicU64::new(0);
-    let now = || clock.fetch_add(10, Ordering::SeqCst);
+    let now = || at(clock.fetch_add(10, Ordering::SeqCst));
     assert_eq!(
         guard(&node.paths, &systemd, &now).await.unwrap(),
         Verdict::Restore
@@ -158,7 +200,7 @@ async fn a_confirmed_agent_is_left_alone() {
         if clock.fetch_add(10, Ordering::SeqCst) == 50 {
             std::fs::remove_file(&pending_file).unwrap();
         }
-        clock.load(Ordering::SeqCst)
+        at(clock.load(Ordering::SeqCst))
     };
     assert_eq!(
         guard(&node.paths, &systemd, &now).await.unwrap(),
@@ -178,7 +220,7 @@ async fn a_switch_that_never_swapped_is_disarmed_without_touching_the_agent() {
     links::swap_symlink(&node.paths.extension_link, &node.pending.previous_image).unwrap();
     let systemd = RecordingSystemd::default();
     let clock = AtomicU64::new(0);
-    let now = || clock.fetch_add(100, Ordering::SeqCst);
+    let now = || at(clock.fetch_add(100, Ordering::SeqCst));
     assert_eq!(
         guard(&node.paths, &systemd, &now).await.unwrap(),
         Verdict::Disarm
@@ -208,7 +250,7 @@ async fn a_guard_killed_mid_restore_finishes_it_when_it_runs_again() {
     links::swap_symlink(&node.paths.extension_link, &node.pending.previous_image).unwrap();
     let systemd = RecordingSystemd::default();
     let clock = AtomicU64::new(0);
-    let now = || clock.fetch_add(100, Ordering::SeqCst);
+    let now = || at(clock.fetch_add(100, Ordering::SeqCst));
     assert_eq!(
         guard(&node.paths, &systemd, &now).await.unwrap(),
         Verdict::Restore
@@ -263,7 +305,7 @@ async fn an_unreadable_pending_file_is_an_error_naming_it() {
     let node = switched_node(1_000);
     std::fs::write(&node.paths.pending, b"{not json").unwrap();
     let systemd = RecordingSystemd::default();
-    let err = guard(&node.paths, &systemd, &|| 0).await.unwrap_err();
+    let err = guard(&node.paths, &systemd, &|| at(0)).await.unwrap_err();
     assert!(err.to_string().contains("pending.json"), "{err}");
     assert!(systemd.calls.lock().unwrap().is_empty());
 }
@@ -334,7 +376,7 @@ async fn after_the_guards_restore_the_old_agent_finds_and_reports_it() {
 
     let systemd = RecordingSystemd::default();
     let clock = AtomicU64::new(0);
-    let now = || clock.fetch_add(10, Ordering::SeqCst);
+    let now = || at(clock.fetch_add(10, Ordering::SeqCst));
     guard(&node.paths, &systemd, &now).await.unwrap();
 
     let after = host::Observed::read(&node.paths).unwrap();

@@ -5,7 +5,7 @@
 //! with a switch in flight asks `self_update::resume::resolve` what comes next, and
 //! [`Agent::resume_switch`] is the one place that maps each answer to its transition.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use chrono::Utc;
 use inplace_proto::Reason;
@@ -17,7 +17,7 @@ use crate::links;
 use crate::machine::PlanView;
 use crate::self_update::host::{self, Observed};
 use crate::self_update::resume::{self, Resolution, Switch};
-use crate::self_update::{self, GuardPaths, Pending, RolledBack};
+use crate::self_update::{self, ClockReading, GuardPaths, Pending, RolledBack};
 
 /// How often B tries again to write its status while it cannot (the guard's deadline
 /// bounds it: the guard removes `pending.json` and restarts the unit).
@@ -103,12 +103,15 @@ impl Agent {
         .await
         .map_err(|e| failed("keeping the running agent for the guard", &e))?;
         let confirm_timeout = self.settings.self_update.confirm_timeout.as_secs();
+        let (deadline, boot_deadline) =
+            ClockReading::read(self.boot_id.clone()).deadline_after(confirm_timeout);
         let pending = Pending {
             previous_image: switch.previous_image.clone(),
             next_image: switch.next_image.clone(),
             expected_version: switch.expected_version.clone(),
-            deadline: unix_now().saturating_add(confirm_timeout),
+            deadline,
             confirm_timeout,
+            boot_deadline,
             previous_binary_sha256: Some(previous_binary_sha256),
         };
         let paths = paths.clone();
@@ -337,10 +340,4 @@ impl Agent {
 /// switch's outcome as its own).
 fn about<'a>(view: Option<&'a PlanView>, revision: &str) -> Option<&'a PlanView> {
     view.filter(|v| v.revision == revision)
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

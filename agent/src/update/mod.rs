@@ -116,7 +116,7 @@ impl Agent {
             // Looked at with each plan that carries spec.agent (`look_at_guard`).
             guard_missing: None,
         };
-        let boot_id = read_boot_id();
+        let boot_id = crate::self_update::deadline::read_boot_id();
         let agent = Agent {
             settings,
             host,
@@ -329,16 +329,4 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-}
-
-/// The boot ID the status reports: the unit's `boot_id` credential under the shipped unit
-/// (its `/proc` holds processes only), the kernel's file when run without it.
-fn read_boot_id() -> Option<String> {
-    let credential = std::env::var_os("CREDENTIALS_DIRECTORY")
-        .map(|dir| std::path::PathBuf::from(dir).join("boot_id"));
-    credential
-        .into_iter()
-        .chain([std::path::PathBuf::from("/proc/sys/kernel/random/boot_id")])
-        .find_map(|path| std::fs::read_to_string(path).ok())
-        .map(|id| id.trim().to_owned())
 }
