@@ -12,6 +12,7 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use crate::alert_gate::{AlertSource, PrometheusSettings};
+use crate::api_server_version::ApiServerVersion;
 use crate::metrics::Metrics;
 use crate::plans::RecentWrites;
 use crate::rollout_view::RolloutViews;
@@ -77,6 +78,8 @@ pub struct Context {
     pub status_pacer: StatusPacer,
     /// Where the alert gate asks which alerts fire (from `settings.prometheus`).
     pub alerts: Option<Arc<dyn AlertSource>>,
+    /// The API server's version, for the skew guard.
+    pub api_server_version: ApiServerVersion,
     /// Tunables.
     pub settings: ReconcileSettings,
 }

@@ -5,6 +5,7 @@
 //! gathers its inputs from watch caches and carries out its actions.
 
 pub mod alert_gate;
+pub mod api_server_version;
 pub mod context;
 pub mod decision;
 pub mod error;

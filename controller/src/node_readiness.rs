@@ -1,8 +1,9 @@
 //! A Node's `Ready` condition, as the rollout's health gate reads it
-//! (`decision/health.rs`): the cached Node keeps that condition and nothing else of its
-//! status ([`keep_ready_condition_only`]), and [`readiness`] reads it.
+//! (`decision/health.rs`), and its kubelet's version, as the skew guard reads it
+//! (`decision/version_skew.rs`): the cached Node keeps those and nothing else of its
+//! status ([`keep_readiness_and_kubelet_version`]); [`readiness`] and [`kubelet_version`] read them.
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo};
 
 use crate::decision::Readiness;
 
@@ -10,20 +11,40 @@ use crate::decision::Readiness;
 const READY: &str = "Ready";
 
 /// Drops every part of a Node's status but its `Ready` condition's type, status, reason
-/// and message (no heartbeat times: 30,000 cached Nodes stay small, and the cache holds
-/// nothing the gate does not read).
-pub fn keep_ready_condition_only(status: Option<NodeStatus>) -> Option<NodeStatus> {
-    let ready = status?.conditions?.into_iter().find(|c| c.type_ == READY)?;
+/// and message and `nodeInfo.kubeletVersion` (no heartbeat times: 30,000 cached Nodes stay
+/// small, and the cache holds nothing the decision does not read).
+pub fn keep_readiness_and_kubelet_version(status: Option<NodeStatus>) -> Option<NodeStatus> {
+    let status = status?;
+    let ready = status
+        .conditions
+        .and_then(|conditions| conditions.into_iter().find(|c| c.type_ == READY));
+    let kubelet_version = status.node_info.map(|info| info.kubelet_version);
+    if ready.is_none() && kubelet_version.is_none() {
+        return None;
+    }
     Some(NodeStatus {
-        conditions: Some(vec![NodeCondition {
-            type_: ready.type_,
-            status: ready.status,
-            reason: ready.reason,
-            message: ready.message,
-            ..NodeCondition::default()
-        }]),
+        conditions: ready.map(|ready| {
+            vec![NodeCondition {
+                type_: ready.type_,
+                status: ready.status,
+                reason: ready.reason,
+                message: ready.message,
+                ..NodeCondition::default()
+            }]
+        }),
+        node_info: kubelet_version.map(|kubelet_version| NodeSystemInfo {
+            kubelet_version,
+            ..NodeSystemInfo::default()
+        }),
         ..NodeStatus::default()
     })
+}
+
+/// The version the node's kubelet reports (`status.nodeInfo.kubeletVersion`); `None`
+/// when it reports none (a Node no kubelet registered).
+pub fn kubelet_version(node: &Node) -> Option<String> {
+    let info = node.status.as_ref()?.node_info.as_ref()?;
+    Some(info.kubelet_version.clone()).filter(|v| !v.is_empty())
 }
 
 /// The node's readiness: Ready only when its `Ready` condition is True. False and Unknown
@@ -99,21 +120,25 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_the_ready_condition_and_reads_the_same() {
+    fn the_cache_keeps_the_ready_condition_and_the_kubelet_version_and_reads_the_same() {
         let full = node(json!({
             "conditions": [condition("MemoryPressure", "False", "x"), condition("Ready", "False", "KubeletNotReady")],
             "images": [{"names": ["big"], "sizeBytes": 1}],
             "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "k",
-                         "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v",
+                         "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v1.36.3",
                          "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
         }));
         let slim = Node {
-            status: keep_ready_condition_only(full.status.clone()),
+            status: keep_readiness_and_kubelet_version(full.status.clone()),
             ..full.clone()
         };
         assert_eq!(readiness(&slim), readiness(&full));
+        assert_eq!(kubelet_version(&slim).as_deref(), Some("v1.36.3"));
+        assert_eq!(kubelet_version(&slim), kubelet_version(&full));
         let status = slim.status.unwrap();
-        assert!(status.images.is_none() && status.node_info.is_none());
+        assert!(status.images.is_none());
+        let info = status.node_info.unwrap();
+        assert!(info.machine_id.is_empty() && info.kernel_version.is_empty());
         let kept = status.conditions.unwrap();
         assert_eq!(kept.len(), 1);
         assert!(kept[0].last_heartbeat_time.is_none());

@@ -139,9 +139,10 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> NodeUpda
 }
 
 /// Drops what the controller never reads from a cached Node (managed fields, annotations
-/// but a person's steering, all of the status but the `Ready` condition): it needs the
-/// name, uid, labels, `spec.unschedulable`, the `inplace.dev/hold` and `inplace.dev/skip`
-/// annotations and readiness (the health gate).
+/// but a person's steering, all of the status but the `Ready` condition and the kubelet's
+/// version): it needs the name, uid, labels, `spec.unschedulable`, the `inplace.dev/hold`
+/// and `inplace.dev/skip` annotations, readiness (the health gate) and the kubelet's
+/// version (the skew guard).
 pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
     use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
     node.metadata.managed_fields = None;
@@ -154,7 +155,7 @@ pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
             a
         })
         .filter(|a| !a.is_empty());
-    node.status = crate::node_readiness::keep_ready_condition_only(node.status.take());
+    node.status = crate::node_readiness::keep_readiness_and_kubelet_version(node.status.take());
 }
 
 #[derive(Debug, Clone)]

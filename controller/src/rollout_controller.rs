@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, revision_of};
+use inplace_proto::{NodeRelease, NodeRollout, NodeRolloutSpec, NodeUpdatePlan, revision_of};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -22,8 +22,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::alert_gate::observe_alerts;
 use crate::context::Context;
 use crate::decision::{
-    NodeOrder, ReleaseState, RolloutInput, decide_with_memo, drain_pass_options, needs_drain_pass,
-    rollout_drains,
+    KubernetesVersions, NodeOrder, ReleaseState, RolloutInput, decide_with_memo,
+    drain_pass_options, needs_drain_pass, rollout_drains,
 };
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
@@ -56,6 +56,25 @@ pub fn release_state(release: Option<&NodeRelease>) -> ReleaseState {
             },
         },
     }
+}
+
+/// What the skew guard compares the nodes' kubelets with: the release's
+/// `kubernetesVersion` and, unless the rollout allows skew, the API server's version
+/// (asked only for a release that brings a Kubernetes version).
+async fn kubernetes_versions(
+    spec: &NodeRolloutSpec,
+    release: Option<&NodeRelease>,
+    ctx: &Context,
+) -> Result<KubernetesVersions> {
+    let release = release.and_then(|r| r.spec.content.kubernetes_version.clone());
+    let api_server = match &release {
+        Some(_) if !spec.allow_version_skew => Some(ctx.api_server_version.get(&ctx.client).await?),
+        _ => None,
+    };
+    Ok(KubernetesVersions {
+        release,
+        api_server,
+    })
 }
 
 /// The rollouts a change of `node` concerns: those selecting it, and the owner of its plan.
@@ -183,6 +202,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     ctx.metrics.rollout_round("decided");
     let previous = ctx.last_status(&name).or_else(|| rollout.status.clone());
     let alerts = observe_alerts(&rollout.spec, ctx.alerts.as_ref()).await;
+    let versions = kubernetes_versions(&rollout.spec, release.as_deref(), ctx).await?;
     let mut input = RolloutInput {
         name: &name,
         generation: rollout.metadata.generation,
@@ -193,6 +213,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         // The view keeps its nodes so (`RolloutView::sort`).
         order: NodeOrder::Activation,
         alerts,
+        versions,
         now: Timestamp::now(),
     };
     run_drain_passes(&mut input, ctx).await?;

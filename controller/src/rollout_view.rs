@@ -388,6 +388,7 @@ impl<'a> ViewBuilder<'a> {
             plan,
             drain: None,
             steering: Steering::of(node.metadata.annotations.as_ref()),
+            kubelet_version: crate::node_readiness::kubelet_version(node),
             version: 0,
         };
         Ok(Some((view, uid)))

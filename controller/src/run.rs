@@ -249,6 +249,7 @@ pub async fn run_controllers(
         views,
         status_pacer: Default::default(),
         alerts,
+        api_server_version: Default::default(),
         settings: reconcile,
     });
 

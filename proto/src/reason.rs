@@ -102,7 +102,10 @@ reasons! {
     SignatureInvalid,
     /// The plan's `kubernetesVersion` is lower than the one the node runs and the plan does
     /// not set `allowDowngrade`, or its `spec.agent.version` is lower than the running
-    /// agent's and the node's `[self_update] allow_downgrade` is off; nothing was done.
+    /// agent's and the node's `[self_update] allow_downgrade` is off; nothing was done. On a
+    /// rollout: its release's `kubernetesVersion` is lower than the kubelet of a selected
+    /// node (the message names them and both versions) and it does not set
+    /// `allowDowngrade`; no node is touched.
     DowngradeDenied,
     /// systemd-sysext skipped an extension (incompatible release file); rolled back.
     ExtensionNotMerged,
@@ -139,6 +142,10 @@ reasons! {
     ReleaseNotFound,
     /// The rollout's release is not valid.
     ReleaseInvalid,
+    /// The rollout's release brings a kubelet a minor version newer than the API server, or
+    /// more than one minor version above a selected node's kubelet (the message names both
+    /// versions), and the rollout does not set `allowVersionSkew`; no node is touched.
+    VersionSkewDenied,
     /// The rollout is activating nodes.
     RollingOut,
     /// The rollout is paused by its spec; staging continues, activation does not.

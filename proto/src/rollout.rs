@@ -83,10 +83,21 @@ pub struct NodeRolloutSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
 
-    /// Allow nodes to go to a lower `kubernetesVersion` than the one they run (copied into
-    /// every plan the rollout writes). Without it such nodes refuse with `DowngradeDenied`.
+    /// Allow nodes to go to a lower `kubernetesVersion` than the kubelet they run (copied
+    /// into every plan the rollout writes). Without it the rollout touches no node while a
+    /// selected node's kubelet is newer than the release (`Progressing=False`, reason
+    /// `DowngradeDenied`, naming the nodes and both versions), and an agent refuses such a
+    /// plan with the same reason.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_downgrade: bool,
+
+    /// Allow a release whose `kubernetesVersion` breaks the kubelet skew policy: a minor
+    /// version above the API server's (`/version`), or more than one minor version above
+    /// a selected node's kubelet. Without it the rollout touches no node
+    /// (`Progressing=False`, reason `VersionSkewDenied`, naming both versions). Releases
+    /// without a `kubernetesVersion` are never judged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_version_skew: bool,
 
     /// When new activations may start. Empty (the default): at any time. Otherwise only
     /// inside one of these windows; staging goes on and an activation already started

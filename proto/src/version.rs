@@ -112,6 +112,24 @@ pub fn skips_a_minor(current: &str, target: &str) -> bool {
     }
 }
 
+/// Whether `version` lands on a later minor version than `bound` (or a later major): the
+/// kubelet skew rule, which says a kubelet must not be newer than kube-apiserver, counts in
+/// minor versions (kubeadm's preflight check compares them so), so a kubelet a patch ahead
+/// of its API server is allowed. Versions that do not parse never count.
+pub fn is_newer_minor(version: &str, bound: &str) -> bool {
+    match (
+        KubernetesVersion::parse(version),
+        KubernetesVersion::parse(bound),
+    ) {
+        (Some(version), Some(bound)) => {
+            compare_numbers(&version.core[0], &bound.core[0])
+                .then_with(|| compare_numbers(&version.core[1], &bound.core[1]))
+                == Ordering::Greater
+        }
+        _ => false,
+    }
+}
+
 fn is_digits(text: &str) -> bool {
     !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
@@ -172,6 +190,27 @@ mod tests {
             "a downgrade, not a skip"
         );
         assert!(!skips_a_minor("v1.31.2", "1.33.0"));
+    }
+
+    #[test]
+    fn newer_minors() {
+        assert!(is_newer_minor("v1.37.0", "v1.36.3"));
+        assert!(is_newer_minor("v2.0.0", "v1.36.3"));
+        assert!(is_newer_minor("v1.10.0", "v1.9.9"));
+        assert!(
+            !is_newer_minor("v1.36.4", "v1.36.3"),
+            "a patch ahead is allowed"
+        );
+        assert!(!is_newer_minor("v1.35.9", "v1.36.0"));
+        assert!(
+            !is_newer_minor("v1.34.2", "v1.34.0-inplace-emulator"),
+            "a server's pre-release or build suffix does not matter"
+        );
+        assert!(!is_newer_minor("v1.35.0", "v1.35.1+k3s1"));
+        assert!(
+            !is_newer_minor("v1.37.0", "1.36.3"),
+            "unparsable: not ordered"
+        );
     }
 
     #[test]

@@ -137,6 +137,9 @@ pub struct NodeView {
     pub drain: Option<DrainProgress>,
     /// What a person asked for on the Node (hold, skip): `steer.rs`.
     pub steering: Steering,
+    /// `status.nodeInfo.kubeletVersion`, as its kubelet reports it (the skew guard,
+    /// `version_skew.rs`); `None` when it reports none.
+    pub kubelet_version: Option<String>,
     /// Which version of the node's view this is: the rollout's kept view gives every view
     /// it builds a number it never gave before (`rollout_view.rs`), so the same number
     /// means the same node and view, and the decision reuses what it found for it last
@@ -163,6 +166,8 @@ pub struct RolloutInput<'a> {
     pub order: NodeOrder,
     /// What Prometheus said about the alerts of `spec.gates.alerts`.
     pub alerts: AlertObservation,
+    /// The versions the skew guard judges the release by (`version_skew.rs`).
+    pub versions: KubernetesVersions,
     /// The time of this round.
     pub now: Timestamp,
 }
@@ -177,4 +182,16 @@ pub enum NodeOrder {
     /// pair of names again to find the order it has (a tenth of the controller's CPU in a
     /// 10,000-node rollout of 100 slots, docs/design/controller.md § Scale results).
     Activation,
+}
+
+/// The Kubernetes versions the skew guard (`version_skew.rs`) compares besides the nodes'
+/// kubelets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubernetesVersions {
+    /// The release's `kubernetesVersion`; `None` for a release that brings no kubelet (an
+    /// agent-only or OS release): not judged.
+    pub release: Option<String>,
+    /// The API server's `/version` (`gitVersion`); `None` when it was not asked (the
+    /// release brings no Kubernetes version, or the rollout allows version skew).
+    pub api_server: Option<String>,
 }

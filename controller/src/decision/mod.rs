@@ -8,6 +8,8 @@
 //! timeouts, ownership — is unit-tested directly. `docs/design/controller.md` describes the
 //! rules; `rollout_controller` gathers the inputs and carries out the actions.
 //!
+//! A release the skew guard refuses (`version_skew.rs`: a kubelet newer than the API
+//! server, a skipped minor version, a downgrade) touches no node. Otherwise
 //! `decide` runs five phases, each a pure function in its own file: `classify.rs` (where
 //! each owned node stands, its plan intent, its drain), `grant.rs` (the halt rule and the
 //! activation slots), `actions.rs` (cordons, uncordons and plan applies in activation
@@ -46,15 +48,18 @@ mod memo;
 mod node_events;
 mod status;
 mod steer;
+mod version_skew;
 mod window;
 
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
 pub use drain::{drain_pass_options, needs_drain_pass, rollout_drains};
 pub use health::{AlertObservation, Readiness};
 pub use input::{
-    DrainTimedOut, NodeOrder, NodeView, Ownership, PlanReport, PlanView, ReleaseState, RolloutInput,
+    DrainTimedOut, KubernetesVersions, NodeOrder, NodeView, Ownership, PlanReport, PlanView,
+    ReleaseState, RolloutInput,
 };
 pub use memo::DecisionMemo;
+pub use version_skew::SERVER_VERSION_RECHECK;
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
 pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";
@@ -253,7 +258,8 @@ pub fn resolve_ownership(
     }
 }
 
-/// The decision, in named phases, each pure and in its own file: classify the nodes
+/// The decision, in named phases, each pure and in its own file: the skew guard
+/// (`version_skew.rs`), classify the nodes
 /// (`classify.rs`), halt and grant slots (`grant.rs`), turn intents into writes
 /// (`actions.rs`), report status, conditions and Events (`status.rs`). See the module
 /// documentation and `docs/design/controller.md`.
@@ -290,6 +296,18 @@ pub fn decide_with_memo(input: &RolloutInput<'_>, memo: &mut DecisionMemo) -> De
         status::release_not_usable(input, owned.len(), refused_condition, &mut decision);
         return decision;
     };
+    if let Some(refusal) = version_skew::refusal(input, &owned) {
+        status::nothing_touched(
+            input,
+            owned.len(),
+            refused_condition,
+            refusal.reason,
+            refusal.message,
+            &mut decision,
+        );
+        decision.requeue_after = refusal.recheck_after;
+        return decision;
+    }
     decision.status.revision = Some(revision.to_string());
 
     let mut nodes = classify::classify_nodes(input, &owned, revision, &mut decision.events, memo);

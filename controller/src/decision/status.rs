@@ -44,6 +44,19 @@ pub(super) fn release_not_usable(
             ),
         ),
     };
+    nothing_touched(input, owned, refused, reason, message, decision);
+}
+
+/// The status of a rollout that touches no node for `reason` (its release is missing or
+/// invalid, or the skew guard refuses it): every owned node pending.
+pub(super) fn nothing_touched(
+    input: &RolloutInput<'_>,
+    owned: usize,
+    refused: ConditionUpdate,
+    reason: Reason,
+    message: String,
+    decision: &mut Decision,
+) {
     decision.status.nodes = NodeCounts {
         total: count(owned),
         pending: count(owned),
@@ -351,9 +364,14 @@ fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Opti
     match (update.type_, update.status, reason) {
         (rollout_condition::HALTED, true, _) => Some(note(EventKind::Warning, "Halted")),
         (rollout_condition::COMPLETE, true, _) => Some(note(EventKind::Normal, reason.as_str())),
-        (rollout_condition::PROGRESSING, _, Reason::ReleaseNotFound | Reason::ReleaseInvalid) => {
-            Some(note(EventKind::Warning, reason.as_str()))
-        }
+        (
+            rollout_condition::PROGRESSING,
+            _,
+            Reason::ReleaseNotFound
+            | Reason::ReleaseInvalid
+            | Reason::VersionSkewDenied
+            | Reason::DowngradeDenied,
+        ) => Some(note(EventKind::Warning, reason.as_str())),
         (rollout_condition::PROGRESSING, false, Reason::Paused) => {
             Some(note(EventKind::Normal, "Paused"))
         }

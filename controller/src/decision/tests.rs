@@ -24,6 +24,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
         drain: Default::default(),
         paused: false,
         allow_downgrade: false,
+        allow_version_skew: false,
         maintenance_windows: Vec::new(),
         min_ready_seconds: 0,
         progress_deadline: None,
@@ -43,6 +44,7 @@ pub(super) fn node(name: &str) -> NodeView {
         plan: None,
         drain: None,
         steering: Steering::default(),
+        kubelet_version: None,
         version: 0,
     }
 }
@@ -129,6 +131,7 @@ fn input<'a>(spec: &'a NodeRolloutSpec, nodes: Vec<NodeView>) -> RolloutInput<'a
         nodes,
         order: NodeOrder::Any,
         alerts: AlertObservation::NotAsked,
+        versions: KubernetesVersions::default(),
         now: t(100),
     }
 }
@@ -1339,3 +1342,4 @@ mod memo;
 mod steering;
 mod timing;
 mod topology;
+mod version_skew;

@@ -91,6 +91,7 @@ mod tests {
             }),
             drain: None,
             steering: Steering::default(),
+            kubelet_version: None,
             version: 0,
         }
     }

@@ -11,6 +11,7 @@ fn view_of(name: usize, control_plane: bool) -> (NodeView, String) {
         plan: None,
         drain: None,
         steering: Steering::default(),
+        kubelet_version: None,
         version: 0,
     };
     (view, format!("uid-{name}"))
