@@ -338,7 +338,8 @@ pub fn error_policy(rollout: Arc<NodeRollout>, error: &Error, ctx: Arc<Context>)
 /// Runs this round's drain passes. A rollout that does not drain skips the walk over its
 /// nodes (a pass over the whole fleet per deciding round).
 async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result<()> {
-    if !rollout_drains(input.spec) {
+    // An invalid rollout touches nothing (the decision reports it): no evictions either.
+    if !rollout_drains(input.spec) || input.spec.validate().is_err() {
         return Ok(());
     }
     let wanted: Vec<usize> = (0..input.nodes.len())

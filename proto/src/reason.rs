@@ -146,6 +146,10 @@ reasons! {
     /// more than one minor version above a selected node's kubelet (the message names both
     /// versions), and the rollout does not set `allowVersionSkew`; no node is touched.
     VersionSkewDenied,
+    /// The rollout breaks a rule its CRD's schema does not enforce (stored before the rule,
+    /// or by an API server without it); the message names every field. No node is touched
+    /// until it is fixed.
+    InvalidRollout,
     /// The rollout is activating nodes.
     RollingOut,
     /// The rollout is paused by its spec; staging continues, activation does not.

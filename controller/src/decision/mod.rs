@@ -292,6 +292,18 @@ pub fn decide_with_memo(input: &RolloutInput<'_>, memo: &mut DecisionMemo) -> De
         ),
     }
     let refused_condition = status::refused_condition(&refused);
+    // Checked here, not only by the API server: a rollout stored before a CEL rule (or by a
+    // server without it) would otherwise be acted on as far as the decision can read it.
+    if let Err(problems) = input.spec.validate() {
+        status::rollout_invalid(
+            input,
+            owned.len(),
+            refused_condition,
+            &problems,
+            &mut decision,
+        );
+        return decision;
+    }
     let ReleaseState::Valid { revision } = &input.release else {
         status::release_not_usable(input, owned.len(), refused_condition, &mut decision);
         return decision;

@@ -20,6 +20,26 @@ use super::{
     count,
 };
 
+/// The status of a rollout whose spec breaks a rule (`NodeRolloutSpec::validate`): every
+/// owned node pending, nothing touched, every problem in the message.
+pub(super) fn rollout_invalid(
+    input: &RolloutInput<'_>,
+    owned: usize,
+    refused: ConditionUpdate,
+    problems: &inplace_proto::Problems,
+    decision: &mut Decision,
+) {
+    let message = format!("the rollout is not valid: {problems}; no node is touched");
+    nothing_touched(
+        input,
+        owned,
+        refused,
+        Reason::InvalidRollout,
+        message,
+        decision,
+    );
+}
+
 /// The status of a rollout whose release is missing or invalid: every owned node pending,
 /// nothing touched.
 pub(super) fn release_not_usable(
@@ -48,7 +68,7 @@ pub(super) fn release_not_usable(
 }
 
 /// The status of a rollout that touches no node for `reason` (its release is missing or
-/// invalid, or the skew guard refuses it): every owned node pending.
+/// invalid, the skew guard refuses it, or the rollout is invalid): every owned node pending.
 pub(super) fn nothing_touched(
     input: &RolloutInput<'_>,
     owned: usize,
@@ -370,7 +390,8 @@ fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Opti
             Reason::ReleaseNotFound
             | Reason::ReleaseInvalid
             | Reason::VersionSkewDenied
-            | Reason::DowngradeDenied,
+            | Reason::DowngradeDenied
+            | Reason::InvalidRollout,
         ) => Some(note(EventKind::Warning, reason.as_str())),
         (rollout_condition::PROGRESSING, false, Reason::Paused) => {
             Some(note(EventKind::Normal, "Paused"))

@@ -217,6 +217,32 @@ fn invalid_release_touches_nothing() {
     assert!(p.message.contains("sha256"));
 }
 
+/// A rollout the CRD schema let through but `NodeRolloutSpec::validate` refuses (stored
+/// before a CEL rule, or by a server without it): at 2befd6e the decision acted on it
+/// (applied both plans, activating `a`).
+#[test]
+fn an_invalid_rollout_touches_nothing_and_names_every_field() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.drain.on_timeout = inplace_proto::OnDrainTimeout::Force;
+    s.min_ready_seconds = -5;
+    let d = decide(&input(&s, vec![staged(node("a")), node("b")]));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    let p = condition(&d, "Progressing");
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("False", "InvalidRollout")
+    );
+    assert!(
+        p.message.contains("spec.drain.onTimeout") && p.message.contains("spec.minReadySeconds"),
+        "{}",
+        p.message
+    );
+    assert_eq!(condition(&d, "Complete").status, "False");
+    assert_eq!(condition(&d, "Halted").status, "False");
+    assert_eq!((d.status.nodes.total, d.status.nodes.pending), (2, 2));
+    assert!(has_event(&d, "InvalidRollout"));
+}
+
 #[test]
 fn empty_selection_is_complete_and_says_so() {
     let s = spec(IntOrString::Int(1), 0);
@@ -989,6 +1015,10 @@ fn simulate(
     s.disruption = policy.disruption;
     s.min_ready_seconds = policy.min_ready_seconds;
     s.progress_deadline = policy.deadline.map(Duration::from_secs);
+    if policy.deadline.is_some() {
+        // Shorter than every deadline simulated (20 s and more), as a valid rollout's is.
+        s.drain_timeout = Duration::from_secs(10);
+    }
     s.max_unavailable_per_topology = policy.spread.map(|(_, max)| TopologySpread {
         key: "zone".into(),
         max,

@@ -48,14 +48,23 @@ impl crate::NodeUpdatePlan {
 }
 
 impl crate::NodeRollout {
-    /// Every problem with this rollout that the CRD schema cannot catch.
+    /// Every problem with this rollout that the CRD schema cannot catch (all in its spec).
+    pub fn validate(&self) -> Result<(), Problems> {
+        self.spec.validate()
+    }
+}
+
+impl crate::NodeRolloutSpec {
+    /// Every problem with a rollout's spec that the CRD schema cannot catch, the fields
+    /// named from the rollout (`spec.…`): the controller's decision checks it every round,
+    /// where only the spec is at hand.
     pub fn validate(&self) -> Result<(), Problems> {
         use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
         let mut out = Collector::default();
-        if let Err(message) = check_object_name(&self.spec.release) {
+        if let Err(message) = check_object_name(&self.release) {
             out.invalid("spec.release", message);
         }
-        match &self.spec.max_unavailable {
+        match &self.max_unavailable {
             IntOrString::Int(n) if *n < 1 => {
                 out.invalid("spec.maxUnavailable", format!("{n} must be at least 1"))
             }
@@ -66,30 +75,30 @@ impl crate::NodeRollout {
                 ),
             _ => {}
         }
-        if self.spec.max_failures < 0 {
+        if self.max_failures < 0 {
             out.invalid("spec.maxFailures", "must not be negative");
         }
-        if self.spec.drain_timeout.get().is_zero() {
+        if self.drain_timeout.get().is_zero() {
             out.invalid("spec.drainTimeout", "must be positive");
         }
-        check_label_selector(&self.spec.node_selector, "spec.nodeSelector", &mut out);
-        self.spec.drain.check(&mut out);
-        for (i, window) in self.spec.maintenance_windows.iter().enumerate() {
+        check_label_selector(&self.node_selector, "spec.nodeSelector", &mut out);
+        self.drain.check(&mut out);
+        for (i, window) in self.maintenance_windows.iter().enumerate() {
             window.check(&format!("spec.maintenanceWindows[{i}]"), &mut out);
         }
-        if !(0..=86_400).contains(&self.spec.min_ready_seconds) {
+        if !(0..=86_400).contains(&self.min_ready_seconds) {
             out.invalid("spec.minReadySeconds", "must be from 0 to 86400");
         }
-        if let Some(deadline) = &self.spec.progress_deadline
-            && deadline.get() <= self.spec.drain_timeout.get()
+        if let Some(deadline) = &self.progress_deadline
+            && deadline.get() <= self.drain_timeout.get()
         {
             out.invalid(
                 "spec.progressDeadline",
                 "progressDeadline must be longer than drainTimeout: it counts from the grant, drain included",
             );
         }
-        self.spec.gates.check("spec.gates", &mut out);
-        if let Some(spread) = &self.spec.max_unavailable_per_topology {
+        self.gates.check("spec.gates", &mut out);
+        if let Some(spread) = &self.max_unavailable_per_topology {
             if let Err(message) = check_label_key(&spread.key) {
                 out.invalid("spec.maxUnavailablePerTopology.key", message);
             }

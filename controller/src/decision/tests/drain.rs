@@ -69,8 +69,9 @@ fn on_timeout_decides_what_a_node_not_drained_in_time_becomes() {
         (Force, true, 30, 0, Outcome::Activated, true),
         // Past twice drainTimeout with pods still there: failed after all.
         (Force, true, -30, 1, Outcome::Failed, true),
-        // Force without the opt-in (the API server refuses it; an older object): Halt.
-        (Force, false, 30, 1, Outcome::Failed, false),
+        // Force without the opt-in (the API server refuses it; an older object): the
+        // rollout is invalid and touches nothing (`InvalidRollout`, issue 35).
+        (Force, false, 30, 1, Outcome::Waiting, false),
     ];
     for (on_timeout, allow_force, granted_at, left, want, forced) in rows {
         let s = drain_spec(on_timeout, allow_force, 1);

@@ -108,6 +108,8 @@ proptest! {
         s.disruption = disruption;
         s.min_ready_seconds = min_ready_seconds;
         s.progress_deadline = deadline.map(Duration::from_secs);
+        // Shorter than every deadline drawn, as a valid rollout's is.
+        s.drain_timeout = Duration::from_secs(1);
         let all: Vec<NodeView> = (0..workers + cps)
             .map(|i| if i < cps { cp(&format!("c{i:02}")) } else { node(&format!("w{i:02}")) })
             .collect();

@@ -6,6 +6,12 @@ use inplace_proto::{MaintenanceWindow, Weekday};
 
 use super::*;
 
+/// A rollout's `progressDeadline` must be longer than its `drainTimeout` (else it is
+/// `InvalidRollout`); these rollouts do not drain, so any shorter timeout does.
+fn shorter_than_every_deadline() -> Duration {
+    Duration::from_secs(10)
+}
+
 fn utc_window(day: Weekday, start: &str, duration: &str) -> MaintenanceWindow {
     MaintenanceWindow {
         days: vec![day],
@@ -146,6 +152,7 @@ fn a_node_past_its_progress_deadline_is_failed_and_its_slot_released() {
         let mut s = spec(IntOrString::Int(1), 1);
         s.disruption = Disruption::Cordon;
         s.progress_deadline = deadline.map(|d| Duration::parse(d).unwrap());
+        s.drain_timeout = shorter_than_every_deadline();
         let mut a = activating(node("a"));
         a.unschedulable = true;
         let plan = a.plan.as_mut().unwrap();
@@ -194,6 +201,7 @@ fn a_node_past_its_progress_deadline_is_failed_and_its_slot_released() {
 fn progress_deadline_failures_count_toward_max_failures() {
     let mut s = spec(IntOrString::Int(2), 0);
     s.progress_deadline = Some(Duration::from_secs(60));
+    s.drain_timeout = shorter_than_every_deadline();
     let d = decide(&input(&s, vec![activating(node("a")), staged(node("b"))]));
     assert_eq!(grants_at(&d), 0);
     let halted = condition(&d, rollout_condition::HALTED);
@@ -212,6 +220,7 @@ fn progress_deadline_failures_count_toward_max_failures() {
 fn the_deadline_counts_from_the_grant_annotation() {
     let mut s = spec(IntOrString::Int(1), 1);
     s.progress_deadline = Some(Duration::from_secs(60));
+    s.drain_timeout = shorter_than_every_deadline();
     let mut a = activating(node("a"));
     a.plan.as_mut().unwrap().granted_at = Some(t(50));
     let d = decide(&input(&s, vec![a.clone(), staged(node("b"))]));
