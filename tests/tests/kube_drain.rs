@@ -36,7 +36,7 @@ async fn a_drain_evicts_through_real_kubelets_holds_the_budget_and_leaves_daemon
         .unwrap();
     cluster.apply("node-agent", &daemonset_manifest()).unwrap();
     cluster
-        .apply("web", &web_manifest(3, Spread::Preferred))
+        .apply("web", &web_manifest("default", 3, Spread::Preferred))
         .unwrap();
     for workload in ["daemonset/node-agent", "deployment/web"] {
         cluster

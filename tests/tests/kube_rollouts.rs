@@ -44,7 +44,7 @@ async fn run_workload(cluster: &KubeCluster) -> BTreeMap<String, RunningContaine
     cluster
         .apply(
             "web",
-            &web_manifest(cluster.nodes.len(), Spread::OnePerNode),
+            &web_manifest("default", cluster.nodes.len(), Spread::OnePerNode),
         )
         .unwrap();
     cluster
@@ -88,7 +88,7 @@ fn assert_readiness_bounded(watch: &ReadinessWatch) {
     }
 }
 
-/// docs/usage/quickstart.md § On real Kubernetes nodes, its two blocks run as written on a
+/// docs/usage/quickstart.md § On real Kubernetes nodes, by hand, its two blocks run as written on a
 /// cluster of three nodes started by the code behind `inplace-testbed cluster`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quickstart_updates_real_kubelets_in_place_while_their_pods_keep_running() {

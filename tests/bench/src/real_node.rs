@@ -91,7 +91,7 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
     };
     let _ = std::fs::remove_dir_all(&options.dir);
     let mut cluster = KubeCluster::start(&options, &|step| eprintln!("real node: {step}")).await?;
-    cluster.apply("web", &web_manifest(1, Spread::Preferred))?;
+    cluster.apply("web", &web_manifest("default", 1, Spread::Preferred))?;
     cluster.kubectl(&["rollout", "status", "deployment/web", "--timeout=300s"])?;
     let client = cluster.client().await?;
     let name = cluster.nodes[0].name().to_owned();

@@ -19,8 +19,8 @@ pub enum Spread {
 }
 
 /// The Deployment `web` and its PodDisruptionBudget (`minAvailable: replicas - 1`), in
-/// `default`.
-pub fn web_manifest(replicas: usize, spread: Spread) -> String {
+/// `namespace`.
+pub fn web_manifest(namespace: &str, replicas: usize, spread: Spread) -> String {
     let when = match spread {
         Spread::OnePerNode => "DoNotSchedule",
         Spread::Preferred => "ScheduleAnyway",
@@ -30,7 +30,7 @@ pub fn web_manifest(replicas: usize, spread: Spread) -> String {
 kind: Deployment
 metadata:
   name: web
-  namespace: default
+  namespace: {namespace}
 spec:
   replicas: {replicas}
   selector:
@@ -56,7 +56,7 @@ apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
   name: web
-  namespace: default
+  namespace: {namespace}
 spec:
   minAvailable: {min}
   selector:
@@ -116,10 +116,46 @@ pub async fn running_containers(
     cluster: &KubeCluster,
     selector: &str,
 ) -> Result<BTreeMap<String, RunningContainer>> {
-    let listing = cluster.kubectl(&[
-        "get", "pods", "-n", "default", "-l", selector, "-o",
+    let listing = cluster.kubectl(&pod_listing_args("default", selector))?;
+    containers_of(&listing, |node| async move {
+        let host = cluster
+            .nodes
+            .iter()
+            .find(|n| n.name() == node)
+            .ok_or_else(|| Error::Invalid(format!("a Pod on unknown node {node}")))?;
+        host.node
+            .exec_ok(&["ctr", "-n", "k8s.io", "tasks", "ls"])
+            .await
+    })
+    .await
+}
+
+/// kubectl's arguments that list the Pods labelled `selector` in `namespace` the way
+/// [`containers_of`] reads them.
+pub fn pod_listing_args<'a>(namespace: &'a str, selector: &'a str) -> [&'a str; 8] {
+    [
+        "get",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        selector,
+        "-o",
         r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.spec.nodeName} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].state.running.startedAt} {.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
-    ])?;
+    ]
+}
+
+/// The running containers of a [`pod_listing_args`] listing, each with its process as
+/// `tasks_on(NODE)` (the output of `ctr -n k8s.io tasks ls` on that node) shows it; an error
+/// names a Pod that is not running or a container containerd does not run.
+pub async fn containers_of<F, Fut>(
+    listing: &str,
+    tasks_on: F,
+) -> Result<BTreeMap<String, RunningContainer>>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String>>,
+{
     let mut found = BTreeMap::new();
     for line in listing.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -129,15 +165,7 @@ pub async fn running_containers(
             )));
         };
         let id = id.trim_start_matches("containerd://").to_owned();
-        let host = cluster
-            .nodes
-            .iter()
-            .find(|n| n.name() == node)
-            .ok_or_else(|| Error::Invalid(format!("Pod {pod} on unknown node {node}")))?;
-        let tasks = host
-            .node
-            .exec_ok(&["ctr", "-n", "k8s.io", "tasks", "ls"])
-            .await?;
+        let tasks = tasks_on(node.to_owned()).await?;
         let pid = tasks
             .lines()
             .find(|l| l.starts_with(&id))
