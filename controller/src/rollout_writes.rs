@@ -217,6 +217,7 @@ fn status_patch(status: &NodeRolloutStatus) -> Result<Value> {
             "failedNodes",
             "heldNodes",
             "skippedNodes",
+            "foreignDisruptions",
             "conditions",
         ] {
             map.entry(list).or_insert_with(|| json!([]));
@@ -258,6 +259,7 @@ mod tests {
         assert_eq!(patch["status"]["activeNodes"], json!([]));
         assert_eq!(patch["status"]["heldNodes"], json!([]));
         assert_eq!(patch["status"]["skippedNodes"], json!([]));
+        assert_eq!(patch["status"]["foreignDisruptions"], json!([]));
         assert_eq!(patch["status"]["revision"], Value::Null);
     }
 }

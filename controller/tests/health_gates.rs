@@ -22,24 +22,6 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 /// How long the slow endpoint takes.
 const SLOW: Duration = Duration::from_secs(30);
 
-/// Nodes holding an activation grant (the granted annotation on their plan).
-async fn granted(bed: &Bed) -> Vec<String> {
-    bed.plans()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(inplace_controller::decision::GRANTED_ANNOTATION))
-        })
-        .filter_map(|p| p.metadata.name)
-        .collect()
-}
-
 fn progressing_is(r: &NodeRollout, reason: &str, says: &str) -> bool {
     condition(r, "Progressing")
         .is_some_and(|(s, got, message)| s == "False" && got == reason && message.contains(says))
@@ -69,7 +51,7 @@ async fn held_across_asks(
     })
     .await;
     assert!(
-        granted(bed).await.is_empty(),
+        bed.granted().await.is_empty(),
         "a node was granted while {reason}"
     );
 }
@@ -159,7 +141,7 @@ async fn a_firing_alert_holds_the_rollout_a_gate_without_an_answer_fails_closed(
         progressing_is(r, "GateUnavailable", "/api/v1/alerts failed")
     })
     .await;
-    assert!(granted(&bed).await.is_empty());
+    assert!(bed.granted().await.is_empty());
     let message = condition(&down, "Progressing").unwrap().2;
     assert!(
         message.contains(prometheus.url().as_str().trim_end_matches('/')),
@@ -215,7 +197,7 @@ async fn alerts_listed_without_a_prometheus_url_hold_the_rollout_until_lifted() 
         staged(r, 1) && progressing_is(r, "GateUnavailable", "no Prometheus URL (--prometheus-url)")
     })
     .await;
-    assert!(granted(&bed).await.is_empty());
+    assert!(bed.granted().await.is_empty());
 
     patch_rollout(&bed.client, "workers", json!({"gates": {"alerts": []}})).await;
     rollout_when(&bed.client, "workers", "Complete=True", |r| {
@@ -260,7 +242,7 @@ async fn an_updated_node_that_is_not_ready_holds_the_rollout_until_it_is() {
         staged(r, 2) && progressing_is(r, "NodeNotReady", "a (Ready=False (KubeletNotReady))")
     })
     .await;
-    assert_eq!(granted(&bed).await, ["a"], "only a was ever granted");
+    assert_eq!(bed.granted().await, ["a"], "only a was ever granted");
     assert!(
         events_for(&bed.client, "ro")
             .await

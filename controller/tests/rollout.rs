@@ -407,7 +407,10 @@ async fn cordon_mode_cordons_during_activation_and_uncordons_after() {
     create_rollout(
         &bed.client,
         "ro",
-        json!({"release": "rel", "maxUnavailable": 1, "disruption": "Cordon"}),
+        // Counted as others' disruption, worker-2's cordon would take the only slot
+        // (controller/tests/foreign_disruption.rs); this test is about whose cordon is whose.
+        json!({"release": "rel", "maxUnavailable": 1, "disruption": "Cordon",
+               "countForeignDisruption": false}),
     )
     .await;
     eventually("worker-1 cordoned while activating", || async {

@@ -36,8 +36,8 @@ pub use reason::Reason;
 pub use release::{NodeRelease, NodeReleaseSpec, NodeReleaseStatus};
 pub use revision::revision_of;
 pub use rollout::{
-    Disruption, DrainSpec, NodeCounts, NodeFailure, NodeRollout, NodeRolloutSpec,
-    NodeRolloutStatus, OnDrainTimeout, TopologySpread,
+    Disruption, DrainSpec, ForeignDisruption, NodeCounts, NodeFailure, NodeRollout,
+    NodeRolloutSpec, NodeRolloutStatus, OnDrainTimeout, TopologySpread,
 };
 pub use steering::Steering;
 pub use validate::{FieldError, Problems};

@@ -131,6 +131,14 @@ pub struct NodeRolloutSpec {
     /// default): no alert gate.
     #[serde(default, skip_serializing_if = "RolloutGates::is_empty")]
     pub gates: RolloutGates,
+
+    /// Count selected nodes that others took down against `maxUnavailable` (and their
+    /// topology group's `maxUnavailablePerTopology.max`): a node cordoned by someone else
+    /// (not by inplace) or not `Ready` occupies a slot while it is not one of this rollout's
+    /// activations, and no activation starts while that would exceed the budget. They are
+    /// listed in `status.foreignDisruptions`. Default: true.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub count_foreign_disruption: bool,
 }
 
 /// The shape of a label key: an optional DNS-subdomain prefix and `/`, then a name of 1 to 63
@@ -216,6 +224,14 @@ impl OnDrainTimeout {
     }
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
 fn is_zero(n: &i32) -> bool {
     *n == 0
 }
@@ -280,10 +296,27 @@ pub struct NodeRolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_nodes: Vec<String>,
 
+    /// Selected nodes others took down, each occupying an activation slot
+    /// (`spec.countForeignDisruption`): cordoned by someone else, or not `Ready`, while not
+    /// one of this rollout's activations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
+    pub foreign_disruptions: Vec<ForeignDisruption>,
+
     /// `Progressing`, `Complete` and `Halted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A selected node someone else took down: it occupies an activation slot.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ForeignDisruption {
+    /// The node's name.
+    pub node: String,
+    /// What the controller saw, in words: `cordoned`, `NotReady (Ready=Unknown)`, or both.
+    pub why: String,
 }
 
 /// Node counts by state. Every selected node is in exactly one of the last six.

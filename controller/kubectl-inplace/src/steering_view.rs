@@ -1,9 +1,10 @@
 //! The lines of `kubectl inplace status` about what holds a rollout back by a person's or
 //! the spec's word: its maintenance windows (and, while all are closed, when the next one
-//! opens, as the controller reported it), and the nodes held or skipped. Pure, like
+//! opens, as the controller reported it), the nodes held or skipped, and the slots others'
+//! disruption uses. Pure, like
 //! [`crate::view`]; what the rollout's conditions say (pause, gates, halts) is drawn there.
 
-use inplace_proto::{MaintenanceWindow, NodeRollout};
+use inplace_proto::{ForeignDisruption, MaintenanceWindow, NodeRollout};
 
 use crate::view::{Style, current_status};
 
@@ -50,6 +51,27 @@ pub fn steering_lines(rollout: &NodeRollout, style: &Style) -> Vec<String> {
                 status.skipped_nodes.join(", ")
             ));
         }
+        if let Some(line) = foreign_line(&status.foreign_disruptions) {
+            lines.push(style.paint("33", &line));
+        }
     }
     lines
+}
+
+/// `  2 slots used by others: worker-4 cordoned, worker-9 NotReady (Ready=Unknown)`: the
+/// selected nodes someone else took down (`spec.countForeignDisruption`).
+pub fn foreign_line(found: &[ForeignDisruption]) -> Option<String> {
+    if found.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = found
+        .iter()
+        .map(|d| format!("{} {}", d.node, d.why))
+        .collect();
+    let slots = if found.len() == 1 { "slot" } else { "slots" };
+    Some(format!(
+        "  {} {slots} used by others: {}",
+        found.len(),
+        named.join(", ")
+    ))
 }

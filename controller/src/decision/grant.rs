@@ -2,7 +2,8 @@
 //! and the activation slots (control-plane nodes first, one at a time and alone, then the
 //! other nodes by name; only Staged nodes that no person holds; none while paused, halted,
 //! outside every maintenance window or held by a health gate (`health.rs`); a node soaking
-//! for `minReadySeconds` still holds its slot; at most
+//! for `minReadySeconds` still holds its slot, and so does a node others took down
+//! (`foreign.rs`); at most
 //! `maxUnavailablePerTopology.max` holders per value of its label key).
 
 use std::collections::BTreeMap;
@@ -41,13 +42,17 @@ pub(super) struct Gate<'a> {
     /// Succeeded nodes still soaking, by index into the owned nodes: each holds its slot
     /// until its soak ends.
     pub soaking: &'a [usize],
+    /// Nodes others took down, by index into the owned nodes (`foreign.rs`): each occupies
+    /// a slot, and a place in its topology group.
+    pub foreign: &'a [usize],
 }
 
 /// This round's grants.
 pub(super) struct Grants {
     /// The activation slots.
     pub slots: usize,
-    /// Nodes holding a slot before this round's grants (soaking ones included).
+    /// Slots in use before this round's grants: nodes holding one (soaking ones included)
+    /// and nodes others took down (`foreign.rs`).
     pub holders: usize,
     /// For each owned node, its rank among this round's grants (1-based), if granted now.
     pub rank: Vec<Option<usize>>,
@@ -83,11 +88,12 @@ pub(super) fn grant_slots(
 ) -> Grants {
     let slots = inplace_proto::rollout_slots::activation_slots(&spec.max_unavailable, owned.len());
     let updating = states.iter().filter(|s| **s == NodeState::Updating).count();
-    let holders = updating + gate.soaking.len();
+    let holders = updating + gate.soaking.len() + gate.foreign.len();
     let (granted, passed_over) = if !gate.open || holders >= slots {
         (Vec::new(), Vec::new())
     } else {
-        let spread = Spread::of(spec, owned, states, gate.soaking);
+        let taken = gate.soaking.iter().chain(gate.foreign).copied();
+        let spread = Spread::of(spec, owned, states, taken);
         who_gets_a_slot(owned, states, slots - holders, holders, spread)
     };
     let mut rank = vec![None; owned.len()];
@@ -110,7 +116,7 @@ pub(super) fn grant_slots(
 }
 
 /// The Staged nodes that get one of `free` slots: while a control-plane node is not final,
-/// only that node, alone (no other holder) and one at a time; otherwise the first `free`
+/// only that node, alone (no other holder, no node others took down) and one at a time; otherwise the first `free`
 /// whose topology group has room. Also returns the Staged nodes passed over on the way
 /// because their group was full (they wait, and the status says for what).
 fn who_gets_a_slot<'a>(
@@ -153,7 +159,8 @@ fn who_gets_a_slot<'a>(
 }
 
 /// The `maxUnavailablePerTopology` rule: how many slot holders each topology group has
-/// (nodes activating for this revision, or soaking), and how many it may have. A group is
+/// (nodes activating for this revision, soaking, or taken down by others), and how many it
+/// may have. A group is
 /// one value of the label key; nodes without the label share the empty value's group, so
 /// they are spread among themselves rather than left unbounded.
 struct Spread<'a> {
@@ -162,18 +169,19 @@ struct Spread<'a> {
 }
 
 impl<'a> Spread<'a> {
-    /// The holders per group before this round's grants; `None` when the rollout sets no
-    /// spread.
+    /// The holders per group before this round's grants (`taken`: the soaking nodes and
+    /// those others took down, besides the activating ones); `None` when the rollout sets
+    /// no spread.
     fn of(
         spec: &NodeRolloutSpec,
         owned: &[&'a NodeView],
         states: &[NodeState],
-        soaking: &[usize],
+        taken: impl Iterator<Item = usize>,
     ) -> Option<Spread<'a>> {
         let max = usize::try_from(spec.max_unavailable_per_topology.as_ref()?.max).unwrap_or(0);
         let mut held = BTreeMap::new();
         let updating = (0..owned.len()).filter(|&i| states[i] == NodeState::Updating);
-        for i in updating.chain(soaking.iter().copied()) {
+        for i in updating.chain(taken) {
             *held.entry(owned[i].topology.as_str()).or_insert(0) += 1;
         }
         Some(Spread { max, held })

@@ -11,8 +11,8 @@
 //! A release the skew guard refuses (`version_skew.rs`: a kubelet newer than the API
 //! server, a skipped minor version, a downgrade) touches no node. Otherwise
 //! `decide` runs five phases, each a pure function in its own file: `classify.rs` (where
-//! each owned node stands, its plan intent, its drain), `grant.rs` (the halt rule and the
-//! activation slots), `actions.rs` (cordons, uncordons and plan applies in activation
+//! each owned node stands, its plan intent, its drain), `foreign.rs` (the nodes others
+//! took down, each occupying a slot), `grant.rs` (the halt rule and the activation slots), `actions.rs` (cordons, uncordons and plan applies in activation
 //! order), `status.rs` (counts, conditions, Events). An agent's report is read by proto's
 //! one rule ([`inplace_proto::Outcome`]), shared with the Cluster API extension and
 //! `kubectl inplace`.
@@ -41,6 +41,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 mod actions;
 mod classify;
 mod drain;
+mod foreign;
 mod grant;
 mod health;
 mod input;
@@ -260,7 +261,8 @@ pub fn resolve_ownership(
 
 /// The decision, in named phases, each pure and in its own file: the skew guard
 /// (`version_skew.rs`), classify the nodes
-/// (`classify.rs`), halt and grant slots (`grant.rs`), turn intents into writes
+/// (`classify.rs`), find the nodes others took down (`foreign.rs`), halt and grant slots
+/// (`grant.rs`), turn intents into writes
 /// (`actions.rs`), report status, conditions and Events (`status.rs`). See the module
 /// documentation and `docs/design/controller.md`.
 pub fn decide(input: &RolloutInput<'_>) -> Decision {
@@ -327,9 +329,14 @@ pub fn decide_with_memo(input: &RolloutInput<'_>, memo: &mut DecisionMemo) -> De
     let halted = grant::is_halted(input.spec, &failures);
     let window = window::window_verdict(&input.spec.maintenance_windows, input.now);
     let health = health::health_verdict(input.spec, &owned, &nodes.states, &input.alerts);
+    let (foreign, foreign_disruptions): (Vec<usize>, Vec<_>) =
+        foreign::foreign_disruptions(input.spec, &owned, &nodes.states, &nodes.soaking)
+            .into_iter()
+            .unzip();
     let gate = grant::Gate {
         open: !input.spec.paused && !halted && window.allows_grants() && health.allows_grants(),
         soaking: &nodes.soaking,
+        foreign: &foreign,
     };
     let grants = grant::grant_slots(
         input.spec,
@@ -351,6 +358,7 @@ pub fn decide_with_memo(input: &RolloutInput<'_>, memo: &mut DecisionMemo) -> De
         health: &health,
         topology_waits: grants.topology_waits(&owned),
         soaking: nodes.soaking.len(),
+        foreign: foreign_disruptions,
         any_refused: !refused.is_empty(),
         refused: refused_condition,
     };

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use inplace_proto::condition::{self, ConditionUpdate, status_text};
 use inplace_proto::reason::{Reason, rollout_condition};
-use inplace_proto::{NodeCounts, NodeFailure};
+use inplace_proto::{ForeignDisruption, NodeCounts, NodeFailure};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::health::HealthVerdict;
@@ -116,6 +116,8 @@ pub(super) struct Found<'a> {
     pub topology_waits: BTreeMap<String, Vec<String>>,
     /// Succeeded nodes still soaking for `minReadySeconds`.
     pub soaking: usize,
+    /// Nodes others took down, each occupying a slot (`foreign.rs`).
+    pub foreign: Vec<ForeignDisruption>,
     /// Whether selected nodes were left out (owned by another rollout).
     pub any_refused: bool,
     /// The `NodesRefused` condition.
@@ -157,6 +159,7 @@ pub(super) fn report_status(input: &RolloutInput<'_>, found: Found<'_>, decision
     }
     let mut conditions = rollout_conditions(input, &found, &counts);
     conditions.push(found.refused);
+    decision.status.foreign_disruptions = found.foreign;
     decision.status.nodes = counts;
     decision.status.failed_nodes = found.failures;
     finish_conditions(input, decision, conditions);
@@ -197,6 +200,7 @@ fn rollout_conditions(
         }
     }
     let finished = counts.succeeded + counts.skipped;
+    summary.push_str(&super::foreign::summary_note(&found.foreign));
     summary.push_str(&topology_waits(spec, &found.topology_waits));
     let (progressing, complete, reason, message) = if counts.total == 0 {
         let message = if found.any_refused {

@@ -30,6 +30,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
         progress_deadline: None,
         max_unavailable_per_topology: None,
         gates: Default::default(),
+        count_foreign_disruption: true,
     }
 }
 
@@ -704,6 +705,8 @@ fn uncordon_after_success_only_when_we_cordoned() {
 fn a_person_cordoned_node_is_not_recorded_as_ours() {
     let mut s = spec(IntOrString::Int(1), 0);
     s.disruption = Disruption::Cordon;
+    // Counted, the cordon would keep the node waiting (`tests/foreign.rs`).
+    s.count_foreign_disruption = false;
     let mut n = staged(node("a"));
     n.unschedulable = true;
     let d = decide(&input(&s, vec![n]));
@@ -1367,6 +1370,7 @@ proptest! {
 }
 
 mod drain;
+mod foreign;
 mod health;
 mod memo;
 mod steering;

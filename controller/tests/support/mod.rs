@@ -226,6 +226,26 @@ impl Bed {
     pub fn releases(&self) -> Api<NodeRelease> {
         Api::all(self.client.clone())
     }
+
+    /// The nodes whose plan records a grant (`inplace.dev/activation-granted`), by name.
+    pub async fn granted(&self) -> Vec<String> {
+        let mut granted: Vec<String> = self
+            .plans()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| {
+                p.metadata.annotations.as_ref().is_some_and(|a| {
+                    a.contains_key(inplace_controller::decision::GRANTED_ANNOTATION)
+                })
+            })
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        granted.sort();
+        granted
+    }
 }
 
 impl Drop for Bed {

@@ -194,3 +194,19 @@ fn explain_names_the_node_checks() {
     let want = "health checks: unit kubelet.service, Node kubeletVersion, Node Ready (healthy for 5s, give up after 2m)";
     assert!(text.contains(want), "missing {want:?} in\n{text}");
 }
+
+#[test]
+fn slots_used_by_others_are_one_line() {
+    let r = rollout(json!({"revision": "abcdef0123456789",
+        "nodes": {"total": 3, "succeeded": 0, "updating": 0, "staged": 1, "pending": 0, "failed": 0},
+        "foreignDisruptions": [{"node": "worker-4", "why": "cordoned"},
+                               {"node": "worker-9", "why": "NotReady (Ready=Unknown)"}]}));
+    let lines = rollout_lines(&r, &[], &Style::plain());
+    assert!(
+        lines.contains(
+            &"  2 slots used by others: worker-4 cordoned, worker-9 NotReady (Ready=Unknown)"
+                .to_owned()
+        ),
+        "{lines:?}"
+    );
+}
