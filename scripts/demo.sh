@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: the local demo fleet. Installs what it needs (systemd-container, debootstrap,
 # squashfs-tools), builds the Kubernetes control plane of the pinned release (tests/kube: etcd,
-# kube-apiserver, kube-controller-manager and kubectl; needs Go) and the release binaries, then
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl; needs Go), the real
+# kubelets of the demo's two releases (tests/kubelet) and the release binaries, then
 # runs `inplace-demo` (arguments are passed on, e.g. `./scripts/demo.sh --nodes 2 --no-wait`);
 # with `--agent-update` it also builds the agent at a second version for that step.
 # Needs root: the nodes are systemd-nspawn containers. `--kubeconfig PATH` (`make demo
@@ -47,9 +48,15 @@ fi
 # kubectl of the cluster's release, for the demo's hints and for you.
 export PATH="$(cd "$kube_bin" && pwd):$PATH"
 
+# The nodes' real kubelets (v1 and v2 of the demo) and the container images they import.
+echo "==> building the real kubelets v1.36.1 and v1.36.3 from Kubernetes' Go module (tests/kubelet;"
+echo "    cached; the first build compiles them, minutes) and the nodes' container images"
+./tests/kubelet/build.sh "$target/kubelet/bin" v1.36.1 v1.36.3
+./tests/tools/node-images.sh "$target/node-images" >/dev/null
+
 echo "==> building (release; the first build takes a few minutes)"
 cargo build --release --quiet \
-    -p inplace-agent -p inplace-controller -p inplace-tests -p kubectl-inplace -p inplace-demo --bins
+    -p inplace-agent -p inplace-controller -p kubectl-inplace -p inplace-demo --bins
 agent_args=()
 if [[ " $* " == *" --agent-update "* ]]; then
     # The demo's agent v2 is this tree built at another version (inplace_agent::BUILD_VERSION),

@@ -30,6 +30,7 @@ async fn a_drain_evicts_through_real_kubelets_holds_the_budget_and_leaves_daemon
         kubelet: "v1.36.1".to_owned(),
         agent,
         controller: Some(controller),
+        kubelet_path: None,
     };
     let cluster = KubeCluster::start(&options, &|step| eprintln!("bed: {step}"))
         .await

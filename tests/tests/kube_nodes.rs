@@ -27,6 +27,7 @@ async fn a_real_kubelet_registers_its_node_goes_ready_and_runs_a_pod() {
         kubelet_image: image,
         images_dir: kube_node::node_images().await.unwrap(),
         ports: KubeNodeConfig::free_ports().unwrap(),
+        kubelet_path: None,
     };
     let node = KubeNode::boot(&config, NodeOptions::default())
         .await

@@ -2,7 +2,8 @@
 //! place (its `kubernetes` sysext image swapped by the real agent, the kubelet restarted) while
 //! the node's Pods keep running — same containers, same processes, never restarted, never
 //! deleted — and `kubectl get nodes` shows the new version; a kubelet that cannot start rolls
-//! back to the one before with the Pods untouched, and halts the rollout.
+//! back to the one before with the Pods untouched, and halts the rollout. The same holds for a
+//! kubelet shipped as a bare binary (`Binary` artifact) and for containerd itself.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,16 +27,24 @@ const PATIENCE: Duration = Duration::from_secs(600);
 const QUICKSTART_DIR: &str = "/var/tmp/inplace-cluster";
 
 async fn cluster(work: &Path, prefix: &str, nodes: usize, kubelet: &str) -> KubeCluster {
+    start(&options(work, prefix, nodes, kubelet).await).await
+}
+
+async fn options(work: &Path, prefix: &str, nodes: usize, kubelet: &str) -> ClusterOptions {
     let (agent, controller) = workspace_binaries().await.unwrap();
-    let options = ClusterOptions {
+    ClusterOptions {
         dir: work.join("cluster"),
         nodes,
         name_prefix: prefix.to_owned(),
         kubelet: kubelet.to_owned(),
         agent,
         controller: Some(controller),
-    };
-    KubeCluster::start(&options, &|step| eprintln!("bed: {step}"))
+        kubelet_path: None,
+    }
+}
+
+async fn start(options: &ClusterOptions) -> KubeCluster {
+    KubeCluster::start(options, &|step| eprintln!("bed: {step}"))
         .await
         .unwrap()
 }
@@ -314,4 +323,80 @@ async fn a_kubelet_that_cannot_start_rolls_back_with_the_pods_untouched_and_halt
         "{plans}"
     );
     assert_pods_kept(&cluster, &before, "v1.36.1").await;
+}
+
+/// The kubelet as a bare binary (`Binary` artifact), the way a node without system extensions
+/// keeps it in `/opt/bin`: the agent puts the v1.36.3 kubelet behind `/opt/bin/kubelet` and
+/// restarts it, the Node reports v1.36.3 with the Pod's container kept; then a "kubelet" that
+/// exits at start is rolled back to the v1.36.3 binary, the Pod still untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_binary_artifact_is_swapped_in_place_and_a_broken_one_rolls_back() {
+    let work = tempfile::tempdir().unwrap();
+    let kubelet_path = Path::new("/opt/bin/kubelet");
+    let mut options = options(work.path(), "binary", 1, "v1.36.1").await;
+    options.kubelet_path = Some(kubelet_path.to_owned());
+    let cluster = start(&options).await;
+    let before = run_workload(&cluster).await;
+    let node = &cluster.nodes[0].node;
+    assert_eq!(
+        node.exec_ok(&["readlink", "/opt/bin/kubelet"])
+            .await
+            .unwrap()
+            .trim(),
+        "/usr/bin/kubelet",
+        "the node boots on the image's kubelet behind /opt/bin"
+    );
+
+    let binary = kube_node::kubelet_binary("v1.36.3").await.unwrap();
+    let release = cluster
+        .serve_kubelet_binary("kubelet-binary", "v1.36.3", &binary, kubelet_path, "3m")
+        .unwrap();
+    cluster.apply("release", &release).unwrap();
+    cluster
+        .apply("rollout", &rollout_manifest("kubelet-binary", "None"))
+        .unwrap();
+    cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
+    assert_pods_kept(&cluster, &before, "v1.36.3").await;
+    let installed = node
+        .exec_ok(&["readlink", "-f", "/opt/bin/kubelet"])
+        .await
+        .unwrap();
+    let sum = node
+        .exec_ok(&["sha256sum", installed.trim()])
+        .await
+        .unwrap();
+    let want = inplace_tests::sysext::sha256_hex(&std::fs::read(&binary).unwrap());
+    assert!(
+        sum.starts_with(&want),
+        "/opt/bin/kubelet → {installed}: {sum}"
+    );
+
+    let broken = work.path().join("kubelet-exits");
+    std::fs::write(
+        &broken,
+        "#!/bin/sh\necho 'this kubelet exits at start' >&2\nexit 1\n",
+    )
+    .unwrap();
+    let release = cluster
+        .serve_kubelet_binary(
+            "kubelet-binary-exits",
+            "v1.36.3",
+            &broken,
+            kubelet_path,
+            "45s",
+        )
+        .unwrap();
+    cluster.apply("release-exits", &release).unwrap();
+    cluster
+        .apply("rollout", &rollout_manifest("kubelet-binary-exits", "None"))
+        .unwrap();
+    cluster.wait_plans("RolledBack", PATIENCE).await.unwrap();
+    assert_eq!(
+        node.exec_ok(&["readlink", "-f", "/opt/bin/kubelet"])
+            .await
+            .unwrap(),
+        installed,
+        "the v1.36.3 binary is back behind /opt/bin/kubelet"
+    );
+    assert_pods_kept(&cluster, &before, "v1.36.3").await;
 }

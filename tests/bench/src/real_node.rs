@@ -88,6 +88,7 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
         kubelet: FROM.to_owned(),
         agent: o.agent_bin.clone().unwrap_or(agent),
         controller: Some(controller),
+        kubelet_path: None,
     };
     let _ = std::fs::remove_dir_all(&options.dir);
     let mut cluster = KubeCluster::start(&options, &|step| eprintln!("real node: {step}")).await?;

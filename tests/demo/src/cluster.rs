@@ -99,6 +99,27 @@ impl Cluster {
         Ok(kubeconfig)
     }
 
+    /// The cluster's CA (PEM), which the kubelets trust for client certificates: the bed's
+    /// own, or the `certificate-authority-data` of an existing cluster's admin kubeconfig.
+    pub fn ca_pem(&self) -> anyhow::Result<Vec<u8>> {
+        match self {
+            Cluster::Started(server) => server.ca_pem(),
+            Cluster::Existing { kubeconfig, .. } => {
+                let ca = self.ca_base64()?;
+                if ca.trim().is_empty() {
+                    anyhow::bail!(
+                        "{} has no certificate-authority-data: the nodes' kubelets need the cluster's CA",
+                        kubeconfig.display()
+                    );
+                }
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(ca.trim())
+                    .context("decoding the kubeconfig's certificate-authority-data")
+            }
+        }
+    }
+
     /// Writes a kubeconfig for the controller to `out`: the ServiceAccount
     /// `inplace-system/inplace-controller` that the shipped ClusterRoleBinding names, so it
     /// has the shipped RBAC and nothing more (a client certificate for that name on a started
@@ -129,15 +150,7 @@ impl Cluster {
             NAMESPACE,
             "--duration=24h",
         ])?;
-        let ca = self.kubectl(&[
-            "config",
-            "view",
-            "--raw",
-            "--minify",
-            "--flatten",
-            "-o",
-            "jsonpath={.clusters[0].cluster.certificate-authority-data}",
-        ])?;
+        let ca = self.ca_base64()?;
         let trust = if ca.trim().is_empty() {
             String::new()
         } else {
@@ -152,9 +165,22 @@ impl Cluster {
         ))
     }
 
+    /// The admin kubeconfig's `certificate-authority-data` (base64; empty when it has none).
+    fn ca_base64(&self) -> anyhow::Result<String> {
+        self.kubectl(&[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "--flatten",
+            "-o",
+            "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+        ])
+    }
+
     /// On an existing cluster: removes what the demo created (its rollouts first, while the
-    /// controller still runs to take its finalizer off; then plans, releases, Node objects and
-    /// the nodes' identities). The CRDs and the shipped RBAC stay. A started cluster goes away
+    /// controller still runs to take its finalizer off; then the workload's namespace, plans,
+    /// releases, Node objects and the nodes' identities). The CRDs and the shipped RBAC stay. A started cluster goes away
     /// whole when dropped.
     pub fn remove_demo_objects(&self, rollouts: &[&str], nodes: &[String]) -> anyhow::Result<()> {
         let Cluster::Existing { .. } = self else {
@@ -168,6 +194,14 @@ impl Cluster {
         ];
         names.extend(rollouts);
         self.kubectl(&names)?;
+        // Its Pods go with their Nodes (the nodes are off by now): no need to wait for them.
+        self.kubectl(&[
+            "delete",
+            "namespace",
+            crate::workload::WORKLOAD_NAMESPACE,
+            "--ignore-not-found",
+            "--wait=false",
+        ])?;
         let mut names = vec!["delete", "--ignore-not-found", "nodeupdateplan"];
         names.extend(nodes.iter().map(String::as_str));
         self.kubectl(&names)?;

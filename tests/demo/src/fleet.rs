@@ -1,7 +1,8 @@
-//! The demo, step by step: servers, images, nodes, controller, v1, then the v2 rollout
-//! (and, with `--broken-v3`, a crash-looping v3 that halts; with `--agent-update`, the
-//! agent updating itself, then a broken agent that halts). Each step is a named function of
-//! its own module; `run` says their order and what each hands the next.
+//! The demo, step by step: servers, images, nodes on kubelet v1, controller, a workload,
+//! then the v2 rollout (and, with `--broken-v3`, a kubelet that cannot start, which halts;
+//! with `--agent-update`, the agent updating itself, then a broken agent that halts). Each
+//! step is a named function of its own module; `run` says their order and what each hands
+//! the next.
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -12,22 +13,26 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use inplace_tests::agent_images::ReleaseKey;
 use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::kube_node::KubeletPorts;
 use inplace_tests::nspawn::Node;
 use kubectl_inplace::view::Style;
 
 use crate::Args;
 use crate::agent_update::{self, AGENT_ROLLOUT, AgentUpdate};
-use crate::broken::{Broken, roll_out_broken_v3};
+use crate::broken::roll_out_broken_v3;
 use crate::cluster::Cluster;
 use crate::follow::Watch;
 use crate::nodes::AgentInstall;
 use crate::report::inspect_hints;
-use crate::{kubelet, setup};
+use crate::{kubelet, setup, workload};
 
-/// The two kubelet versions the demo swaps between, and the broken one of `--broken-v3`.
-pub(crate) const V1: &str = "v1.31.0";
-pub(crate) const V2: &str = "v1.32.0";
-pub(crate) const V3: &str = "v1.33.0";
+/// The two real kubelet releases the demo swaps between (built from Kubernetes' Go module,
+/// `tests/kubelet`): a patch update, the common in-place case. `--broken-v3` rolls out V2's
+/// kubelet again in an image whose drop-in passes a flag the kubelet refuses.
+pub(crate) const V1: &str = "v1.36.1";
+pub(crate) const V2: &str = "v1.36.3";
+/// The broken release's NodeRelease.
+pub(crate) const BROKEN_RELEASE: &str = "kubelet-broken";
 /// How long the agent may wait for a healthy window before it rolls back. A crash-looping
 /// kubelet never gives it one, so the broken release's rollback comes after its timeout: a
 /// shorter one keeps the demo short.
@@ -41,20 +46,6 @@ pub(crate) const ROLLOUT: &str = "kubelet";
 pub(crate) const FLEET_LABEL: &str = "inplace.dev/demo-fleet";
 /// Patience for any one phase of the demo (a loaded 2-core machine is slow).
 pub(crate) const PATIENCE: Duration = Duration::from_secs(600);
-
-/// The kubelet unit shipped in the demo's sysext images: the image decides the kubelet
-/// (binary, version), the node decides its port (`/etc/default/kubelet`).
-pub(crate) const KUBELET_UNIT: &str = "[Unit]
-Description=kubelet (inplace demo stand-in, from the kubernetes sysext)
-StartLimitIntervalSec=0
-
-[Service]
-Type=simple
-EnvironmentFile=-/etc/default/kubelet
-ExecStart=/bin/sh -c 'sed \"s/^port=.*/port=$${KUBELET_PORT:-10248}/\" /usr/lib/fake-kubelet/config > /run/kubelet-demo.conf && exec /usr/bin/kubelet --config /run/kubelet-demo.conf'
-Restart=always
-RestartSec=1
-";
 
 /// Runs the demo; every path out (success, error, Ctrl-C) cleans up.
 pub async fn main(args: Args) -> ExitCode {
@@ -117,7 +108,6 @@ pub(crate) struct Keep {
 pub(crate) struct Paths {
     pub(crate) agent: PathBuf,
     pub(crate) controller: PathBuf,
-    pub(crate) fake_kubelet: PathBuf,
     pub(crate) bin_dir: PathBuf,
     pub(crate) repo: PathBuf,
     pub(crate) work: PathBuf,
@@ -147,7 +137,6 @@ fn paths(args: &Args) -> anyhow::Result<Paths> {
     Ok(Paths {
         agent: find("inplace-agent")?,
         controller: find("inplace-controller")?,
-        fake_kubelet: find("fake-kubelet")?,
         bin_dir: bin_dir.clone(),
         repo: repo.canonicalize().unwrap_or(repo),
         work: args.work_dir.clone(),
@@ -162,7 +151,8 @@ pub(crate) fn step(text: &str) {
 #[derive(Debug, Clone)]
 pub(crate) struct Member {
     pub(crate) name: String,
-    pub(crate) port: u16,
+    /// Its kubelet's ports on host loopback (the nodes share the host's network).
+    pub(crate) ports: KubeletPorts,
 }
 
 /// What the rollout steps share once the fleet is up.
@@ -175,6 +165,10 @@ pub(crate) struct Demo<'a> {
     pub(crate) style: &'a Style,
     pub(crate) tty: bool,
     pub(crate) fleet: &'a Arc<Mutex<Vec<Node>>>,
+    /// The admin's kubeconfig (a copy in the work directory).
+    pub(crate) kubeconfig: &'a Path,
+    /// The demo's work directory.
+    pub(crate) work: &'a Path,
 }
 
 async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> anyhow::Result<()> {
@@ -197,11 +191,8 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
 
     let (client, kubeconfig) = setup::start_cluster(args, &paths, keep).await?;
     let (server, images) = setup::serve_kubelet_images(args, &paths).await?;
-    let [v1, v2, ..] = images.as_slice() else {
-        bail!("the v1 and v2 images were not built");
-    };
     let agent = AgentInstall::build(&paths, agent_versions.is_some().then_some(&release_key))?;
-    let members = setup::boot_fleet(args, &paths, &server, &client, keep, fleet, &agent).await?;
+    let members = setup::boot_fleet(args, &paths, &server, keep, fleet, &agent, &images.v1).await?;
     let cluster = keep.api.as_ref().context("the cluster")?;
     let controller = setup::start_controller(&paths, cluster)?;
     keep.controller = Some(controller);
@@ -216,20 +207,13 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
         style: &style,
         tty,
         fleet,
+        kubeconfig: &kubeconfig,
+        work: &paths.work,
     };
-    kubelet::set_up_v1(&demo, v1).await?;
-    let limits = kubelet::roll_out_v2(&demo, v2, started).await?;
-    if args.broken_v3
-        && let Some(v3) = images.get(2)
-    {
-        let broken = Broken {
-            client: &client,
-            server: &server,
-            image: v3,
-            watch: &watch,
-            limits: &limits,
-        };
-        roll_out_broken_v3(&broken, &members, &style, tty, fleet, args).await?;
+    let workload = workload::start(&demo).await?;
+    let limits = kubelet::roll_out_v2(&demo, &images.v2, &workload, started).await?;
+    if let Some(broken) = &images.broken {
+        roll_out_broken_v3(&demo, broken, &limits, &workload).await?;
     }
     if let Some(versions) = &agent_versions {
         let update = AgentUpdate {

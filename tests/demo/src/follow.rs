@@ -199,7 +199,10 @@ pub(crate) async fn follow(
                     .unwrap_or_else(|| "no answer".to_owned());
                 kubelets.push(format!("{}={v}", m.name));
             }
-            frame.push(format!("  kubelets answering: {}", kubelets.join("  ")));
+            frame.push(format!(
+                "  kubelets (as their Nodes report): {}",
+                kubelets.join("  ")
+            ));
         }
         let clock = vec![format!(
             "  elapsed {}",

@@ -1,69 +1,34 @@
-//! The kubelet rollouts: the fleet brought to v1, then the show, v2 one node at a time in a
-//! maintenance window, with its proof and summary.
+//! The kubelet rollout, the show: v2 one node at a time in a maintenance window, with its
+//! proof (every Node on v2, every Pod's container kept) and summary.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use inplace_proto::{NodeRelease, NodeRollout};
 use inplace_tests::artifact_server::ArtifactServer;
-use inplace_tests::sysext::{SysextImage, kubernetes_image_file_name};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use inplace_tests::kube_node::wait_node_ready;
+use inplace_tests::sysext::SysextImage;
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use crate::Args;
 use crate::cluster::DEMO_LABEL;
 use crate::concurrency::Concurrency;
-use crate::fleet::{Demo, FLEET_LABEL, HEALTH_TIMEOUT, MAX_UNAVAILABLE, ROLLOUT, V1, V2, step};
+use crate::fleet::{Demo, FLEET_LABEL, HEALTH_TIMEOUT, MAX_UNAVAILABLE, ROLLOUT, V2, step};
 use crate::follow::{Ending, Stage, follow, print_limits};
 use crate::measure::{self, KubeletSeen};
 use crate::nodes::node_sh;
 use crate::report::summary;
-
-/// Step 5: the fleet at v1: a release and a rollout that activates every node at once.
-pub(crate) async fn set_up_v1(demo: &Demo<'_>, v1: &SysextImage) -> anyhow::Result<()> {
-    let (client, watch, members) = (demo.client, demo.watch, demo.members);
-    let (style, tty, fleet) = (demo.style, demo.tty, demo.fleet);
-    let rollouts: Api<NodeRollout> = Api::all(client.clone());
-    create_release(demo, "kubelet-v1", V1, v1).await?;
-    step(&format!(
-        "bringing the fleet to kubelet {V1} (setup: NodeRollout {ROLLOUT}, release kubelet-v1, all nodes at once)"
-    ));
-    let rollout_v1: NodeRollout = serde_json::from_value(json!({
-        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
-        "metadata": {"name": ROLLOUT},
-        "spec": {"release": "kubelet-v1", "nodeSelector": {"matchLabels": {FLEET_LABEL: "true"}},
-                 "maxUnavailable": "100%", "maxFailures": 0, "disruption": "None"},
-    }))?;
-    rollouts
-        .create(&PostParams::default(), &rollout_v1)
-        .await
-        .context("creating the NodeRollout")?;
-    let setup = Stage {
-        rollout: ROLLOUT,
-        release: "kubelet-v1",
-        seen: None,
-        limits: None,
-        ends: Ending::AllSucceeded,
-    };
-    follow(watch, &setup, members, style, tty, fleet).await?;
-    for m in members {
-        let v = measure::kubelet_version(m.port).await;
-        if v.as_deref() != Some(V1) {
-            bail!("{}: the kubelet answers {v:?}, expected {V1}", m.name);
-        }
-    }
-    println!("    every kubelet answers {V1}");
-
-    Ok(())
-}
+use crate::workload::Containers;
 
 /// Step 6: the show: release v2, one node at a time, cordoned while it swaps; then step 7, its
 /// proof and summary. Returns the `maxUnavailable` watch, which the later steps keep checking.
 pub(crate) async fn roll_out_v2(
     demo: &Demo<'_>,
     v2: &SysextImage,
+    workload: &Containers,
     demo_started: Instant,
 ) -> anyhow::Result<Concurrency> {
     let (args, client, watch, members) = (demo.args, demo.client, demo.watch, demo.members);
@@ -71,7 +36,7 @@ pub(crate) async fn roll_out_v2(
     let rollouts: Api<NodeRollout> = Api::all(client.clone());
     create_release(demo, "kubelet-v2", V2, v2).await?;
     step(&format!(
-        "rolling out kubelet {V2}: NodeRollout {ROLLOUT} → release kubelet-v2, maxUnavailable {MAX_UNAVAILABLE}, disruption Cordon, in a maintenance window opening a minute from now"
+        "rolling out kubelet {V2}: NodeRollout {ROLLOUT} (release kubelet-v2, maxUnavailable {MAX_UNAVAILABLE}, disruption Cordon: the Pods stay), in a maintenance window opening a minute from now"
     ));
     let limits = Concurrency::start(client, &format!("{FLEET_LABEL}=true"));
     limits.listed().await?;
@@ -81,19 +46,21 @@ pub(crate) async fn roll_out_v2(
         .collect();
     let pollers: Vec<_> = members
         .iter()
-        .map(|m| measure::poll_kubelet(m.port, V1.into(), V2.into(), Arc::clone(&seen[&m.name])))
+        .map(|m| measure::poll_kubelet(client, m, Arc::clone(&seen[&m.name])))
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (window, opens) = crate::window::opening_soon(k8s_openapi::jiff::Timestamp::now())?;
+    let rollout: NodeRollout = serde_json::from_value(json!({
+        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
+        "metadata": {"name": ROLLOUT},
+        "spec": {"release": "kubelet-v2", "nodeSelector": {"matchLabels": {FLEET_LABEL: "true"}},
+                 "maxUnavailable": MAX_UNAVAILABLE, "maxFailures": 0, "disruption": "Cordon",
+                 "maintenanceWindows": [window]},
+    }))?;
     rollouts
-        .patch(
-            ROLLOUT,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"release": "kubelet-v2", "maxUnavailable": MAX_UNAVAILABLE, "disruption": "Cordon",
-                                          "maintenanceWindows": [window]}})),
-        )
+        .create(&PostParams::default(), &rollout)
         .await
-        .context("pointing the rollout at kubelet-v2")?;
+        .context("creating the NodeRollout")?;
     crate::window::show_the_hold(client, ROLLOUT, opens, style).await?;
     // The rollout's time counts from the window's opening (staging goes on before it).
     let until_open = opens.duration_since(k8s_openapi::jiff::Timestamp::now());
@@ -113,12 +80,14 @@ pub(crate) async fn roll_out_v2(
     }
 
     // 7. Proof and summary.
+    for m in members {
+        wait_node_ready(client, &m.name, Some(V2), Duration::from_secs(60)).await?;
+    }
+    crate::workload::show(demo, "kubectl get nodes")?;
+    println!("    every Pod kept its container through the update:");
+    crate::workload::check_kept(demo, workload).await?;
     let mut rows = Vec::new();
     for m in members {
-        let answer = measure::kubelet_version(m.port).await;
-        if answer.as_deref() != Some(V2) {
-            bail!("{}: the kubelet answers {answer:?}, expected {V2}", m.name);
-        }
         let show = node_sh(
             fleet,
             &m.name,
@@ -127,8 +96,14 @@ pub(crate) async fn roll_out_v2(
         .await?;
         let restart = measure::parse_unit_restart(&show);
         let link = show.lines().last().unwrap_or("").trim().to_owned();
-        let gap = seen[&m.name].lock().ok().and_then(|s| s.swap_gap());
-        rows.push((m.clone(), timings.get(&m.name).copied(), gap, restart, link));
+        let seen = seen[&m.name].lock().map(|s| s.clone()).unwrap_or_default();
+        rows.push((
+            m.clone(),
+            timings.get(&m.name).copied(),
+            seen,
+            restart,
+            link,
+        ));
     }
     summary(
         &rows,
@@ -164,19 +139,18 @@ pub(crate) fn release(
     timeout: &str,
     args: &Args,
 ) -> anyhow::Result<NodeRelease> {
-    let url = server.url(&format!(
-        "/kubernetes/{}",
-        kubernetes_image_file_name(version)
-    ));
+    let url = server.url(&crate::setup::image_path(image));
     let value = json!({
         "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
         "metadata": {"name": name, "labels": {DEMO_LABEL: "true"}},
         "spec": {
             "version": version,
+            "kubernetesVersion": version,
             "artifacts": [{"name": "kubernetes", "type": "Sysext", "url": url,
                            "sha256": image.sha256, "size": image.size}],
             "activation": {"restartUnits": ["kubelet.service"]},
-            "healthChecks": {"units": ["kubelet.service"],
+            // The real kubelet's own report: its Node Ready on the new version.
+            "healthChecks": {"units": ["kubelet.service"], "nodeKubeletVersion": true, "nodeReady": true,
                              "window": format!("{}s", args.health_window), "timeout": timeout},
         }
     });

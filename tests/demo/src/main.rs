@@ -1,14 +1,16 @@
-//! `inplace-demo`: the local demo fleet. Boots nspawn nodes running the real agent unit,
-//! starts a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager of
-//! the release `tests/kube` pins), the controller and an artifact server, brings the fleet to
-//! kubelet v1, then rolls v2 out with `maxUnavailable: 1` under a maintenance window that
-//! opens a minute later (printing what `kubectl inplace status` says while it holds) while
-//! drawing live progress and
-//! watching that no more than one node is ever activating, and prints a summary (time per
-//! node, kubelet downtime per swap, the most nodes activating at once). `--broken-v3` then
-//! rolls out a crash-looping v3 and shows the rollout halt after the first rollback. Cleans
-//! up on exit, on an error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`)
-//! builds what it needs.
+//! `inplace-demo`: the local demo fleet. Boots nspawn nodes that are real Kubernetes nodes
+//! (the real kubelet of Kubernetes' own Go module in a `kubernetes` system extension,
+//! containerd, runc, CNI) with the real agent unit, starts a real Kubernetes control plane
+//! (etcd, kube-apiserver, kube-controller-manager, kube-scheduler of the release `tests/kube`
+//! pins), the controller and an artifact server, brings the fleet to kubelet v1 and runs a
+//! Pod on every node, then rolls v2 out with `maxUnavailable: 1` under a maintenance window
+//! that opens a minute later (printing what `kubectl inplace status` says while it holds)
+//! while drawing live progress and watching that no more than one node is ever activating.
+//! It shows `kubectl get nodes` before and after, fails unless every Pod kept its container
+//! (same ID, start time, process), and prints a summary (time per node, kubelet downtime per
+//! swap, the most nodes activating at once). `--broken-v3` then rolls out a kubelet that
+//! cannot start and shows the rollout halt after the first rollback. Cleans up on exit, on an
+//! error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`) builds what it needs.
 
 mod agent_update;
 mod broken;
@@ -23,6 +25,7 @@ mod render;
 mod report;
 mod setup;
 mod window;
+mod workload;
 
 use std::path::PathBuf;
 
@@ -35,10 +38,6 @@ pub struct Args {
     /// How many nodes to boot.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub nodes: u32,
-    /// Node N's kubelet listens on this port + N on host loopback (the nodes share the host's
-    /// network); 0: free ports (several demos at once).
-    #[arg(long, default_value_t = 31248)]
-    pub kubelet_port: u16,
     /// Node names are `<prefix>-1`, `<prefix>-2`, ...
     #[arg(long, default_value = "demo")]
     pub name_prefix: String,
@@ -48,7 +47,7 @@ pub struct Args {
     /// objects (rollout, releases, plans, Node objects, the nodes' identities) at the end.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Where the release binaries are (inplace-agent, inplace-controller, fake-kubelet,
+    /// Where the release binaries are (inplace-agent, inplace-controller,
     /// kubectl-inplace). Default: next to this program.
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
@@ -66,8 +65,9 @@ pub struct Args {
     /// Seconds the kubelet must stay healthy after a swap before the agent commits.
     #[arg(long, default_value_t = 5)]
     pub health_window: u64,
-    /// After v2, roll out a v3 whose kubelet crash-loops, with `maxFailures: 0`: the first
-    /// node rolls back to v2 and the rollout halts before any other node is touched.
+    /// After v2, roll out a broken release (v2's kubelet with a drop-in passing a flag the
+    /// kubelet refuses), with `maxFailures: 0`: the first node rolls back to v2 and the
+    /// rollout halts before any other node is touched.
     #[arg(long)]
     pub broken_v3: bool,
     /// At the end, update the agent itself across the fleet (docs/usage/agent-updates.md):

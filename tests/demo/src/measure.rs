@@ -1,99 +1,74 @@
 //! What the summary reports, measured from outside the agent: a client polling each node's
-//! kubelet (`GET /version` every 100 ms over host loopback, which the nodes share), and
+//! kubelet (`GET /healthz` every 100 ms over host loopback, which the nodes share) and its
+//! Node (`Ready` and the kubelet version, as the API server has them, every 500 ms), and
 //! systemd's own timestamps for the kubelet unit.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use inplace_tests::kube_node::{healthz_ok, node_state};
 
-/// How often the kubelet is asked for its version.
+use crate::fleet::Member;
+
+/// How often the kubelet's `/healthz` is asked.
 pub const POLL_EVERY: Duration = Duration::from_millis(100);
+/// How often the Node is read, in polls of `/healthz`.
+const NODE_EVERY: u32 = 5;
 
-/// What one node's kubelet answered over time.
+/// How long something was down, at most, in one stretch.
 #[derive(Debug, Default, Clone)]
-pub struct KubeletSeen {
-    /// The last version it answered.
-    pub version: Option<String>,
-    /// The last time it answered `from`.
-    pub last_old: Option<Instant>,
-    /// The first time it answered `to`.
-    pub first_new: Option<Instant>,
-    /// The longest run of failed polls while it answered `from` before and `to` after.
-    pub longest_gap: Duration,
-    gap_started: Option<Instant>,
+pub struct Outage {
+    /// The longest stretch so far.
+    pub longest: Duration,
+    since: Option<Instant>,
 }
 
-impl KubeletSeen {
-    /// How long the kubelet answered nobody between its last old answer and its first new
-    /// one (resolution: [`POLL_EVERY`]).
-    pub fn swap_gap(&self) -> Option<Duration> {
-        Some(self.first_new?.saturating_duration_since(self.last_old?))
+impl Outage {
+    /// One observation at `now`.
+    pub fn observe(&mut self, up: bool, now: Instant) {
+        if up {
+            self.since = None;
+        } else {
+            let since = *self.since.get_or_insert(now);
+            self.longest = self.longest.max(now - since);
+        }
     }
 }
 
-/// One GET of `/version` on `127.0.0.1:port`, answering `gitVersion`.
-pub async fn kubelet_version(port: u16) -> Option<String> {
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        stream
-            .write_all(b"GET /version HTTP/1.0\r\nHost: kubelet\r\n\r\n")
-            .await
-            .ok()?;
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.ok()?;
-        let (head, body) = body.split_once("\r\n\r\n")?;
-        if head.split_whitespace().nth(1) != Some("200") {
-            return None;
-        }
-        let value: serde_json::Value = serde_json::from_str(body).ok()?;
-        value["gitVersion"].as_str().map(str::to_owned)
-    };
-    tokio::time::timeout(Duration::from_secs(1), fetch)
-        .await
-        .ok()
-        .flatten()
+/// What one node's kubelet and Node showed over time.
+#[derive(Debug, Default, Clone)]
+pub struct KubeletSeen {
+    /// The kubelet version its Node last reported.
+    pub version: Option<String>,
+    /// `/healthz` not answering `ok` (resolution: [`POLL_EVERY`]).
+    pub unanswered: Outage,
+    /// The Node's `Ready` condition not `True` (resolution: [`NODE_EVERY`] polls).
+    pub not_ready: Outage,
 }
 
-/// Polls a kubelet until dropped (abort the task), recording the old → new handover.
+/// Polls a node's kubelet and Node until dropped (abort the task).
 pub fn poll_kubelet(
-    port: u16,
-    from: String,
-    to: String,
+    client: &kube::Client,
+    member: &Member,
     seen: Arc<Mutex<KubeletSeen>>,
 ) -> tokio::task::JoinHandle<()> {
+    let (client, name, port) = (client.clone(), member.name.clone(), member.ports.healthz);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(POLL_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        for n in 0u32.. {
             tick.tick().await;
-            let answer = kubelet_version(port).await;
+            let healthy = healthz_ok(port).await;
+            let node = match n % NODE_EVERY {
+                0 => node_state(&client, &name).await.ok().flatten(),
+                _ => None,
+            };
             let now = Instant::now();
             let Ok(mut s) = seen.lock() else { return };
-            match answer.as_deref() {
-                Some(v) if v == from => {
-                    s.last_old = Some(now);
-                    s.gap_started = None;
-                }
-                Some(v) if v == to => {
-                    if s.first_new.is_none() {
-                        s.first_new = Some(now);
-                    }
-                    if let Some(start) = s.gap_started.take() {
-                        s.longest_gap = s.longest_gap.max(now - start);
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    if s.gap_started.is_none() && s.last_old.is_some() && s.first_new.is_none() {
-                        s.gap_started = Some(now);
-                    }
-                }
-            }
-            if let Some(v) = answer {
-                s.version = Some(v);
+            s.unanswered.observe(healthy, now);
+            if let Some((ready, version)) = node {
+                s.not_ready.observe(ready == "True", now);
+                s.version = Some(version);
             }
         }
     })
@@ -160,24 +135,21 @@ mod tests {
     }
 
     #[test]
-    fn gap_between_last_old_and_first_new_answer() {
+    fn an_outage_is_the_longest_stretch_down() {
         let t = Instant::now();
-        let seen = KubeletSeen {
-            last_old: Some(t),
-            first_new: Some(t + Duration::from_millis(300)),
-            ..KubeletSeen::default()
-        };
-        assert_eq!(seen.swap_gap(), Some(Duration::from_millis(300)));
-        assert_eq!(KubeletSeen::default().swap_gap(), None);
-    }
-
-    #[tokio::test]
-    async fn a_closed_port_answers_nothing() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        assert_eq!(kubelet_version(port).await, None);
+        let ms = Duration::from_millis;
+        let mut outage = Outage::default();
+        for (at, up) in [
+            (0, true),
+            (100, false),
+            (400, false),
+            (500, true),
+            (600, false),
+            (700, true),
+        ] {
+            outage.observe(up, t + ms(at));
+        }
+        assert_eq!(outage.longest, ms(300));
+        assert_eq!(Outage::default().longest, Duration::ZERO);
     }
 }

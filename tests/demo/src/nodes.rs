@@ -1,5 +1,5 @@
-//! The demo's nodes: what each is booted with (the agent from its sysext image), its
-//! kubelet's port, and running commands on it.
+//! The demo's nodes: what each is booted with (a real Kubernetes node of the test bed, the
+//! agent from its sysext image), and running commands on it.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -8,24 +8,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use inplace_tests::agent_images::{Behaviour, ReleaseKey, agent_image};
 use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::kube_node::{KubeNodeConfig, node_images};
 use inplace_tests::nspawn::{ExecOutput, Node, NodeFile, NodeOptions};
+use inplace_tests::sysext::SysextImage;
 
 use crate::agent_update::{CONFIRM_TIMEOUT, agent_version};
 use crate::cluster::Cluster;
 use crate::fleet::{Member, Paths};
-
-/// The port of node `i`'s kubelet: `base + i`, or a free one when `base` is 0 (concurrent
-/// demos, tests). Each node's kubelet listens on its own host-loopback port: the nodes share
-/// the host's network (node configuration, like a real kubelet's config file).
-pub(crate) fn kubelet_port(base: u16, i: u32) -> u16 {
-    if base != 0 {
-        return base.saturating_add(u16::try_from(i).unwrap_or(0));
-    }
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
 
 /// Where flatcar.md puts the agent's images on a node.
 const AGENT_IMAGES: &str = "/opt/extensions/inplace-agent";
@@ -68,15 +57,28 @@ impl AgentInstall {
     }
 }
 
+/// The node `m` as [`KubeNode::boot`](inplace_tests::kube_node::KubeNode::boot) takes it: a
+/// Kubernetes node of the cluster on `kubelet`, and the agent's files.
 pub(crate) async fn node_options(
     paths: &Paths,
     server: &ArtifactServer,
     cluster: &Cluster,
     m: &Member,
     agent: &AgentInstall,
-) -> anyhow::Result<NodeOptions> {
-    // The node's own kubelet identity (system:node:NAME), as a kubelet's kubeconfig holds it.
-    let node_kubeconfig = tokio::task::block_in_place(|| cluster.node_kubeconfig(&m.name))?;
+    kubelet: &SysextImage,
+) -> anyhow::Result<(KubeNodeConfig, NodeOptions)> {
+    // The node's own identity (system:node:NAME): the kubelet's kubeconfig, which the agent
+    // uses too.
+    let kubeconfig_yaml = tokio::task::block_in_place(|| cluster.node_kubeconfig(&m.name))?;
+    let kube = KubeNodeConfig {
+        name: m.name.clone(),
+        kubeconfig_yaml,
+        ca_pem: tokio::task::block_in_place(|| cluster.ca_pem())?,
+        kubelet_image: kubelet.clone(),
+        images_dir: node_images().await?,
+        ports: m.ports,
+        kubelet_path: None,
+    };
     let config = format!(
         "# inplace-demo: artifacts come from the demo's artifact server on host loopback\n\
          [policy]\nallowed_url_prefixes = [\"{}\"]\nallow_http = true\n\
@@ -91,12 +93,6 @@ pub(crate) async fn node_options(
         )
         .await?,
         NodeFile::new("/etc/inplace/agent.toml", config, 0o644),
-        NodeFile::new("/etc/kubernetes/kubelet.conf", node_kubeconfig, 0o600),
-        NodeFile::new(
-            "/etc/default/kubelet",
-            format!("KUBELET_PORT={}\n", m.port),
-            0o644,
-        ),
     ];
     for unit in ["inplace-agent-guard.service", "inplace-agent-guard.path"] {
         files.push(
@@ -120,10 +116,11 @@ pub(crate) async fn node_options(
             0o644,
         ));
     }
-    Ok(NodeOptions {
+    let options = NodeOptions {
         files,
         ..NodeOptions::default()
-    })
+    };
+    Ok((kube, options))
 }
 
 /// docs/usage/flatcar.md's by-hand install on a booted node: link the image, merge it, create

@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use kubectl_inplace::view::{self, Style};
 
-use crate::fleet::{Member, Paths, V1, V2};
+use crate::fleet::{Member, Paths, V2};
 use crate::follow::NodeTiming;
-use crate::measure::{self, UnitRestart};
+use crate::measure::{self, KubeletSeen, UnitRestart};
 
-/// One node's line in the summary: timing, gap seen by the poller, systemd's restart, link.
+/// One node's line in the summary: timing, what the poller saw, systemd's restart, link.
 pub(crate) type Row = (
     Member,
     Option<NodeTiming>,
-    Option<Duration>,
+    KubeletSeen,
     Option<UnitRestart>,
     String,
 );
@@ -34,17 +34,21 @@ pub(crate) fn summary(
     };
     println!("\n{}", bold("Summary"));
     println!(
-        "  {:<10} {:>16} {:>20} {:>22} {:>9}  sysext link",
-        "node", "slot → success", "kubelet unanswered", "kubelet.service down", "restarts"
+        "  {:<10} {:>16} {:>18} {:>16} {:>22} {:>9}  sysext link",
+        "node",
+        "slot → success",
+        "healthz unanswered",
+        "Node not Ready",
+        "kubelet.service down",
+        "restarts"
     );
-    for (m, timing, gap, restart, link) in rows {
+    for (m, timing, seen, restart, link) in rows {
         let took = timing
             .and_then(|t| Some(t.succeeded?.saturating_duration_since(t.granted?)))
             .map(view::human_duration)
             .unwrap_or_else(|| "-".to_owned());
-        let gap = gap
-            .map(|g| format!("{} ms", g.as_millis()))
-            .unwrap_or_else(|| "-".to_owned());
+        let ms = |d: Duration| format!("{} ms", d.as_millis());
+        let (unanswered, not_ready) = (ms(seen.unanswered.longest), ms(seen.not_ready.longest));
         let (down, restarts) = match restart {
             Some(r) => (
                 format!("{} ms", r.down.as_millis()),
@@ -53,7 +57,7 @@ pub(crate) fn summary(
             None => ("-".to_owned(), "-".to_owned()),
         };
         println!(
-            "  {:<10} {took:>16} {gap:>20} {down:>22} {restarts:>9}  {link}",
+            "  {:<10} {took:>16} {unanswered:>18} {not_ready:>16} {down:>22} {restarts:>9}  {link}",
             m.name
         );
     }
@@ -65,8 +69,9 @@ pub(crate) fn summary(
     println!(
         "  slot → success: from the controller granting the node (plan desiredState Active) to the agent\n\
          \x20   reporting Succeeded, seen by the demo's watch (±250 ms); includes the {health_window}s health window.\n\
-         \x20 kubelet unanswered: last {V1} answer to first {V2} answer to GET /version, polled every {} ms\n\
-         \x20   from the host (the downtime a client saw).\n\
+         \x20 healthz unanswered: the longest stretch the kubelet's GET /healthz did not answer ok, polled\n\
+         \x20   every {} ms from the host (the downtime a client saw); Node not Ready: the longest stretch\n\
+         \x20   its Ready condition was not True, read every 500 ms (what the control plane saw).\n\
          \x20 kubelet.service down: systemd's ActiveExit → ActiveEnter timestamps of the restart (the unit's\n\
          \x20   own downtime); restarts: NRestarts (crashes restarted by systemd; 0 is good).",
         measure::POLL_EVERY.as_millis()

@@ -9,19 +9,24 @@ use anyhow::{Context as _, bail};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
 use inplace_tests::apiserver::ApiServer;
 use inplace_tests::artifact_server::{Artifact, ArtifactServer, Fault};
-use inplace_tests::fake_kubelet::{CONFIG_PATH, FakeKubeletConfig};
+use inplace_tests::kube_node::{
+    KubeNode, KubeNodeConfig, KubeletImage, kubelet_sysext, wait_node_ready,
+};
 use inplace_tests::nspawn::Node;
-use inplace_tests::sysext::{SysextBuilder, SysextImage, kubernetes_image_file_name};
-use k8s_openapi::api::core::v1::Node as KubeNode;
-use kube::api::{Api, PostParams};
+use inplace_tests::sysext::SysextImage;
+use k8s_openapi::api::core::v1::{Namespace, Node as KubeNodeObject};
+use kube::api::{Api, Patch, PatchParams};
 use kubectl_inplace::view;
 use serde_json::json;
 
 use crate::Args;
 use crate::agent_update::AGENT_ROLLOUT;
 use crate::cluster::Cluster;
-use crate::fleet::{FLEET_LABEL, KUBELET_UNIT, Keep, Member, Paths, ROLLOUT, V1, V2, V3, step};
-use crate::nodes::{AgentInstall, install_agent, kubelet_port, node_options, wait_agent};
+use crate::fleet::{
+    BROKEN_RELEASE, FLEET_LABEL, Keep, Member, PATIENCE, Paths, ROLLOUT, V1, V2, step,
+};
+use crate::nodes::{AgentInstall, install_agent, node_options, wait_agent};
+use crate::workload::WORKLOAD_NAMESPACE;
 
 /// Step 1: a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager of
 /// the pinned release), or the existing cluster of --kubeconfig, with the CRDs, the
@@ -45,7 +50,7 @@ pub(crate) async fn start_cluster(
         }
         None => {
             step(
-                "starting Kubernetes (etcd, kube-apiserver, kube-controller-manager; the first run builds them from the pinned Go modules, minutes)",
+                "starting Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; the first run builds them from the pinned Go modules, minutes)",
             );
             let state = paths.work.join("kube");
             // A fresh cluster each run: the last run's nodes and plans are gone with their nodes.
@@ -53,7 +58,7 @@ pub(crate) async fn start_cluster(
                 std::fs::remove_dir_all(&state)
                     .with_context(|| format!("removing the last run's {}", state.display()))?;
             }
-            let server = ApiServer::start_in(&state, &[])
+            let server = ApiServer::start_for_kubelets(&state)
                 .await
                 .context("starting the Kubernetes control plane")?;
             Cluster::Started(server)
@@ -79,35 +84,32 @@ pub(crate) async fn start_cluster(
     Ok((client, kubeconfig))
 }
 
-/// Step 2: kubelet sysext images v1 and v2, served by the artifact server.
+/// Step 2: the real kubelets v1 and v2 (and the broken one) as sysext images the way
+/// Flatcar's sysext-bakery ships Kubernetes, served by the artifact server.
 pub(crate) async fn serve_kubelet_images(
     args: &Args,
     paths: &Paths,
-) -> anyhow::Result<(ArtifactServer, Vec<SysextImage>)> {
-    let mut kubelets = vec![
-        FakeKubeletConfig::healthy(V1),
-        FakeKubeletConfig::healthy(V2),
-    ];
-    if args.broken_v3 {
-        kubelets.push(FakeKubeletConfig::crashing(V3));
-    }
-    let versions: Vec<&str> = kubelets.iter().map(|k| k.version.as_str()).collect();
+) -> anyhow::Result<(ArtifactServer, KubeletImages)> {
     step(&format!(
-        "building kubelet sysext images {}{}",
-        versions.join(", "),
+        "packing the real kubelets {V1} and {V2}{} as sysext images (built from Kubernetes' Go module, tests/kubelet; the first run compiles them, minutes)",
         if args.broken_v3 {
-            " (the last one crash-loops)"
+            format!(", and a {V2} whose drop-in passes a flag the kubelet refuses")
         } else {
-            ""
+            String::new()
         }
     ));
-    let mut images = Vec::new();
-    for kubelet in &kubelets {
-        images.push(kubelet_image(paths, kubelet).await?);
-    }
+    let dir = paths.work.join("images");
+    let images = KubeletImages {
+        v1: kubelet_sysext(V1, KubeletImage::Working, &dir).await?,
+        v2: kubelet_sysext(V2, KubeletImage::Working, &dir).await?,
+        broken: match args.broken_v3 {
+            true => Some(kubelet_sysext(V2, KubeletImage::RefusesToStart, &dir).await?),
+            false => None,
+        },
+    };
     let server = ArtifactServer::start().await?;
-    for (version, image) in versions.iter().zip(&images) {
-        let path = format!("/kubernetes/{}", kubernetes_image_file_name(version));
+    for image in images.all() {
+        let path = image_path(image);
         server.put(&path, Artifact::file(&image.path)?);
         if let Some(rate) = image.size.checked_div(args.download_seconds) {
             server.fault(&path, Fault::Throttle(rate.max(4096)));
@@ -123,95 +125,90 @@ pub(crate) async fn serve_kubelet_images(
     Ok((server, images))
 }
 
-async fn kubelet_image(paths: &Paths, kubelet: &FakeKubeletConfig) -> anyhow::Result<SysextImage> {
-    let version = kubelet.version.as_str();
-    let binary = tokio::fs::read(&paths.fake_kubelet)
-        .await
-        .with_context(|| format!("reading {}", paths.fake_kubelet.display()))?;
-    let image = SysextBuilder::new("kubernetes")
-        .file("usr/bin/kubelet", binary, 0o755)
-        .file(
-            CONFIG_PATH.trim_start_matches('/'),
-            kubelet.render().into_bytes(),
-            0o644,
-        )
-        .file(
-            "usr/lib/systemd/system/kubelet.service",
-            KUBELET_UNIT.as_bytes().to_vec(),
-            0o644,
-        )
-        .build(
-            &paths
-                .work
-                .join("images")
-                .join(kubernetes_image_file_name(version)),
-        )
-        .await
-        .with_context(|| format!("building the {version} sysext"))?;
-    Ok(image)
+/// The kubelet images the demo serves.
+pub(crate) struct KubeletImages {
+    pub(crate) v1: SysextImage,
+    pub(crate) v2: SysextImage,
+    pub(crate) broken: Option<SysextImage>,
 }
 
-/// Step 3: Node objects, then the nodes themselves with the agent installed as
+impl KubeletImages {
+    fn all(&self) -> impl Iterator<Item = &SysextImage> {
+        [&self.v1, &self.v2].into_iter().chain(self.broken.as_ref())
+    }
+}
+
+/// Where the artifact server serves `image`: `/kubernetes/` and its file name.
+pub(crate) fn image_path(image: &SysextImage) -> String {
+    let name = image
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("/kubernetes/{name}")
+}
+
+/// Step 3: the nodes, real Kubernetes nodes on kubelet v1 (containerd, runc, CNI; the
+/// kubelet registers its Node as `system:node:NAME`), with the agent installed as
 /// docs/usage/flatcar.md installs it: its own sysext image, linked and merged, the guard's
-/// units beside it, the node's config and kubeconfig.
+/// units beside it, the node's config; then the fleet's label on each Node.
 pub(crate) async fn boot_fleet(
     args: &Args,
     paths: &Paths,
     server: &ArtifactServer,
-    client: &kube::Client,
     keep: &mut Keep,
     fleet: &Arc<Mutex<Vec<Node>>>,
     agent: &AgentInstall,
+    kubelet: &SysextImage,
 ) -> anyhow::Result<Vec<Member>> {
-    let members: Vec<Member> = (1..=args.nodes)
-        .map(|i| Member {
+    let client = &keep.api.as_ref().context("the cluster")?.client().await?;
+    let mut members = Vec::new();
+    for i in 1..=args.nodes {
+        members.push(Member {
             name: format!("{}-{i}", args.name_prefix),
-            port: kubelet_port(args.kubelet_port, i),
-        })
-        .collect();
-    let nodes_api: Api<KubeNode> = Api::all(client.clone());
+            ports: KubeNodeConfig::free_ports()?,
+        });
+    }
     if matches!(keep.api, Some(Cluster::Existing { .. })) {
         refuse_to_reuse(client, &members).await?;
     }
     // From here on, cleanup removes these (on an existing cluster).
     keep.nodes = members.iter().map(|m| m.name.clone()).collect();
-    for m in &members {
-        let node: KubeNode = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": m.name, "labels": {FLEET_LABEL: "true", "node-role.kubernetes.io/worker": ""}},
-            "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
-        }))?;
-        nodes_api
-            .create(&PostParams::default(), &node)
-            .await
-            .with_context(|| format!("creating Node {}", m.name))?;
-    }
     let cluster = keep.api.as_ref().context("the cluster")?;
     step(&format!(
-        "booting {} nodes (systemd-nspawn, Debian bookworm; the first run builds the root filesystem, minutes)",
+        "booting {} Kubernetes nodes on kubelet {V1} (systemd-nspawn, Debian bookworm with containerd; the first run builds the root filesystem, minutes)",
         members.len()
     ));
     let boot_started = Instant::now();
     let mut boots = Vec::new();
     for m in &members {
-        let options = node_options(paths, server, cluster, m, agent).await?;
-        let name = m.name.clone();
+        let (config, options) = node_options(paths, server, cluster, m, agent, kubelet).await?;
         let fleet = Arc::clone(fleet);
         boots.push(async move {
-            let node = Node::boot(&name, options)
+            let booted = KubeNode::boot(&config, options)
                 .await
-                .with_context(|| format!("booting node {name}"))?;
-            println!("    {name} is up");
+                .with_context(|| format!("booting node {}", config.name))?;
+            println!("    {} is up, its kubelet healthy", config.name);
             if let Ok(mut f) = fleet.lock() {
-                f.push(node);
+                f.push(booted.node);
             }
             anyhow::Ok(())
         });
     }
     futures::future::try_join_all(boots).await?;
+    let nodes_api: Api<KubeNodeObject> = Api::all(client.clone());
+    for m in &members {
+        wait_node_ready(client, &m.name, Some(V1), PATIENCE).await?;
+        // The role and the fleet's label are the admin's to set: NodeRestriction keeps a
+        // kubelet from giving itself a role.
+        let labels = json!({"metadata": {"labels": {FLEET_LABEL: "true", "node-role.kubernetes.io/worker": ""}}});
+        nodes_api
+            .patch(&m.name, &PatchParams::default(), &Patch::Merge(labels))
+            .await
+            .with_context(|| format!("labelling Node {}", m.name))?;
+    }
     println!(
-        "    {} nodes up in {}",
+        "    {} Nodes Ready on kubelet {V1} in {}",
         members.len(),
         view::human_duration(boot_started.elapsed())
     );
@@ -254,7 +251,7 @@ pub(crate) fn start_controller(
 /// one of its kubelet releases already exists — the demo removes those at the end, so it must never
 /// adopt what is not its own.
 async fn refuse_to_reuse(client: &kube::Client, members: &[Member]) -> anyhow::Result<()> {
-    let nodes: Api<KubeNode> = Api::all(client.clone());
+    let nodes: Api<KubeNodeObject> = Api::all(client.clone());
     let plans: Api<NodeUpdatePlan> = Api::all(client.clone());
     let mut taken = Vec::new();
     for m in members {
@@ -275,10 +272,14 @@ async fn refuse_to_reuse(client: &kube::Client, members: &[Member]) -> anyhow::R
         }
     }
     let releases: Api<NodeRelease> = Api::all(client.clone());
-    for name in ["kubelet-v1", "kubelet-v2", "kubelet-v3"] {
+    for name in ["kubelet-v2", BROKEN_RELEASE] {
         if releases.get_opt(name).await?.is_some() {
             taken.push(format!("NodeRelease {name}"));
         }
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(WORKLOAD_NAMESPACE).await?.is_some() {
+        taken.push(format!("Namespace {WORKLOAD_NAMESPACE}"));
     }
     if !taken.is_empty() {
         bail!(

@@ -1,15 +1,17 @@
-//! `make demo` proven by `make test`: the demo binary, non-interactive, on 3 real nspawn
-//! nodes with the real agent (installed from its sysext image) and controller, end to end,
-//! with `--broken-v3` and `--agent-update`. v2 waits for a
-//! maintenance window opening about a minute later (30-90 s of this test). The demo itself
-//! fails unless every node's plan ends Succeeded on v2 and every kubelet answers v2, no more
-//! than `maxUnavailable` (1) nodes were ever activating or cordoned at once (watched on
-//! every plan and Node event), and the crash-looping v3 rolls back on exactly one node and
-//! halts the rollout with the others untouched on v2; then the agent updates itself to v2 on
-//! every node, and a v3 agent that exits 1 at start is restored by the first node's guard
-//! (`RolledBack`, `AgentNotConfirmed`) and halts that rollout with the other nodes never
-//! activated, the kubelets never restarted (issue 23's three-node `maxFailures: 0` halt on
-//! real nodes, sharing this test's node boot). This test also checks what it printed. Needs root, systemd-nspawn, debootstrap and squashfs-tools.
+//! `make demo` proven by `make test`: the demo binary, non-interactive, on 3 real Kubernetes
+//! nodes (the real kubelet from its sysext image, containerd, a Pod on each) with the real
+//! agent (installed from its sysext image) and controller, end to end, with `--broken-v3` and
+//! `--agent-update`. v2 waits for a maintenance window opening about a minute later (30-90 s
+//! of this test). The demo itself fails unless every node's plan ends Succeeded on v2 and
+//! every Node is Ready on v2, every Pod kept its container, no more than `maxUnavailable` (1)
+//! nodes were ever activating or cordoned at once (watched on every plan and Node event), and
+//! the broken kubelet rolls back on exactly one node and halts the rollout with the others
+//! untouched on v2; then the agent updates itself to v2 on every node, and a v3 agent that
+//! exits 1 at start is restored by the first node's guard (`RolledBack`,
+//! `AgentNotConfirmed`) and halts that rollout with the other nodes never activated, the
+//! kubelets never restarted (issue 23's three-node `maxFailures: 0` halt on real nodes,
+//! sharing this test's node boot). This test also checks what it printed. Needs root,
+//! systemd-nspawn, debootstrap and squashfs-tools.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -28,23 +30,13 @@ fn demo_and_bin_dir() -> (PathBuf, PathBuf) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let built = Command::new(cargo)
         .args(["build", "--quiet", "--bins"])
-        .args([
-            "-p",
-            "inplace-agent",
-            "-p",
-            "inplace-controller",
-            "-p",
-            "inplace-tests",
-        ])
+        .args(["-p", "inplace-agent", "-p", "inplace-controller"])
         .arg("--target-dir")
         .arg(&target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .unwrap();
-    assert!(
-        built.success(),
-        "building the agent, controller and fake kubelet"
-    );
+    assert!(built.success(), "building the agent and the controller");
     (demo, bin_dir)
 }
 
@@ -96,8 +88,6 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
         .arg("--agent-bin-dir")
         .arg(&agent_bin_dir)
         .args(["--download-seconds", "2", "--health-window", "3"])
-        // Free kubelet ports: the other test of this file may run a demo at the same time.
-        .args(["--kubelet-port", "0"])
         .args(["--name-prefix", &prefix])
         .arg("--bin-dir")
         .arg(&bin_dir)
@@ -114,7 +104,9 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
     // What the demo printed, for `--no-capture` runs (the figures: times per step).
     println!("{stdout}");
     for want in [
-        "every kubelet answers v1.31.0",
+        "Nodes Ready on kubelet v1.36.1",
+        "$ kubectl get nodes",
+        "every Pod kept its container through the update:",
         // The maintenance window holds v2, as `kubectl inplace status` shows, then opens.
         "held outside its maintenance window",
         "closed, next opens",
@@ -151,7 +143,7 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
             .find(|l| l.trim_start().starts_with(&format!("{node} ")))
             .unwrap_or_else(|| panic!("no summary row for {node} in\n{stdout}"));
         assert!(
-            row.contains("/opt/extensions/kubernetes/kubernetes-v1.32.0-"),
+            row.contains("/opt/extensions/kubernetes/kubernetes-v1.36.3-"),
             "{node} links v2: {row}"
         );
         assert!(
@@ -165,6 +157,24 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
             "{node} removed"
         );
     }
+    // `kubectl get nodes` before (every Node on v1) and after (every Node on v2), and each of
+    // the 3 Pods kept its container through the update and through the broken release.
+    let listings: Vec<&str> = stdout.split("$ kubectl get nodes\n").skip(1).collect();
+    assert_eq!(listings.len(), 2, "{stdout}");
+    for (listing, version) in listings.iter().zip(["v1.36.1", "v1.36.3"]) {
+        let rows: Vec<&str> = listing
+            .lines()
+            .take_while(|l| l.starts_with("      "))
+            .filter(|l| l.contains(&prefix))
+            .collect();
+        assert_eq!(rows.len(), 3, "{listing}");
+        assert!(
+            rows.iter()
+                .all(|r| r.contains(" Ready ") && r.contains(version)),
+            "{listing}"
+        );
+    }
+    assert_eq!(stdout.matches(": kept\n").count(), 6, "{stdout}");
     // The broken v3: one node rolled back to v2, the rollout halted naming it and its reason,
     // the other two never activated and still on v2 (the demo checked kubelets and links).
     let broken = section(&stdout, "Broken release");
@@ -173,13 +183,13 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
     let rolled_back: Vec<&&str> = rows.iter().filter(|r| r.contains("RolledBack")).collect();
     assert_eq!(rolled_back.len(), 1, "{broken}");
     assert!(
-        rolled_back[0].contains("the kubelet answers v1.32.0 again"),
+        rolled_back[0].contains("the Node is Ready on v1.36.3 again"),
         "{broken}"
     );
     let failed_node = rolled_back[0].split_whitespace().next().unwrap();
     assert_eq!(
         rows.iter()
-            .filter(|r| r.contains("Staged, never activated; the kubelet answers v1.32.0"))
+            .filter(|r| r.contains("Staged, never activated; the Node is Ready on v1.36.3"))
             .count(),
         2,
         "{broken}"
@@ -243,15 +253,17 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
 fn the_demo_runs_against_an_existing_cluster_and_removes_its_objects() {
     let (demo, bin_dir) = demo_and_bin_dir();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime
-        .block_on(inplace_tests::apiserver::ApiServer::start())
-        .expect("the API server starts");
     let work = tempfile::tempdir().unwrap();
+    // A cluster that runs Pods: with the scheduler and the workload controllers.
+    let server = runtime
+        .block_on(inplace_tests::apiserver::ApiServer::start_for_kubelets(
+            &work.path().join("existing"),
+        ))
+        .expect("the API server starts");
     let prefix = format!("demoe{}", std::process::id());
     let out = Command::new(&demo)
         .args(["--nodes", "2", "--no-wait"])
         .args(["--download-seconds", "1", "--health-window", "2"])
-        .args(["--kubelet-port", "0"])
         .args(["--name-prefix", &prefix])
         .arg("--kubeconfig")
         .arg(server.admin_kubeconfig())

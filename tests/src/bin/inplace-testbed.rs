@@ -117,6 +117,7 @@ async fn serve_cluster(args: &[&str]) -> anyhow::Result<()> {
         kubelet: kubelet.to_owned(),
         agent,
         controller: controller.then_some(controller_bin),
+        kubelet_path: None,
     };
     let cluster = KubeCluster::start(&options, &|step| println!("==> {step}")).await?;
     println!(

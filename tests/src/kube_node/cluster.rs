@@ -37,6 +37,9 @@ pub struct ClusterOptions {
     pub agent: PathBuf,
     /// The controller binary, run as its shipped ServiceAccount; `None`: no controller.
     pub controller: Option<PathBuf>,
+    /// Where the nodes' `kubelet.service` runs the kubelet from
+    /// ([`KubeNodeConfig::kubelet_path`]).
+    pub kubelet_path: Option<PathBuf>,
 }
 
 /// A running cluster; dropping it stops the controller, the nodes and the control plane.
@@ -250,9 +253,10 @@ impl KubeCluster {
     pub fn release_manifest(&self, release: &str) -> Result<String> {
         let image = self.image(release)?;
         Ok(release_manifest(
+            &format!("kubelet-{release}"),
             release,
-            &self.server.url(&image_path(image)),
-            image,
+            &sysext_artifact(&self.server.url(&image_path(image)), image),
+            "3m",
         ))
     }
 
@@ -277,15 +281,38 @@ impl KubeCluster {
         .await?;
         self.server
             .put(&image_path(&image), Artifact::file(&image.path)?);
-        let manifest = release_manifest(release, &self.server.url(&image_path(&image)), &image)
-            .replacen(
-                &format!("name: kubelet-{release}\n"),
-                &format!("name: kubelet-{release}-refuses-to-start\n"),
-                1,
-            )
-            // It never gets healthy: no need to wait the working release's 3 minutes.
-            .replacen("timeout: 3m\n", "timeout: 45s\n", 1);
-        Ok(manifest)
+        // It never gets healthy: no need to wait the working release's 3 minutes.
+        Ok(release_manifest(
+            &format!("kubelet-{release}-refuses-to-start"),
+            release,
+            &sysext_artifact(&self.server.url(&image_path(&image)), &image),
+            "45s",
+        ))
+    }
+
+    /// Serves the file `binary` as the kubelet of `version` and returns the NodeRelease
+    /// `name` that installs it as a `Binary` artifact at `path` (a node whose
+    /// [`ClusterOptions::kubelet_path`] is `path` runs it), with a health-check timeout of
+    /// `timeout`.
+    pub fn serve_kubelet_binary(
+        &self,
+        name: &str,
+        version: &str,
+        binary: &Path,
+        path: &Path,
+        timeout: &str,
+    ) -> Result<String> {
+        let bytes = std::fs::read(binary).ctx(|| format!("reading {}", binary.display()))?;
+        let served = format!("/binaries/{name}/kubelet");
+        let artifact = format!(
+            "  - name: kubelet\n    type: Binary\n    url: {}\n    sha256: {}\n    size: {}\n    path: {}\n",
+            self.server.url(&served),
+            crate::sysext::sha256_hex(&bytes),
+            bytes.len(),
+            path.display()
+        );
+        self.server.put_bytes(&served, bytes);
+        Ok(release_manifest(name, version, &artifact, timeout))
     }
 
     /// Serves a `containerd` system extension holding the nodes' own containerd and runc shim
@@ -386,32 +413,36 @@ pub fn rollout_manifest(release: &str, disruption: &str) -> String {
     )
 }
 
-fn release_manifest(release: &str, url: &str, image: &SysextImage) -> String {
+/// The NodeRelease `name` moving a node to kubelet `version` with `artifact` (a YAML list
+/// item): the kubelet restarted, healthy when its unit is steady and its Node `Ready` on
+/// `version` for 10 s, within `timeout`.
+fn release_manifest(name: &str, version: &str, artifact: &str, timeout: &str) -> String {
     format!(
         "apiVersion: inplace.dev/v1alpha1
 kind: NodeRelease
 metadata:
-  name: kubelet-{release}
+  name: {name}
 spec:
-  version: {release}
-  kubernetesVersion: {release}
+  version: {version}
+  kubernetesVersion: {version}
   artifacts:
-  - name: kubernetes
-    type: Sysext
-    url: {url}
-    sha256: {sha256}
-    size: {size}
-  activation:
+{artifact}  activation:
     restartUnits: [kubelet.service]
   healthChecks:
     units: [kubelet.service]
     nodeKubeletVersion: true
     nodeReady: true
     window: 10s
-    timeout: 3m
-",
-        sha256 = image.sha256,
-        size = image.size,
+    timeout: {timeout}
+"
+    )
+}
+
+/// The `kubernetes` sysext artifact of `image`, served at `url`.
+fn sysext_artifact(url: &str, image: &SysextImage) -> String {
+    format!(
+        "  - name: kubernetes\n    type: Sysext\n    url: {url}\n    sha256: {}\n    size: {}\n",
+        image.sha256, image.size
     )
 }
 
@@ -450,6 +481,7 @@ async fn boot_node(
         kubelet_image,
         images_dir,
         ports: KubeNodeConfig::free_ports()?,
+        kubelet_path: options.kubelet_path.clone(),
         name,
     };
     let mut node_options = NodeOptions::default();

@@ -56,11 +56,7 @@ impl KubeletImage {
             KubeletImage::Working => "",
             KubeletImage::RefusesToStart => " --inplace-testbed-no-such-flag",
         };
-        format!(
-            "[Service]\nExecStart=\nExecStart=/usr/bin/kubelet --kubeconfig={} --config={}{extra}\n",
-            super::config::KUBELET_KUBECONFIG_PATH,
-            super::config::KUBELET_CONFIG_PATH,
-        )
+        kubelet_service_drop_in("/usr/bin/kubelet", extra)
     }
 
     fn file_name(self, release: &str) -> String {
@@ -69,6 +65,16 @@ impl KubeletImage {
             KubeletImage::RefusesToStart => kubernetes_image_name(release, "-refuses-to-start"),
         }
     }
+}
+
+/// A `kubelet.service` drop-in running the kubelet at `binary` with the node's kubeconfig and
+/// KubeletConfiguration (as kubeadm's drop-in gives them) and `extra` flags.
+pub fn kubelet_service_drop_in(binary: &str, extra: &str) -> String {
+    format!(
+        "[Service]\nExecStart=\nExecStart={binary} --kubeconfig={} --config={}{extra}\n",
+        super::config::KUBELET_KUBECONFIG_PATH,
+        super::config::KUBELET_CONFIG_PATH,
+    )
 }
 
 /// Flatcar's file name for a kubernetes extension (`kubernetes-v1.36.3-x86-64.raw`), with an

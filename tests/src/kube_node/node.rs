@@ -27,6 +27,10 @@ pub struct KubeNodeConfig {
     pub images_dir: PathBuf,
     /// The kubelet's own ports (nodes share the host's network).
     pub ports: KubeletPorts,
+    /// Where `kubelet.service` runs the kubelet from: `None`, the image's `/usr/bin/kubelet`;
+    /// a path (`/opt/bin/kubelet`, where nodes without system extensions keep it), a link
+    /// to the image's kubelet at boot that a `Binary` artifact can replace.
+    pub kubelet_path: Option<PathBuf>,
 }
 
 impl KubeNodeConfig {
@@ -99,6 +103,16 @@ impl KubeNodeConfig {
             PathBuf::from("/etc/extensions/kubernetes.raw"),
             PathBuf::from(stored),
         ));
+        if let Some(path) = &self.kubelet_path {
+            options.files.push(NodeFile::new(
+                "/etc/systemd/system/kubelet.service.d/20-kubelet-path.conf",
+                super::kubelet::kubelet_service_drop_in(&path.display().to_string(), ""),
+                0o644,
+            ));
+            options
+                .symlinks
+                .push((path.clone(), PathBuf::from("/usr/bin/kubelet")));
+        }
         options.enable_units.push("containerd.service".to_owned());
         for (name, unit) in [
             ("inplace-testbed-prepare-kube.service", config::PREPARE_UNIT),
