@@ -4,7 +4,7 @@
 # (target/images/ by default; IMAGES_DIR overrides):
 #   inplace-controller.tar   docker-load-able tarball (`docker load -i`, `crane push`)
 #   inplace-controller/      OCI image layout (`crane push`, skopeo's oci: transport)
-#   inplace-controller.ref   the image's name:tag, as packaging/kubernetes references it
+#   inplace-controller.ref   the image's name:tag
 # One layer: the binary, the shared libraries it links (no musl toolchain here, so the glibc
 # it was linked against comes along), CA certificates, /etc/passwd and /etc/group with the
 # non-root user 65532 the Deployments run as. Timestamps come from the last commit, so two
@@ -17,8 +17,11 @@ cd "$repo"
 target=${CARGO_TARGET_DIR:-$repo/target}
 out=${IMAGES_DIR:-$target/images}
 tools=${INPLACE_TOOLS_BIN_DIR:-$target/tools/bin}
-# The one place the image's name is set; the manifests and the chart's values name the same.
-repository=${IMAGE_REPOSITORY:-ghcr.io/inplace-dev/inplace-controller}
+# The name the tarball and the layout carry: a local one unless IMAGE_REPOSITORY names where it
+# goes. `crane push` names the destination itself, and the manifests name a placeholder your
+# overlay replaces (docs/usage/install-kustomize.md): this project publishes no image, so no
+# default may look like a published one.
+repository=${IMAGE_REPOSITORY:-localhost/inplace-controller}
 package_field() { sed -n "/^\[workspace.package\]/,/^\[/s/^$1 *= *\"\(.*\)\"/\1/p" Cargo.toml; }
 version=$(package_field version)
 if [[ $# -ge 1 ]]; then

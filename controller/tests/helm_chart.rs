@@ -1,7 +1,9 @@
 //! The Helm chart (packaging/helm/inplace) checked by the real `helm` (built from its Go
 //! module, tests/tools): `helm lint`; `helm template` renders, object by object, what
 //! `kubectl kustomize` renders from packaging/kubernetes (and, with `capi.enabled`, from the
-//! capi overlay too), so the two install paths cannot drift; and `helm install` on the real
+//! capi overlay too), so the two install paths cannot drift; neither names an image anyone
+//! could publish (the manifests a placeholder, the chart nothing until `image.repository` is
+//! set); and `helm install` on the real
 //! kube-apiserver, then the controller started with the args and environment of the chart's
 //! Deployment as the chart's ServiceAccount, until it is ready and reconciles a NodeRollout.
 
@@ -114,26 +116,87 @@ fn assert_same_objects(helm: BTreeMap<String, Value>, kustomize: BTreeMap<String
     }
 }
 
+/// The image the shipped manifests name: a registry that never resolves (`.invalid`,
+/// RFC 6761), for an `images:` entry of the installer's overlay to replace; this project
+/// publishes no image, and a real-looking default would be pulled from whoever owns it.
+const PLACEHOLDER_IMAGE: &str = concat!(
+    "your-registry.invalid/inplace-controller:v",
+    env!("CARGO_PKG_VERSION")
+);
+
+/// Every container image of the Deployments in `objects`, by object.
+fn deployment_images(objects: &BTreeMap<String, Value>) -> Vec<(String, String)> {
+    let mut images = Vec::new();
+    for (key, object) in objects.iter().filter(|(k, _)| k.starts_with("Deployment/")) {
+        for container in object["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+        {
+            images.push((key.clone(), container["image"].as_str().unwrap().to_owned()));
+        }
+    }
+    images
+}
+
+/// The shipped kustomize manifests name the placeholder, not an image someone might
+/// publish (at 920d0d9 they named `ghcr.io/inplace-dev/inplace-controller:v0.1.0`, a
+/// namespace this project does not own).
+#[test]
+fn the_shipped_manifests_name_a_placeholder_image_an_overlay_must_replace() {
+    let images = deployment_images(&kustomize(&["", "capi"]));
+    assert_eq!(images.len(), 2, "{images:?}");
+    for (deployment, image) in images {
+        assert_eq!(image, PLACEHOLDER_IMAGE, "{deployment}");
+    }
+}
+
+/// The chart has no default image repository: rendering without one fails, naming the
+/// value (at 920d0d9 it rendered `ghcr.io/inplace-dev/inplace-controller`).
+#[test]
+fn helm_refuses_to_render_without_an_image_repository() {
+    let output = Command::new(tool("helm").unwrap())
+        .args(["template", "inplace"])
+        .arg(chart())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "rendered without image.repository"
+    );
+    assert!(stderr.contains("image.repository is required"), "{stderr}");
+}
+
+/// `--set image.repository=` the placeholder's repository: the one value without a default,
+/// set as the manifests set it.
+fn placeholder_repository() -> String {
+    let repository = PLACEHOLDER_IMAGE.rsplit_once(':').unwrap().0;
+    format!("image.repository={repository}")
+}
+
 #[test]
 fn helm_lint_passes_for_the_defaults_and_each_capi_certificate_source() {
-    helm(&["lint", "--strict"]);
-    helm(&["lint", "--strict", "--set", "capi.enabled=true"]);
-    helm(&[
-        "lint",
-        "--strict",
-        "--set",
-        "capi.enabled=true,capi.tls.certManager=false,capi.tls.secretName=my-tls",
-    ]);
+    let image = placeholder_repository();
+    for values in [
+        "",
+        ",capi.enabled=true",
+        ",capi.enabled=true,capi.tls.certManager=false,capi.tls.secretName=my-tls",
+    ] {
+        helm(&["lint", "--strict", "--set", &format!("{image}{values}")]);
+    }
 }
 
 #[test]
 fn helm_template_renders_what_kustomize_renders() {
+    let image = placeholder_repository();
     let rendered = helm(&[
         "template",
         "inplace",
         "--namespace",
         "inplace-system",
         "--include-crds",
+        "--set",
+        &image,
     ]);
     assert_same_objects(objects(&rendered), kustomize(&[""]));
 
@@ -143,6 +206,8 @@ fn helm_template_renders_what_kustomize_renders() {
         "--namespace",
         "inplace-system",
         "--include-crds",
+        "--set",
+        &image,
         "--set",
         "capi.enabled=true",
     ]);
@@ -209,6 +274,8 @@ async fn helm_install_on_the_real_server_runs_the_controller_from_the_rendered_a
             "--namespace",
             "inplace-system",
             "--create-namespace",
+            "--set",
+            "image.repository=registry.example/inplace-controller",
         ][..],
         &kubeconfig,
     ]

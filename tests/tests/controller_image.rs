@@ -112,15 +112,16 @@ impl Page {
     }
 }
 
-/// The image `make images` wrote, named as the manifests name it; its tag.
+/// The image `make images` wrote, under the local name it gives without `IMAGE_REPOSITORY`
+/// (the pages push it under the reader's own name); its tag.
 fn built_image() -> String {
     let (images, reference) = controller_image().unwrap();
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(
         reference,
-        format!("ghcr.io/inplace-dev/inplace-controller:v{version}")
+        format!("localhost/inplace-controller:v{version}")
     );
-    // The tarball `docker load` reads names the image as the manifests do.
+    // The tarball `docker load` reads carries that name.
     let manifest = run_ok(
         Command::new("tar")
             .arg("-xOf")
@@ -128,13 +129,6 @@ fn built_image() -> String {
             .arg("manifest.json"),
     );
     assert!(manifest.contains(&format!("\"{reference}\"")), "{manifest}");
-    for deployment in ["controller/deployment.yaml", "capi/deployment.yaml"] {
-        let text = std::fs::read_to_string(inplace_tests::test_api::packaging(deployment)).unwrap();
-        assert!(
-            text.contains(&format!("image: {reference}\n")),
-            "{deployment}"
-        );
-    }
     format!("v{version}")
 }
 

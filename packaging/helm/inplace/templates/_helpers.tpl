@@ -5,7 +5,7 @@
 
 {{/* The image both Deployments run. */}}
 {{- define "inplace.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{ required "image.repository is required: the repository you pushed the controller image to, e.g. --set image.repository=registry.example.com/platform/inplace-controller (docs/usage/install-helm.md)" .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
 {{- end }}
 
 {{/*
