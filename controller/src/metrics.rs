@@ -146,7 +146,8 @@ impl Metrics {
     }
 
     /// Counts a write to the API: `plan_apply`, `rollout_status`, `release_status`,
-    /// `node_cordon`, `node_uncordon`, `eviction`, `event`, `lease`.
+    /// `node_cordon`, `node_uncordon`, `node_scale_down_disable`, `node_scale_down_restore`,
+    /// `eviction`, `event`, `lease`.
     pub fn wrote(&self, kind: &'static str) {
         self.writes.get_or_create(&[("kind", kind)]).inc();
     }

@@ -139,11 +139,13 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> NodeUpda
 }
 
 /// Drops what the controller never reads from a cached Node (managed fields, annotations
-/// but a person's steering, all of the status but the `Ready` condition and the kubelet's
-/// version): it needs the name, uid, labels, `spec.unschedulable`, the `inplace.dev/hold`
-/// and `inplace.dev/skip` annotations, readiness (the health gate) and the kubelet's
-/// version (the skew guard).
+/// but a person's steering and the autoscaler's scale-down, all of the status but the
+/// `Ready` condition and the kubelet's version): it needs the name, uid, labels,
+/// `spec.unschedulable`, the `inplace.dev/hold` and `inplace.dev/skip` annotations, the
+/// scale-down annotation and inplace's mark of it (`decision/autoscaler.rs`), readiness
+/// (the health gate) and the kubelet's version (the skew guard).
 pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
+    use crate::decision::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION};
     use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
     node.metadata.managed_fields = None;
     node.metadata.annotations = node
@@ -151,7 +153,15 @@ pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
         .annotations
         .take()
         .map(|mut a| {
-            a.retain(|k, _| k == HOLD_ANNOTATION || k == SKIP_ANNOTATION);
+            a.retain(|k, _| {
+                [
+                    HOLD_ANNOTATION,
+                    SKIP_ANNOTATION,
+                    SCALE_DOWN_DISABLED_ANNOTATION,
+                    SCALE_DOWN_MARK_ANNOTATION,
+                ]
+                .contains(&k.as_str())
+            });
             a
         })
         .filter(|a| !a.is_empty());

@@ -22,14 +22,15 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::alert_gate::observe_alerts;
 use crate::context::Context;
 use crate::decision::{
-    KubernetesVersions, NodeOrder, ReleaseState, RolloutInput, decide_with_memo,
+    KubernetesVersions, NodeOrder, ReleaseState, RolloutInput, ScaleDownMark, decide_with_memo,
     drain_pass_options, needs_drain_pass, rollout_drains,
 };
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
 use crate::rollout_view::{LastRound, unschedulable};
 use crate::rollout_writes::{
-    by_node, carry_out, forget_cordon, run_per_node, set_unschedulable, write_owed_status,
+    by_node, carry_out, forget_cordon, mark_scale_down, run_per_node, set_unschedulable,
+    write_owed_status,
 };
 use crate::round_pacing;
 use crate::teardown::{
@@ -279,13 +280,12 @@ async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         .filter_map(|cached| {
             let node_name = cached.name_any();
             let plan = ctx.writes.view(&node_name, Some(cached))?;
-            let unschedulable = ctx
-                .nodes
-                .get(&ObjectRef::new(&node_name))
-                .map(|node| unschedulable(&node));
+            let node = ctx.nodes.get(&ObjectRef::new(&node_name));
             Some(TeardownNode {
+                unschedulable: node.as_deref().map(unschedulable),
+                scale_down_ours: node
+                    .is_some_and(|n| ScaleDownMark::of(n.metadata.annotations.as_ref()).ours),
                 name: node_name,
-                unschedulable,
                 plan,
             })
         })
@@ -301,6 +301,7 @@ async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         match action {
             TeardownAction::Uncordon { node } => set_unschedulable(&node, false, ctx).await,
             TeardownAction::ForgetCordon { node } => forget_cordon(&node, ctx).await,
+            TeardownAction::RestoreScaleDown { node } => mark_scale_down(&node, false, ctx).await,
         }
     })
     .await;

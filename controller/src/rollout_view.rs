@@ -19,7 +19,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::decision::{
-    CONTROL_PLANE_LABEL, DecisionMemo, NodeView, ReleaseState, activation_order, resolve_ownership,
+    CONTROL_PLANE_LABEL, DecisionMemo, NodeView, ReleaseState, ScaleDownMark, activation_order,
+    resolve_ownership,
 };
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
@@ -388,6 +389,7 @@ impl<'a> ViewBuilder<'a> {
             plan,
             drain: None,
             steering: Steering::of(node.metadata.annotations.as_ref()),
+            scale_down: ScaleDownMark::of(node.metadata.annotations.as_ref()),
             kubelet_version: crate::node_readiness::kubelet_version(node),
             version: 0,
         };

@@ -1,7 +1,8 @@
-//! The rollout controller's writes: a decision's plan applies, cordons and uncordons
-//! (in order per node, nodes in parallel), a teardown's forgotten cordons, and the
-//! rollout's status (paced, [`crate::status_pacing`]). Each plan write feeds the rollout's
-//! view ([`crate::rollout_view::ChangeFeed`]) so the next round rebuilds that node.
+//! The rollout controller's writes: a decision's plan applies, cordons and uncordons and
+//! the autoscaler's scale-down annotation (in order per node, nodes in parallel), a
+//! teardown's forgotten cordons, and the rollout's status (paced,
+//! [`crate::status_pacing`]). Each plan write feeds the rollout's view
+//! ([`crate::rollout_view::ChangeFeed`]) so the next round rebuilds that node.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -173,7 +174,32 @@ async fn carry_out_one(
         }
         NodeAction::Cordon { node } => set_unschedulable(node, true, ctx).await?,
         NodeAction::Uncordon { node } => set_unschedulable(node, false, ctx).await?,
+        NodeAction::DisableScaleDown { node } => mark_scale_down(node, true, ctx).await?,
+        NodeAction::RestoreScaleDown { node } => mark_scale_down(node, false, ctx).await?,
     }
+    Ok(())
+}
+
+/// Sets (or removes) the autoscaler's scale-down annotation together with inplace's mark
+/// that it set it, in one merge patch (`decision/autoscaler.rs`).
+pub(crate) async fn mark_scale_down(node: &str, disabled: bool, ctx: &Context) -> Result<()> {
+    use crate::decision::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION};
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    ctx.metrics.wrote(if disabled {
+        "node_scale_down_disable"
+    } else {
+        "node_scale_down_restore"
+    });
+    let value = if disabled { json!("true") } else { Value::Null };
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(SCALE_DOWN_DISABLED_ANNOTATION.to_owned(), value.clone());
+    annotations.insert(SCALE_DOWN_MARK_ANNOTATION.to_owned(), value);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    cordon::patch_node(&nodes, &params, node, None, annotations).await?;
+    ctx.views.feed.node_changed(node);
     Ok(())
 }
 

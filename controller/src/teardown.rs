@@ -9,8 +9,9 @@
 //! A node whose agent is still swapping stays cordoned until the agent reports a final
 //! phase, so a deletion never opens a node to pods mid-swap — or, when the rollout has a
 //! `progressDeadline`, until that passes since its grant: then the node stays cordoned for
-//! a person and the rollout goes. `docs/design/controller.md`
-//! (§ Deleting a rollout) describes the rules.
+//! a person and the rollout goes. The autoscaler's scale-down annotation the rollout set
+//! (`decision/autoscaler.rs`) is removed from every node not waited for.
+//! `docs/design/controller.md` (§ Deleting a rollout) describes the rules.
 
 use std::time::Duration;
 
@@ -39,6 +40,9 @@ pub struct TeardownNode {
     pub unschedulable: Option<bool>,
     /// The plan, as the controller last wrote it, with the agent's report.
     pub plan: PlanView,
+    /// The Node carries inplace's mark that it disabled the autoscaler's scale-down
+    /// (`decision/autoscaler.rs`).
+    pub scale_down_ours: bool,
 }
 
 /// One write of the teardown, in order per node.
@@ -55,13 +59,21 @@ pub enum TeardownAction {
         /// The node (and plan).
         node: String,
     },
+    /// Remove the autoscaler's scale-down annotation and inplace's mark of it from the
+    /// Node (`decision/autoscaler.rs`).
+    RestoreScaleDown {
+        /// The node.
+        node: String,
+    },
 }
 
 impl TeardownAction {
     /// The node the action concerns.
     pub fn node(&self) -> &str {
         match self {
-            TeardownAction::Uncordon { node } | TeardownAction::ForgetCordon { node } => node,
+            TeardownAction::Uncordon { node }
+            | TeardownAction::ForgetCordon { node }
+            | TeardownAction::RestoreScaleDown { node } => node,
         }
     }
 }
@@ -95,76 +107,93 @@ pub fn decide_teardown(
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let mut teardown = Teardown::default();
     for node in nodes {
-        let plan = &node.plan;
-        if !plan.cordoned {
-            continue;
-        }
-        let Some(unschedulable) = node.unschedulable else {
-            continue;
-        };
-        let state = plan
-            .revision
-            .as_ref()
-            .and_then(|revision| classify(plan, revision))
-            .map(|state| past_deadline(plan, state, progress_deadline, now));
-        let past_deadline = state.as_ref().is_some_and(|s| {
-            matches!(s, NodeState::Failed { reason, .. }
-                if reason == Reason::ProgressDeadlineExceeded.as_str())
-        });
-        let activating = !past_deadline
-            && (busy_elsewhere(plan)
-                || (state == Some(NodeState::Updating)
-                    && plan.desired_state == DesiredState::Active));
-        if activating {
-            teardown.waiting.push(node.name.clone());
-            teardown.events.push(event(
-                EventKind::Normal,
-                "WaitingForActivation",
-                format!(
-                    "node {} stays cordoned until its agent finishes the activation it started",
-                    node.name
-                ),
-                &node.name,
-            ));
-            continue;
-        }
-        if let Some(state) = state.as_ref().filter(|s| keeps_cordon(s)) {
-            let why = match state {
-                NodeState::Failed { reason, message } => format!("{reason}: {message}"),
-                _ => String::new(),
-            };
-            teardown.events.push(event(
-                EventKind::Warning,
-                "KeptCordoned",
-                format!(
-                    "node {} stays cordoned, it needs a person: {why}",
-                    node.name
-                ),
-                &node.name,
-            ));
-            continue;
-        }
-        if unschedulable {
-            teardown.actions.push(TeardownAction::Uncordon {
+        let waiting = undo_cordon(node, progress_deadline, now, &mut teardown);
+        // The autoscaler's annotation goes with the cordon: once the node is not activating.
+        if node.scale_down_ours && node.unschedulable.is_some() && !waiting {
+            teardown.actions.push(TeardownAction::RestoreScaleDown {
                 node: node.name.clone(),
             });
-            teardown.events.push(event(
-                EventKind::Normal,
-                "Uncordoned",
-                format!(
-                    "node {} uncordoned: the rollout that cordoned it was deleted",
-                    node.name
-                ),
-                &node.name,
-            ));
         }
-        // Forgotten only after the uncordon: a crash in between leaves the record, and the
-        // next round finds the node schedulable and just forgets it.
-        teardown.actions.push(TeardownAction::ForgetCordon {
-            node: node.name.clone(),
-        });
     }
     teardown
+}
+
+/// Undoes the rollout's cordon of `node`, if it made one; returns whether the node is
+/// still activating (the teardown waits for it).
+fn undo_cordon(
+    node: &TeardownNode,
+    progress_deadline: Option<&ApiDuration>,
+    now: Timestamp,
+    teardown: &mut Teardown,
+) -> bool {
+    let plan = &node.plan;
+    if !plan.cordoned {
+        return false;
+    }
+    let Some(unschedulable) = node.unschedulable else {
+        return false;
+    };
+    let state = plan
+        .revision
+        .as_ref()
+        .and_then(|revision| classify(plan, revision))
+        .map(|state| past_deadline(plan, state, progress_deadline, now));
+    let past_deadline = state.as_ref().is_some_and(|s| {
+        matches!(s, NodeState::Failed { reason, .. }
+                if reason == Reason::ProgressDeadlineExceeded.as_str())
+    });
+    let activating = !past_deadline
+        && (busy_elsewhere(plan)
+            || (state == Some(NodeState::Updating) && plan.desired_state == DesiredState::Active));
+    if activating {
+        teardown.waiting.push(node.name.clone());
+        teardown.events.push(event(
+            EventKind::Normal,
+            "WaitingForActivation",
+            format!(
+                "node {} stays cordoned until its agent finishes the activation it started",
+                node.name
+            ),
+            &node.name,
+        ));
+        return true;
+    }
+    if let Some(state) = state.as_ref().filter(|s| keeps_cordon(s)) {
+        let why = match state {
+            NodeState::Failed { reason, message } => format!("{reason}: {message}"),
+            _ => String::new(),
+        };
+        teardown.events.push(event(
+            EventKind::Warning,
+            "KeptCordoned",
+            format!(
+                "node {} stays cordoned, it needs a person: {why}",
+                node.name
+            ),
+            &node.name,
+        ));
+        return false;
+    }
+    if unschedulable {
+        teardown.actions.push(TeardownAction::Uncordon {
+            node: node.name.clone(),
+        });
+        teardown.events.push(event(
+            EventKind::Normal,
+            "Uncordoned",
+            format!(
+                "node {} uncordoned: the rollout that cordoned it was deleted",
+                node.name
+            ),
+            &node.name,
+        ));
+    }
+    // Forgotten only after the uncordon: a crash in between leaves the record, and the
+    // next round finds the node schedulable and just forgets it.
+    teardown.actions.push(TeardownAction::ForgetCordon {
+        node: node.name.clone(),
+    });
+    false
 }
 
 /// A granted node still activating past `progressDeadline` is failed, as during the
@@ -222,6 +251,7 @@ mod tests {
             name: name.into(),
             unschedulable,
             plan,
+            scale_down_ours: false,
         }
     }
 
@@ -285,6 +315,29 @@ mod tests {
             assert!(t.finished());
             assert_eq!(t.events[0].reason, "Uncordoned");
         }
+    }
+
+    #[test]
+    fn the_autoscaler_annotation_goes_once_the_node_is_not_activating() {
+        let marked = |name: &str, cordoned: bool, phase: Option<Phase>| TeardownNode {
+            scale_down_ours: true,
+            ..node(
+                name,
+                Some(cordoned),
+                plan(DesiredState::Active, phase, cordoned),
+            )
+        };
+        let t = decide_teardown_now(&[
+            marked("w1", false, Some(Phase::Activating)),
+            marked("w2", true, Some(Phase::Activating)),
+            marked("w3", true, Some(Phase::Succeeded)),
+        ]);
+        let restore = |node: &str| TeardownAction::RestoreScaleDown { node: node.into() };
+        let mut want = vec![restore("w1")];
+        want.extend(uncordon_and_forget("w3"));
+        want.push(restore("w3"));
+        assert_eq!(t.actions, want, "w2 is waited for, its mark kept");
+        assert_eq!(t.waiting, ["w2"]);
     }
 
     #[test]

@@ -1,14 +1,17 @@
-//! Others' disruption against `maxUnavailable` on the real kube-apiserver, with simulated
-//! agents (`support::sim_agent`): a node a person cordoned occupies the only slot, so no
-//! activation starts until it is uncordoned (docs/usage/standalone-rollouts.md § Sharing
-//! the fleet).
+//! Sharing the fleet on the real kube-apiserver, with simulated agents
+//! (`support::sim_agent`): a node a person cordoned occupies the only slot, so no
+//! activation starts until it is uncordoned; and a node activating carries the cluster
+//! autoscaler's scale-down-disabled annotation, removed once it is done — unless someone
+//! else set it (docs/usage/standalone-rollouts.md § Sharing the fleet).
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use inplace_controller::decision::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION};
 use kube::api::Patch;
 use serde_json::json;
 use support::sim_agent::SimConfig;
@@ -25,14 +28,39 @@ async fn set_cordon(bed: &Bed, node: &str, cordoned: bool) {
         .unwrap();
 }
 
+/// The node's scale-down annotation and inplace's mark of it, as `(autoscaler's, mark)`.
+async fn scale_down(bed: &Bed, node: &str) -> (Option<String>, Option<String>) {
+    let node = bed.nodes().get(node).await.unwrap();
+    let annotations: BTreeMap<String, String> = node.metadata.annotations.unwrap_or_default();
+    (
+        annotations.get(SCALE_DOWN_DISABLED_ANNOTATION).cloned(),
+        annotations.get(SCALE_DOWN_MARK_ANNOTATION).cloned(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_a_person_cordoned_takes_the_slot_until_uncordoned() {
+async fn a_node_a_person_cordoned_takes_the_slot_and_activating_nodes_keep_the_autoscaler_off() {
     let bed = Bed::start().await;
-    let _fleet = bed.fleet(SimConfig::default());
-    for name in ["worker-1", "worker-2"] {
+    let mut config = SimConfig::default();
+    config
+        .slow
+        .insert("worker-1".into(), Duration::from_secs(3));
+    let _fleet = bed.fleet(config);
+    for name in ["worker-1", "worker-2", "worker-3"] {
         create_node(&bed.client, name, &[]).await;
     }
     set_cordon(&bed, "worker-2", true).await;
+    // Someone else keeps the autoscaler off worker-3: inplace leaves that alone.
+    bed.nodes()
+        .patch(
+            "worker-3",
+            &Default::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {SCALE_DOWN_DISABLED_ANNOTATION: "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
     create_release(&bed.client, "rel", "v1").await;
     create_rollout(
         &bed.client,
@@ -43,9 +71,9 @@ async fn a_node_a_person_cordoned_takes_the_slot_until_uncordoned() {
     let rollout = rollout_when(
         &bed.client,
         "ro",
-        "both staged, the slot used by worker-2",
+        "all staged, the slot used by worker-2",
         |r| {
-            r.status.as_ref().is_some_and(|s| s.nodes.staged == 2)
+            r.status.as_ref().is_some_and(|s| s.nodes.staged == 3)
                 && condition(r, "Progressing")
                     .is_some_and(|(_, _, m)| m.contains("1 slot used by others: worker-2 cordoned"))
         },
@@ -62,11 +90,34 @@ async fn a_node_a_person_cordoned_takes_the_slot_until_uncordoned() {
         "no grant while worker-2 is cordoned"
     );
 
+    assert_eq!(scale_down(&bed, "worker-1").await, (None, None));
+
     set_cordon(&bed, "worker-2", false).await;
+    eventually(
+        "worker-1 activating with the autoscaler kept off",
+        || async {
+            let activating = bed.rollouts().get("ro").await.ok()?.status?.active_nodes;
+            let marked = scale_down(&bed, "worker-1").await
+                == (Some("true".to_owned()), Some("true".to_owned()));
+            (activating == ["worker-1"] && marked).then_some(())
+        },
+    )
+    .await;
     let done = rollout_when(&bed.client, "ro", "Complete=True", |r| {
         has_condition(r, "Complete", "True", "AllNodesUpdated")
     })
     .await;
     assert!(done.status.unwrap().foreign_disruptions.is_empty());
-    assert_eq!(bed.granted().await, ["worker-1", "worker-2"]);
+    assert_eq!(bed.granted().await, ["worker-1", "worker-2", "worker-3"]);
+    for node in ["worker-1", "worker-2"] {
+        eventually(&format!("{node}'s annotation removed"), || async {
+            (scale_down(&bed, node).await == (None, None)).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        scale_down(&bed, "worker-3").await,
+        (Some("true".to_owned()), None),
+        "someone else's annotation stays"
+    );
 }

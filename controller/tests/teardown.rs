@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 
+use inplace_controller::decision::SCALE_DOWN_MARK_ANNOTATION;
 use inplace_proto::{DesiredState, NodeUpdatePlan, Phase};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -119,6 +120,16 @@ async fn deleting_a_rollout_uncordons_the_nodes_it_cordoned_and_no_other() {
     assert!(!cordon_recorded(
         &bed.plans().get("worker-2").await.unwrap()
     ));
+    let scale_down_marked = |node: &Node| {
+        node.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(SCALE_DOWN_MARK_ANNOTATION))
+    };
+    assert!(
+        scale_down_marked(&bed.nodes().get("worker-1").await.unwrap()),
+        "the autoscaler is kept off the draining node"
+    );
 
     bed.rollouts()
         .delete("ro", &Default::default())
@@ -126,7 +137,13 @@ async fn deleting_a_rollout_uncordons_the_nodes_it_cordoned_and_no_other() {
         .unwrap();
     rollout_gone(&bed, "ro").await;
 
-    assert!(!cordoned(&bed.nodes().get("worker-1").await.unwrap()));
+    let worker_1 = bed.nodes().get("worker-1").await.unwrap();
+    assert!(!cordoned(&worker_1));
+    assert!(
+        !scale_down_marked(&worker_1),
+        "the autoscaler's annotation goes with the rollout: {:?}",
+        worker_1.metadata.annotations
+    );
     let plan = bed.plans().get("worker-1").await.unwrap();
     assert!(!cordon_recorded(&plan), "{:?}", plan.metadata.annotations);
     assert_eq!(

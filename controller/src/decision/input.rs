@@ -8,7 +8,7 @@ use inplace_proto::{
 };
 use k8s_openapi::jiff::Timestamp;
 
-use super::{AlertObservation, DrainProgress, Readiness};
+use super::{AlertObservation, DrainProgress, Readiness, ScaleDownMark};
 
 /// The rollout's release, as far as the rollout is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +137,9 @@ pub struct NodeView {
     pub drain: Option<DrainProgress>,
     /// What a person asked for on the Node (hold, skip): `steer.rs`.
     pub steering: Steering,
+    /// The autoscaler's scale-down annotation on the Node, and whether inplace set it
+    /// (`autoscaler.rs`).
+    pub scale_down: ScaleDownMark,
     /// `status.nodeInfo.kubeletVersion`, as its kubelet reports it (the skew guard,
     /// `version_skew.rs`); `None` when it reports none.
     pub kubelet_version: Option<String>,

@@ -10,10 +10,12 @@
 //!
 //! A release the skew guard refuses (`version_skew.rs`: a kubelet newer than the API
 //! server, a skipped minor version, a downgrade) touches no node. Otherwise
-//! `decide` runs five phases, each a pure function in its own file: `classify.rs` (where
+//! `decide` runs its phases, each a pure function in its own file: `classify.rs` (where
 //! each owned node stands, its plan intent, its drain), `foreign.rs` (the nodes others
-//! took down, each occupying a slot), `grant.rs` (the halt rule and the activation slots), `actions.rs` (cordons, uncordons and plan applies in activation
-//! order), `status.rs` (counts, conditions, Events). An agent's report is read by proto's
+//! took down, each occupying a slot), `grant.rs` (the halt rule and the activation slots),
+//! `autoscaler.rs` (the autoscaler's scale-down annotation on nodes holding a slot),
+//! `actions.rs` (cordons, uncordons and plan applies in activation order), `status.rs`
+//! (counts, conditions, Events). An agent's report is read by proto's
 //! one rule ([`inplace_proto::Outcome`]), shared with the Cluster API extension and
 //! `kubectl inplace`.
 //!
@@ -39,6 +41,7 @@ use inplace_proto::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 mod actions;
+mod autoscaler;
 mod classify;
 mod drain;
 mod foreign;
@@ -52,6 +55,7 @@ mod steer;
 mod version_skew;
 mod window;
 
+pub use autoscaler::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION, ScaleDownMark};
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
 pub use drain::{drain_pass_options, needs_drain_pass, rollout_drains};
 pub use health::{AlertObservation, Readiness};
@@ -152,6 +156,17 @@ pub enum NodeAction {
         /// The node.
         node: String,
     },
+    /// Set the autoscaler's [`SCALE_DOWN_DISABLED_ANNOTATION`] and inplace's
+    /// [`SCALE_DOWN_MARK_ANNOTATION`] on the Node, in one patch (`autoscaler.rs`).
+    DisableScaleDown {
+        /// The node.
+        node: String,
+    },
+    /// Remove both annotations [`NodeAction::DisableScaleDown`] set, in one patch.
+    RestoreScaleDown {
+        /// The node.
+        node: String,
+    },
 }
 
 impl NodeAction {
@@ -160,7 +175,9 @@ impl NodeAction {
         match self {
             NodeAction::ApplyPlan { node, .. }
             | NodeAction::Cordon { node }
-            | NodeAction::Uncordon { node } => node,
+            | NodeAction::Uncordon { node }
+            | NodeAction::DisableScaleDown { node }
+            | NodeAction::RestoreScaleDown { node } => node,
         }
     }
 }
@@ -260,11 +277,11 @@ pub fn resolve_ownership(
 }
 
 /// The decision, in named phases, each pure and in its own file: the skew guard
-/// (`version_skew.rs`), classify the nodes
-/// (`classify.rs`), find the nodes others took down (`foreign.rs`), halt and grant slots
-/// (`grant.rs`), turn intents into writes
-/// (`actions.rs`), report status, conditions and Events (`status.rs`). See the module
-/// documentation and `docs/design/controller.md`.
+/// (`version_skew.rs`), classify the nodes (`classify.rs`), find the nodes others took
+/// down (`foreign.rs`), halt and grant slots (`grant.rs`), keep the autoscaler off nodes
+/// holding a slot (`autoscaler.rs`), turn intents into writes (`actions.rs`), report
+/// status, conditions and Events (`status.rs`). See the module documentation and
+/// `docs/design/controller.md`.
 pub fn decide(input: &RolloutInput<'_>) -> Decision {
     decide_with_memo(input, &mut DecisionMemo::default())
 }
@@ -346,8 +363,10 @@ pub fn decide_with_memo(input: &RolloutInput<'_>, memo: &mut DecisionMemo) -> De
         &mut nodes.states,
         &mut nodes.intents,
     );
+    autoscaler::disable_scale_down(&owned, &nodes.states, &mut decision.actions);
     let staging_deferred =
         actions::node_actions(input.spec, &owned, &mut nodes, &grants, &mut decision, memo);
+    autoscaler::restore_scale_down(&owned, &nodes.states, &mut decision.actions);
     let found = status::Found {
         revision,
         owned: &owned,

@@ -45,6 +45,7 @@ pub(super) fn node(name: &str) -> NodeView {
         plan: None,
         drain: None,
         steering: Steering::default(),
+        scale_down: Default::default(),
         kubelet_version: None,
         version: 0,
     }
@@ -173,6 +174,19 @@ fn applies(d: &Decision) -> Vec<(&str, &PlanIntent)> {
         .filter_map(|a| match a {
             NodeAction::ApplyPlan { node, intent } => Some((node.as_str(), intent)),
             _ => None,
+        })
+        .collect()
+}
+
+/// The round's writes but the autoscaler's annotation (`tests/autoscaler.rs`).
+fn without_scale_down(d: &Decision) -> Vec<&NodeAction> {
+    d.actions
+        .iter()
+        .filter(|a| {
+            !matches!(
+                a,
+                NodeAction::DisableScaleDown { .. } | NodeAction::RestoreScaleDown { .. }
+            )
         })
         .collect()
 }
@@ -667,13 +681,14 @@ fn cordon_is_recorded_then_made_then_the_plan_activated() {
     let mut s = spec(IntOrString::Int(1), 0);
     s.disruption = Disruption::Cordon;
     let d = decide(&input(&s, vec![staged(node("a"))]));
-    assert_eq!(d.actions.len(), 3, "{:?}", d.actions);
-    let NodeAction::ApplyPlan { intent: first, .. } = &d.actions[0] else {
+    let actions = without_scale_down(&d);
+    assert_eq!(actions.len(), 3, "{:?}", d.actions);
+    let NodeAction::ApplyPlan { intent: first, .. } = actions[0] else {
         panic!("{:?}", d.actions)
     };
     assert!(first.cordoned && first.desired_state == DesiredState::Staged);
-    assert_eq!(d.actions[1], NodeAction::Cordon { node: "a".into() });
-    let NodeAction::ApplyPlan { intent: last, .. } = &d.actions[2] else {
+    assert_eq!(*actions[1], NodeAction::Cordon { node: "a".into() });
+    let NodeAction::ApplyPlan { intent: last, .. } = actions[2] else {
         panic!("{:?}", d.actions)
     };
     assert!(last.cordoned && last.desired_state == DesiredState::Active);
@@ -710,7 +725,7 @@ fn a_person_cordoned_node_is_not_recorded_as_ours() {
     let mut n = staged(node("a"));
     n.unschedulable = true;
     let d = decide(&input(&s, vec![n]));
-    assert_eq!(d.actions.len(), 1);
+    assert_eq!(without_scale_down(&d).len(), 1);
     let (_, intent) = applies(&d)[0];
     assert!(!intent.cordoned);
     assert_eq!(intent.desired_state, DesiredState::Active);
@@ -736,6 +751,11 @@ fn rollback_failed_keeps_the_cordon() {
 fn draining(name: &str, granted_at: i64) -> NodeView {
     let mut n = staged(node(name));
     n.unschedulable = true;
+    // Marked with its grant (`autoscaler.rs`).
+    n.scale_down = ScaleDownMark {
+        disabled: true,
+        ours: true,
+    };
     let p = n.plan.as_mut().unwrap();
     p.granted_at = Some(t(granted_at));
     p.cordoned = true;
@@ -747,13 +767,14 @@ fn drain_grant_cordons_first_and_keeps_the_plan_staged() {
     let mut s = spec(IntOrString::Int(1), 0);
     s.disruption = Disruption::Drain;
     let d = decide(&input(&s, vec![staged(node("a"))]));
-    assert_eq!(d.actions.len(), 2, "{:?}", d.actions);
-    let NodeAction::ApplyPlan { intent, .. } = &d.actions[0] else {
+    let actions = without_scale_down(&d);
+    assert_eq!(actions.len(), 2, "{:?}", d.actions);
+    let NodeAction::ApplyPlan { intent, .. } = actions[0] else {
         panic!()
     };
     assert!(intent.cordoned && intent.granted_at.is_some());
     assert_eq!(intent.desired_state, DesiredState::Staged);
-    assert_eq!(d.actions[1], NodeAction::Cordon { node: "a".into() });
+    assert_eq!(*actions[1], NodeAction::Cordon { node: "a".into() });
     assert_eq!(d.status.nodes.updating, 1);
 }
 
@@ -946,6 +967,13 @@ fn carry_out(v: &mut NodeView, action: &NodeAction) {
         }
         NodeAction::Cordon { .. } => v.unschedulable = true,
         NodeAction::Uncordon { .. } => v.unschedulable = false,
+        NodeAction::DisableScaleDown { .. } => {
+            v.scale_down = ScaleDownMark {
+                disabled: true,
+                ours: true,
+            }
+        }
+        NodeAction::RestoreScaleDown { .. } => v.scale_down = ScaleDownMark::default(),
     }
 }
 
@@ -1105,12 +1133,8 @@ fn simulate(
             "round {round}: the decision with the last rounds' memo differs"
         );
         for action in &d.actions {
-            let name = match action {
-                NodeAction::ApplyPlan { node, .. }
-                | NodeAction::Cordon { node }
-                | NodeAction::Uncordon { node } => node,
-            };
-            let n = nodes.iter_mut().find(|n| &n.view.name == name).unwrap();
+            let name = action.node();
+            let n = nodes.iter_mut().find(|n| n.view.name == name).unwrap();
             carry_out(&mut n.view, action);
         }
         // Invariants after the round's writes: the slot holders (activating within their
@@ -1192,6 +1216,11 @@ fn simulate(
                 assert!(
                     !n.view.unschedulable || past_deadline.contains(n.view.name.as_str()),
                     "{} left cordoned",
+                    n.view.name
+                );
+                assert!(
+                    !n.view.scale_down.ours,
+                    "{} left with scale-down disabled",
                     n.view.name
                 );
             }
@@ -1369,6 +1398,7 @@ proptest! {
     }
 }
 
+mod autoscaler;
 mod drain;
 mod foreign;
 mod health;

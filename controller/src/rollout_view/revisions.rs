@@ -91,6 +91,7 @@ mod tests {
             }),
             drain: None,
             steering: Steering::default(),
+            scale_down: Default::default(),
             kubelet_version: None,
             version: 0,
         }

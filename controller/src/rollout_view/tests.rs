@@ -11,6 +11,7 @@ fn view_of(name: usize, control_plane: bool) -> (NodeView, String) {
         plan: None,
         drain: None,
         steering: Steering::default(),
+        scale_down: Default::default(),
         kubelet_version: None,
         version: 0,
     };
