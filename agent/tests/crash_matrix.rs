@@ -1,44 +1,55 @@
-//! Crash matrix on a real systemd host (issue 7, item 1).
+//! Crash matrix on a real Kubernetes node (issue 7, item 1; issue 34).
 //!
-//! One Debian node booted with systemd-nspawn runs the real agent binary under the
-//! shipped, hardened unit (plus a drop-in `RestartSec=1s`, so a case does not wait the
-//! shipped 10 s for each restart). The binary is this package's test build, which has the
-//! `failpoints` feature (see `src/failpoints.rs`): writing a point's name to
-//! `/run/inplace/failpoints` makes the agent SIGKILL itself when it passes that point.
+//! One nspawn node is a real Kubernetes node (`inplace_tests::kube_node`): the real kubelet
+//! (built from Kubernetes' Go module) merged from a `kubernetes` system extension, containerd,
+//! registered with the real control plane as `system:node:NAME`, running one Pod. The agent
+//! runs there under the shipped, hardened unit (plus a drop-in `RestartSec=1s`, so a case does
+//! not wait the shipped 10 s for each restart), with the kubelet's own kubeconfig as its
+//! identity. The binary is this package's test build, which has the `failpoints` feature (see
+//! `src/failpoints.rs`): writing a point's name to `/run/inplace/failpoints` makes the agent
+//! SIGKILL itself when it passes that point.
 //!
 //! Each case starts from a committed, healthy revision, arms one point (or schedules a
 //! SIGKILL from outside after a random delay), and applies a new revision: a healthy one
-//! (update points) or one whose kubelet dies (rollback points). systemd restarts the agent
-//! with the point disarmed (it fires once); the case waits for the final phase and checks
-//! the invariant of faults.md on the host and in the status:
+//! (update points; the real kubelet) or one whose kubelet cannot start (rollback points; the
+//! same kubelet with a flag it refuses, crash-looping until the health check's timeout).
+//! Every revision's image holds its case tag at its root (its own sha256). The health checks
+//! are the unit and the Node `Ready`. systemd restarts the agent with the point disarmed (it
+//! fires once); the case waits for the final phase and checks the invariant of faults.md on
+//! the node and in the status (`crash_bed/invariant.rs`):
 //! * the sysext link and the managed binary links point at complete files whose sha256 is
 //!   the one of the expected revision (new after an update, old after a rollback); a
 //!   binary the committed revision dropped (the `activate.remove` case leaves `crictl` out
 //!   of its plan) has no link left; no
 //!   `.inplace-new` temporaries; the staging directory is empty;
-//! * the merged /usr is the healthy image and kubelet.service is active;
+//! * the merged /usr is a healthy image's and kubelet.service is active;
 //! * the previous committed revision's image is still on disk;
 //! * the status says `Succeeded` / `RolledBack` with the right `currentRevision`, and a
 //!   revision that was rolled back was never reported `Succeeded`;
-//! * the point really fired (the file is gone, systemd counted one more restart).
+//! * the point really fired (the file is gone, systemd counted one more restart);
+//! * the Node is `Ready` and the Pod kept its container through every case: the same Pod,
+//!   container ID, process (containerd's task list) and start time, `restartCount` 0.
 //!
 //! CI (default): every named point once plus two random kills. Long mode:
 //! `INPLACE_CRASH_MATRIX=long cargo nextest run -p inplace-agent --test crash_matrix`
 //! runs every point three times and random kills until at least 100 crashes were injected
 //! (`INPLACE_CRASH_MATRIX_MIN` overrides the 100).
+//!
+//! The two API cases keep the stand-in kubelet (`usr/bin/kubelet-sim`): the outage case
+//! because a Node check cannot pass while kube-apiserver is down (the node must finish from
+//! its journal alone), the 409/410 case because it runs on the emulator, with which a real
+//! kubelet cannot register.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crash_bed::{Bed, Kill, Kubelet, boot};
 use inplace_api_emulator::{AuthzMode, EmulatorConfig};
 use inplace_proto::{NodeUpdatePlan, Phase};
-use inplace_tests::sysext::{SysextBuilder, SysextImage};
 use inplace_tests::test_api::TestApi;
-use real_node::AgentNode;
-use sha2::Digest;
 
+mod crash_bed;
 mod real_node;
 
 /// Points an update to a healthy revision passes.
@@ -67,333 +78,6 @@ const ROLLBACK_POINTS: &[&str] = &[
     "rollback.saved",
 ];
 
-#[derive(Clone, Copy, Debug)]
-enum Kill {
-    Point(&'static str),
-    /// SIGKILL from outside this long after the plan changed.
-    After(Duration),
-}
-
-struct Bed {
-    real: AgentNode,
-    healthy: (Vec<u8>, String),
-    broken: (Vec<u8>, String),
-    /// The committed case tag and revision.
-    committed: (String, String),
-    /// Whether the committed revision links `/opt/bin/crictl`.
-    committed_crictl: bool,
-    /// Whether the next plan leaves `crictl` out (dropping it from the committed revision).
-    without_crictl: bool,
-    injected: usize,
-    cases: usize,
-}
-
-async fn image(dir: &Path, tag: &str, healthy: bool) -> SysextImage {
-    // The broken kubelet dies at once: one that lived 1 s raced the plan's 1 s health window
-    // and, on a loaded machine, outlived it (reported Succeeded: an unhealthy revision that
-    // was healthy for the whole window, which the agent rightly commits).
-    let kubelet: &[u8] = if healthy {
-        b"#!/bin/sh\nexec sleep infinity\n"
-    } else {
-        b"#!/bin/sh\nexit 1\n"
-    };
-    let flavor: &[u8] = if healthy { b"healthy\n" } else { b"broken\n" };
-    SysextBuilder::new("kubernetes")
-        .file("usr/bin/kubelet-sim", kubelet.to_vec(), 0o755)
-        .file("usr/lib/kubelet-flavor", flavor.to_vec(), 0o644)
-        .build(&dir.join(format!("kubernetes-{tag}.raw")))
-        .await
-        .expect("mksquashfs")
-}
-
-fn kubectl(tag: &str) -> Vec<u8> {
-    format!("#!/bin/sh\necho kubectl-{tag}\n").into_bytes()
-}
-
-fn crictl(tag: &str) -> Vec<u8> {
-    format!("#!/bin/sh\necho crictl-{tag}\n").into_bytes()
-}
-
-impl Bed {
-    fn plan(&self, tag: &str, healthy: bool) -> NodeUpdatePlan {
-        let (bytes, sha) = if healthy { &self.healthy } else { &self.broken };
-        let server = &self.real.server;
-        let mut artifacts = vec![
-            serde_json::json!({"name": "kubernetes", "type": "Sysext",
-                "url": server.url(&format!("/{tag}/kubernetes-{tag}.raw")),
-                "sha256": sha, "size": bytes.len()}),
-            serde_json::json!({"name": "kubectl", "type": "Binary",
-                "url": server.url(&format!("/{tag}/kubectl")),
-                "sha256": hex::encode(sha2::Sha256::digest(kubectl(tag))),
-                "path": "/opt/bin/kubectl"}),
-        ];
-        if !self.without_crictl {
-            artifacts.push(serde_json::json!({"name": "crictl", "type": "Binary",
-                "url": server.url(&format!("/{tag}/crictl")),
-                "sha256": hex::encode(sha2::Sha256::digest(crictl(tag))),
-                "path": "/opt/bin/crictl"}));
-        }
-        self.real.plan(
-            artifacts,
-            serde_json::json!({"units": ["kubelet.service"], "window": "1s", "timeout": "60s"}),
-        )
-    }
-
-    fn publish(&self, tag: &str, healthy: bool) {
-        let bytes = if healthy {
-            &self.healthy.0
-        } else {
-            &self.broken.0
-        };
-        self.real
-            .server
-            .put_bytes(&format!("/{tag}/kubernetes-{tag}.raw"), bytes.clone());
-        self.real
-            .server
-            .put_bytes(&format!("/{tag}/kubectl"), kubectl(tag));
-        self.real
-            .server
-            .put_bytes(&format!("/{tag}/crictl"), crictl(tag));
-    }
-
-    async fn restarts(&self) -> u64 {
-        let out = self
-            .real
-            .node
-            .systemctl(&[
-                "show",
-                "-p",
-                "NRestarts",
-                "--value",
-                "inplace-agent.service",
-            ])
-            .await
-            .unwrap();
-        out.trim().parse().unwrap_or(0)
-    }
-
-    /// The invariant of faults.md on the host and in the status, with `tag` / `revision`
-    /// committed and `previous` still on disk.
-    async fn check_invariant(&self, tag: &str, revision: &str, previous: &str, label: &str) {
-        let node = &self.real.node;
-        let link = node
-            .exec_ok(&["readlink", "/etc/extensions/kubernetes.raw"])
-            .await
-            .unwrap();
-        let expected = format!("/opt/extensions/kubernetes/kubernetes-{tag}.raw");
-        assert_eq!(link.trim(), expected, "{label}: sysext link");
-        let sum = node.exec_ok(&["sha256sum", &expected]).await.unwrap();
-        assert!(
-            sum.starts_with(&self.healthy.1),
-            "{label}: sysext image is complete and verified: {sum}"
-        );
-        let bin = node
-            .exec_ok(&["readlink", "/opt/bin/kubectl"])
-            .await
-            .unwrap();
-        let bin_sum = node.exec_ok(&["sha256sum", bin.trim()]).await.unwrap();
-        assert!(
-            bin_sum.starts_with(&hex::encode(sha2::Sha256::digest(kubectl(tag)))),
-            "{label}: kubectl link → {bin}: {bin_sum}"
-        );
-        assert_eq!(
-            node.exec_ok(&["/opt/bin/kubectl"]).await.unwrap().trim(),
-            format!("kubectl-{tag}"),
-            "{label}"
-        );
-        let crictl_now = node
-            .sh_ok(
-                "if [ -L /opt/bin/crictl ] || [ -e /opt/bin/crictl ]; \
-                 then /opt/bin/crictl || echo broken; else echo absent; fi",
-            )
-            .await
-            .unwrap();
-        let crictl_wanted = if self.committed_crictl {
-            format!("crictl-{tag}")
-        } else {
-            "absent".to_owned()
-        };
-        assert_eq!(crictl_now.trim(), crictl_wanted, "{label}: /opt/bin/crictl");
-        assert_eq!(
-            node.exec_ok(&["cat", "/usr/lib/kubelet-flavor"])
-                .await
-                .unwrap()
-                .trim(),
-            "healthy",
-            "{label}: the merged /usr is the committed image"
-        );
-        assert!(
-            node.is_active("kubelet.service").await.unwrap(),
-            "{label}: kubelet runs\n{}",
-            self.real.diagnostics().await
-        );
-        if previous != tag {
-            assert!(
-                node.exists(format!(
-                    "/opt/extensions/kubernetes/kubernetes-{previous}.raw"
-                ))
-                .await
-                .unwrap(),
-                "{label}: the previous revision ({previous}) is still on disk"
-            );
-        }
-        let leftovers = node
-            .sh_ok(
-                "find /etc/extensions /opt/bin /opt/extensions -name '*.inplace-new*'; \
-                 ls -A /var/lib/inplace/tmp 2>/dev/null || true",
-            )
-            .await
-            .unwrap();
-        assert!(
-            leftovers.trim().is_empty(),
-            "{label}: temporaries left: {leftovers}"
-        );
-        let status = self
-            .real
-            .api
-            .get(node.name())
-            .await
-            .unwrap()
-            .status
-            .unwrap();
-        assert_eq!(
-            status.current_revision.as_deref(),
-            Some(revision),
-            "{label}: currentRevision"
-        );
-    }
-
-    /// One case: from the committed revision to a new one, killed once on the way.
-    async fn case(&mut self, kill: Kill, healthy: bool) {
-        self.cases += 1;
-        let tag = format!("c{}", self.cases);
-        let label = format!("case {tag} ({kill:?}, healthy={healthy})");
-        self.publish(&tag, healthy);
-        self.without_crictl = matches!(kill, Kill::Point("activate.remove"));
-        let plan = self.plan(&tag, healthy);
-        let revision = inplace_proto::revision_of(&plan.spec.content);
-        let restarts = self.restarts().await;
-        if let Kill::Point(point) = kill {
-            self.real
-                .node
-                .write_file("/run/inplace/failpoints", point.as_bytes(), 0o644)
-                .await
-                .unwrap();
-        }
-        self.real.apply(&plan).await;
-        if let Kill::After(delay) = kill {
-            tokio::time::sleep(delay).await;
-            self.real
-                .node
-                .systemctl(&["kill", "--signal=SIGKILL", "inplace-agent.service"])
-                .await
-                .unwrap();
-        }
-        let want = if healthy {
-            Phase::Succeeded
-        } else {
-            Phase::RolledBack
-        };
-        self.real.wait_final(want, &revision, &label).await;
-        // The point fired exactly when armed: the file is gone and systemd restarted the
-        // agent. (A random kill may land after the final phase: it still must not harm.)
-        assert!(
-            !self
-                .real
-                .node
-                .exists("/run/inplace/failpoints")
-                .await
-                .unwrap(),
-            "{label}: the failpoint was never passed\n{}",
-            self.real.diagnostics().await
-        );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.restarts().await <= restarts {
-            assert!(
-                Instant::now() < deadline,
-                "{label}: systemd did not restart the agent"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        self.injected += 1;
-        self.real
-            .node
-            .wait_active("inplace-agent.service", Duration::from_secs(60))
-            .await
-            .unwrap();
-        // After a random kill, let the restarted agent settle on the final state.
-        self.real.wait_final(want, &revision, &label).await;
-        let previous = self.committed.clone();
-        if healthy {
-            self.committed = (tag.clone(), revision.clone());
-            self.committed_crictl = !self.without_crictl;
-        }
-        let (ctag, crev) = self.committed.clone();
-        self.check_invariant(&ctag, &crev, &previous.0, &label)
-            .await;
-        let status = self
-            .real
-            .api
-            .get(self.real.node.name())
-            .await
-            .unwrap()
-            .status
-            .unwrap();
-        let ready = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
-        let reason = if healthy { "Succeeded" } else { "RolledBack" };
-        assert_eq!(ready.reason, reason, "{label}: {}", ready.message);
-        eprintln!("{label}: ok");
-    }
-}
-
-/// Boots the node against `test_api` with the shipped unit restarted after 1 s instead of
-/// 10 s, and commits a first revision (no crash).
-async fn boot(test_api: TestApi) -> Bed {
-    let real = AgentNode::start_on(test_api, "crash", Some("[Service]\nRestartSec=1s\n")).await;
-    // The kubelet stand-in: its binary comes from the kubernetes sysext.
-    real.node
-        .write_file(
-            "/etc/systemd/system/kubelet.service",
-            b"[Unit]\nDescription=kubelet stand-in from the kubernetes sysext\n[Service]\nExecStart=/usr/bin/kubelet-sim\nRestart=no\n",
-            0o644,
-        )
-        .await
-        .unwrap();
-    let healthy = image(real.work.path(), "healthy", true).await;
-    let broken = image(real.work.path(), "broken", false).await;
-    let read = |img: &SysextImage| {
-        let path = img.path.clone();
-        let sha = img.sha256.clone();
-        async move { (tokio::fs::read(&path).await.unwrap(), sha) }
-    };
-    let mut bed = Bed {
-        real,
-        healthy: read(&healthy).await,
-        broken: read(&broken).await,
-        committed: (String::new(), String::new()),
-        committed_crictl: true,
-        without_crictl: false,
-        injected: 0,
-        cases: 0,
-    };
-    let tag = "c0".to_owned();
-    bed.publish(&tag, true);
-    let plan = bed.plan(&tag, true);
-    let revision = inplace_proto::revision_of(&plan.spec.content);
-    bed.real.apply(&plan).await;
-    bed.real
-        .wait_final(Phase::Succeeded, &revision, "first install")
-        .await;
-    bed.committed = (tag.clone(), revision.clone());
-    bed.check_invariant(&tag, &revision, &tag, "first install")
-        .await;
-    bed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
     let long = std::env::var("INPLACE_CRASH_MATRIX").is_ok_and(|v| v == "long");
@@ -401,7 +85,7 @@ async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
-    let mut bed = boot(TestApi::start().await.expect("the API server starts")).await;
+    let mut bed = boot(Kubelet::Real, None).await;
     let started = Instant::now();
     let rounds = if long { 3 } else { 1 };
     for _ in 0..rounds {
@@ -455,11 +139,12 @@ fn with_window(plan: NodeUpdatePlan, window: &str) -> NodeUpdatePlan {
 /// (same port, etcd kept the data) the agent reports it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_killed_mid_update_on_a_real_node() {
-    let mut bed = boot(TestApi::start().await.expect("the API server starts")).await;
+    let api = TestApi::start().await.expect("the API server starts");
+    let mut bed = boot(Kubelet::StandIn, Some(api)).await;
 
     bed.cases += 1;
     let tag = format!("c{}", bed.cases);
-    bed.publish(&tag, true);
+    bed.publish(&tag, true).await;
     let plan = with_window(bed.plan(&tag, true), "10s");
     let revision = inplace_proto::revision_of(&plan.spec.content);
     bed.real.apply(&plan).await;
@@ -540,7 +225,7 @@ async fn conflict_storm_and_gone_watch_on_a_real_node() {
     })
     .await
     .unwrap();
-    let mut bed = boot(emulator).await;
+    let mut bed = boot(Kubelet::StandIn, Some(emulator)).await;
 
     // A 409 storm on status writes, the watch cut and told 410 Gone: the next update is
     // seen (relist), applied and reported.
@@ -548,7 +233,7 @@ async fn conflict_storm_and_gone_watch_on_a_real_node() {
     faults(&bed).cut_watches();
     bed.cases += 1;
     let tag = format!("c{}", bed.cases);
-    bed.publish(&tag, true);
+    bed.publish(&tag, true).await;
     let plan = bed.plan(&tag, true);
     let revision = inplace_proto::revision_of(&plan.spec.content);
     bed.real.apply(&plan).await;

@@ -1,14 +1,19 @@
 //! The real agent on a real nspawn node, shared by the suites that run it there
-//! (`e2e_nspawn.rs`, `crash_matrix.rs`): the agent installed the way a package would (the
-//! binary, the shipped unit and tmpfiles, a config allowing the test's artifact server, the
-//! kubelet's kubeconfig), started under the shipped unit, and the waits and reads both suites
-//! make on the plan.
+//! (`e2e_nspawn.rs`, `crash_matrix.rs`, `containment.rs`): the agent installed the way a
+//! package would (the binary, the shipped unit and tmpfiles, a config allowing the test's
+//! artifact server, the kubelet's kubeconfig), started under the shipped unit, and the waits
+//! and reads the suites make on the plan.
 //!
 //! The API is the real kube-apiserver of the pinned release by default (a case only the
 //! emulator can produce passes one to [`AgentNode::start_on`]). The CRDs and the agent's
 //! shipped RBAC and admission policy (`packaging/kubernetes/agent`) are applied, and the
 //! node's `/etc/kubernetes/kubelet.conf` is its own kubelet identity (`system:node:NAME`,
 //! x509): the agent runs with exactly what a cluster grants it, never as an admin.
+//!
+//! Two kinds of node: a plain systemd host whose kubelet is whatever unit a suite puts there
+//! ([`AgentNode::start`]), or a real Kubernetes node with the real kubelet, containerd and a
+//! Pod ([`AgentNode::start_on_kube_node`], in `real_kubelet.rs`); both install and start the
+//! agent the same way.
 
 #![allow(dead_code)] // each suite uses a part
 
@@ -20,6 +25,8 @@ use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::nspawn::{Node, NodeOptions};
 use inplace_tests::test_api::TestApi;
 use kube::api::{Patch, PatchParams, PostParams};
+
+mod real_kubelet;
 
 /// How long a plan may take to reach a final phase on a loaded 2-core machine.
 pub const PATIENCE: Duration = Duration::from_secs(180);
@@ -61,58 +68,11 @@ impl AgentNode {
         unit_drop_in: Option<&str>,
         options: NodeOptions,
     ) -> AgentNode {
-        inplace_tests::prereq::require_nspawn().expect("prerequisites");
-        inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
-        test_api
-            .install_agent_objects()
-            .await
-            .expect("the CRDs and the agent's RBAC and admission policy apply");
-        let api = kube::Api::all(test_api.client().await.unwrap());
-        let server = ArtifactServer::start().await.unwrap();
-        let work = tempfile::tempdir().unwrap();
-        test_api
-            .write_admin_kubeconfig(&work.path().join("admin.kubeconfig"))
-            .unwrap();
-
+        let setup = Setup::prepare(test_api, tempfile::tempdir().unwrap()).await;
         let name = Node::unique_name(prefix);
         let node = Node::boot(&name, options).await.expect("node boots");
-        install_agent(
-            &node,
-            &test_api.node_kubeconfig_yaml(&name).unwrap(),
-            &server.url("/"),
-        )
-        .await;
-        if let Some(drop_in) = unit_drop_in {
-            node.write_file(
-                "/etc/systemd/system/inplace-agent.service.d/test.conf",
-                drop_in.as_bytes(),
-                0o644,
-            )
-            .await
-            .unwrap();
-        }
-        let started = node
-            .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
-            .await
-            .unwrap();
-        let bed = AgentNode {
-            test_api,
-            api,
-            server,
-            node,
-            work,
-        };
-        assert!(
-            started.success(),
-            "the agent did not start: {}\n{}",
-            started.stderr_text(),
-            bed.diagnostics().await
-        );
-        bed.node
-            .wait_active("inplace-agent.service", Duration::from_secs(60))
-            .await
-            .expect("the agent starts under its hardened unit (Type=notify: READY sent)");
-        bed
+        let identity = setup.test_api.node_kubeconfig_yaml(&name).unwrap();
+        setup.start_agent(node, &identity, unit_drop_in).await
     }
 
     /// The node's (and its plan's) name.
@@ -243,6 +203,91 @@ impl AgentNode {
         .await
     }
 }
+
+/// What every node of a suite needs besides the node itself: the API with the agent's
+/// objects, the artifact server and the work directory.
+struct Setup {
+    test_api: TestApi,
+    api: kube::Api<NodeUpdatePlan>,
+    server: ArtifactServer,
+    work: tempfile::TempDir,
+}
+
+impl Setup {
+    /// Applies the CRDs and the agent's RBAC and admission policy, starts an artifact server
+    /// and writes the admin kubeconfig into `work`.
+    async fn prepare(test_api: TestApi, work: tempfile::TempDir) -> Setup {
+        inplace_tests::prereq::require_nspawn().expect("prerequisites");
+        inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
+        test_api
+            .install_agent_objects()
+            .await
+            .expect("the CRDs and the agent's RBAC and admission policy apply");
+        let api = kube::Api::all(test_api.client().await.unwrap());
+        let server = ArtifactServer::start().await.unwrap();
+        test_api
+            .write_admin_kubeconfig(&work.path().join("admin.kubeconfig"))
+            .unwrap();
+        Setup {
+            test_api,
+            api,
+            server,
+            work,
+        }
+    }
+
+    /// Installs the agent on the booted `node` with `identity` as the kubelet's kubeconfig
+    /// and `unit_drop_in`, and starts it.
+    async fn start_agent(
+        self,
+        node: Node,
+        identity: &str,
+        unit_drop_in: Option<&str>,
+    ) -> AgentNode {
+        install_agent(&node, identity, &self.server.url("/")).await;
+        if let Some(drop_in) = unit_drop_in {
+            node.write_file(AGENT_DROP_IN, drop_in.as_bytes(), 0o644)
+                .await
+                .unwrap();
+        }
+        let started = node
+            .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
+            .await
+            .unwrap();
+        let bed = self.into_bed(node);
+        assert!(
+            started.success(),
+            "the agent did not start: {}\n{}",
+            started.stderr_text(),
+            bed.diagnostics().await
+        );
+        bed.wait_agent_active().await;
+        bed
+    }
+
+    /// The bed of `node`, on which the agent is installed.
+    fn into_bed(self, node: Node) -> AgentNode {
+        AgentNode {
+            test_api: self.test_api,
+            api: self.api,
+            server: self.server,
+            node,
+            work: self.work,
+        }
+    }
+}
+
+impl AgentNode {
+    async fn wait_agent_active(&self) {
+        self.node
+            .wait_active("inplace-agent.service", Duration::from_secs(60))
+            .await
+            .expect("the agent starts under its hardened unit (Type=notify: READY sent)");
+    }
+}
+
+/// Where a suite's drop-in for the agent's unit goes.
+const AGENT_DROP_IN: &str = "/etc/systemd/system/inplace-agent.service.d/test.conf";
 
 /// Options for a node whose systemd can enforce `IPAddressDeny=`: systemd-nspawn withholds
 /// the `bpf` system call and `CAP_BPF` by default, and systemd then ignores the setting
