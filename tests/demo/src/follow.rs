@@ -84,6 +84,9 @@ pub(crate) struct NodeTiming {
 pub(crate) enum Ending {
     /// Every node's plan Succeeded; a failed node or a halt fails the demo.
     AllSucceeded,
+    /// Every node's plan is Staged (downloaded and verified, waiting for its slot); a failed
+    /// node or a halt fails the demo.
+    AllStaged,
     /// The rollout halts and no node is still activating; a node that succeeds fails it.
     Halted,
 }
@@ -153,7 +156,8 @@ pub(crate) async fn follow(
                         t.succeeded = Some(now);
                     }
                 }
-                (Phase::Failed | Phase::RolledBack, Ending::AllSucceeded)
+                (Phase::Staged, Ending::AllStaged) => {}
+                (Phase::Failed | Phase::RolledBack, Ending::AllSucceeded | Ending::AllStaged)
                 | (Phase::Succeeded, Ending::Halted) => {
                     let journal = node_sh(
                         fleet,
@@ -180,11 +184,11 @@ pub(crate) async fn follow(
         if let Some(r) = &rollout {
             if r.spec.release == stage.release {
                 frame.extend(view::rollout_lines(r, &plans, style));
-                all_done &= stage.ends == Ending::AllSucceeded || halted(r);
+                all_done &= stage.ends != Ending::Halted || halted(r);
             } else {
                 all_done = false;
             }
-            if stage.ends == Ending::AllSucceeded && halted(r) {
+            if stage.ends != Ending::Halted && halted(r) {
                 screen.draw(&frame, &[]);
                 bail!("the rollout halted");
             }

@@ -10,7 +10,7 @@ use inplace_proto::{NodeRelease, NodeRollout};
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::kube_node::wait_node_ready;
 use inplace_tests::sysext::SysextImage;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::Args;
@@ -62,16 +62,30 @@ pub(crate) async fn roll_out_v2(
         .await
         .context("creating the NodeRollout")?;
     crate::window::show_the_hold(client, ROLLOUT, opens, style).await?;
-    // The rollout's time counts from the window's opening (staging goes on before it).
-    let until_open = opens.duration_since(k8s_openapi::jiff::Timestamp::now());
-    let rollout_started = Instant::now() + Duration::try_from(until_open).unwrap_or(Duration::ZERO);
-    let rollout_v2 = Stage {
+    let mut rollout_v2 = Stage {
         rollout: ROLLOUT,
         release: "kubelet-v2",
         seen: Some(&seen),
         limits: Some(&limits),
-        ends: Ending::AllSucceeded,
+        ends: Ending::AllStaged,
     };
+    follow(watch, &rollout_v2, members, style, tty, fleet).await?;
+    let window = crate::window::open_now(k8s_openapi::jiff::Timestamp::now())?;
+    println!(
+        "    every node staged {V2}; rather than wait until {opens}, the demo moves the window to one open now:\n\
+         \x20     kubectl patch noderollout {ROLLOUT} --type=merge -p '{{\"spec\":{{\"maintenanceWindows\":[{window}]}}}}'"
+    );
+    rollouts
+        .patch(
+            ROLLOUT,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"maintenanceWindows": [window]}})),
+        )
+        .await
+        .context("opening the rollout's maintenance window")?;
+    // The rollout's time counts from the window's opening (staging went on before it).
+    let rollout_started = Instant::now();
+    rollout_v2.ends = Ending::AllSucceeded;
     let timings = follow(watch, &rollout_v2, members, style, tty, fleet).await?;
     let rollout_took = rollout_started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;

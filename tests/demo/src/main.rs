@@ -4,8 +4,9 @@
 //! (etcd, kube-apiserver, kube-controller-manager, kube-scheduler of the release `tests/kube`
 //! pins), the controller and an artifact server, brings the fleet to kubelet v1 and runs a
 //! Pod on every node, then rolls v2 out with `maxUnavailable: 1` under a maintenance window
-//! that opens a minute later (printing what `kubectl inplace status` says while it holds)
-//! while drawing live progress and watching that no more than one node is ever activating.
+//! that opens a minute later (printing what `kubectl inplace status` says while it holds;
+//! once every node has staged v2 the demo opens the window rather than wait) while drawing
+//! live progress and watching that no more than one node is ever activating.
 //! It shows `kubectl get nodes` before and after, fails unless every Pod kept its container
 //! (same ID, start time, process), and prints a summary (time per node, kubelet downtime per
 //! swap, the most nodes activating at once). `--broken-v3` then rolls out a kubelet that

@@ -1,8 +1,9 @@
 //! The demo's maintenance window: v2 is rolled out under a window that opens about a minute
 //! after the rollout is pointed at it, so the controller holds the rollout
-//! (`Progressing=False, OutsideMaintenanceWindow`) and then lets it go by itself, on the
-//! real clock (no clock of the product's is bent for the demo). While it holds, the demo
-//! prints what `kubectl inplace status` prints.
+//! (`Progressing=False, OutsideMaintenanceWindow`) while the nodes stage; the demo prints
+//! what `kubectl inplace status` prints then. Once every node is staged the demo does not
+//! wait for the opening: it moves the window to one open now, as an operator would, and the
+//! controller lets the rollout go (no clock of the product's is bent for the demo).
 
 use std::time::Duration;
 
@@ -39,6 +40,24 @@ pub fn opening_soon(now: Timestamp) -> anyhow::Result<(Value, Timestamp)> {
     Ok((window, opens.timestamp()))
 }
 
+/// A one-hour window in UTC that is open at `now`: from the whole minute `now` is in.
+pub fn open_now(now: Timestamp) -> anyhow::Result<Value> {
+    let start = now
+        .round(
+            TimestampRound::new()
+                .smallest(Unit::Minute)
+                .mode(RoundMode::Floor),
+        )
+        .context("rounding the window's start")?
+        .to_zoned(TimeZone::UTC);
+    Ok(json!({
+        "days": [format!("{:?}", start.weekday())],
+        "start": format!("{:02}:{:02}", start.hour(), start.minute()),
+        "duration": "1h",
+        "timeZone": "UTC",
+    }))
+}
+
 /// Waits until the controller holds `rollout` outside its window, then prints what
 /// `kubectl inplace status ROLLOUT` prints.
 pub async fn show_the_hold(
@@ -71,13 +90,28 @@ pub async fn show_the_hold(
     for line in kubectl_inplace::status(client, Some(rollout), style).await? {
         println!("      {line}");
     }
-    println!("    the window opens at {opens}: the controller lets the rollout go then");
+    println!(
+        "    the window opens at {opens}; the nodes download and stage meanwhile (a held rollout still stages)"
+    );
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_open_now_starts_on_the_minute_it_is_in_on_that_day() {
+        for (now, start, day) in [
+            ("2026-11-26T06:30:59Z", "06:30", "Thursday"),
+            ("2026-11-26T23:59:40Z", "23:59", "Thursday"),
+            ("2026-11-27T00:00:00Z", "00:00", "Friday"),
+        ] {
+            let window = open_now(now.parse().unwrap()).unwrap();
+            assert_eq!(window["start"], start, "{now}");
+            assert_eq!(window["days"][0], day, "{now}");
+        }
+    }
 
     #[test]
     fn the_window_opens_on_a_whole_minute_at_least_the_lead_ahead_on_its_own_day() {

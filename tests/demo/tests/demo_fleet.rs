@@ -1,8 +1,8 @@
 //! `make demo` proven by `make test`: the demo binary, non-interactive, on 3 real Kubernetes
 //! nodes (the real kubelet from its sysext image, containerd, a Pod on each) with the real
 //! agent (installed from its sysext image) and controller, end to end, with `--broken-v3` and
-//! `--agent-update`. v2 waits for a maintenance window opening about a minute later (30-90 s
-//! of this test). The demo itself fails unless every node's plan ends Succeeded on v2 and
+//! `--agent-update`. v2 is held by a maintenance window opening about a minute later until
+//! every node has staged it; then the demo opens the window. The demo itself fails unless every node's plan ends Succeeded on v2 and
 //! every Node is Ready on v2, every Pod kept its container, no more than `maxUnavailable` (1)
 //! nodes were ever activating or cordoned at once (watched on every plan and Node event), and
 //! the broken kubelet rolls back on exactly one node and halts the rollout with the others
@@ -111,6 +111,8 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
         "held outside its maintenance window",
         "closed, next opens",
         "the window opens at",
+        // ... and the demo opens it once every node is staged, rather than wait.
+        "every node staged v1.36.3; rather than wait until",
         "Summary",
         "export KUBECONFIG=",
         "kubectl inplace status",
