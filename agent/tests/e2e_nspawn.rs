@@ -235,13 +235,25 @@ async fn output(bed: &AgentNode, cmd: &[&str]) -> String {
     bed.node.exec_ok(cmd).await.unwrap().trim().to_owned()
 }
 
-/// What the merged kubelet says about itself: `--version`, and `/version` over HTTP.
+/// What the merged kubelet says about itself: `--version`, and `/version` over HTTP. Its unit
+/// is `Type=simple`, active before the process listens: the first answer may take a moment
+/// on a loaded machine (a read right after `active` was refused, seen in a run beside the
+/// real-node suites).
 async fn kubelet_answers(bed: &AgentNode, images: &Images) -> (String, String) {
     let url = format!("http://127.0.0.1:{}/version", images.port);
-    (
-        output(bed, &["/usr/bin/kubelet", "--version"]).await,
-        output(bed, &["/usr/bin/kubelet", "get", &url]).await,
-    )
+    let cli = output(bed, &["/usr/bin/kubelet", "--version"]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let get = bed
+            .node
+            .exec(&["/usr/bin/kubelet", "get", &url])
+            .await
+            .unwrap();
+        if get.success() || std::time::Instant::now() > deadline {
+            return (cli, get.stdout_text().trim().to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 async fn assert_kubelet_runs(bed: &AgentNode, images: &Images, version: &str, label: &str) {
