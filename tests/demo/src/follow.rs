@@ -105,6 +105,37 @@ pub(crate) struct Stage<'a> {
     pub(crate) ends: Ending,
 }
 
+/// What one node's plan phase means for a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The node is where the stage wants it.
+    Done,
+    /// Not yet.
+    Going,
+    /// It ended where the stage must not: the demo fails.
+    Fails,
+}
+
+/// The verdict on a node in `phase` (`activating`: its plan holds a slot) for a stage that
+/// ends as `ends`.
+pub(crate) fn verdict(phase: Phase, ends: Ending, activating: bool) -> Verdict {
+    match (phase, ends) {
+        (Phase::Succeeded, Ending::AllSucceeded) => Verdict::Done,
+        // Staged, or already past it: the window may open before every node was seen staged.
+        (
+            Phase::Staged | Phase::Activating | Phase::Verifying | Phase::Succeeded,
+            Ending::AllStaged,
+        ) => Verdict::Done,
+        (Phase::Failed | Phase::RolledBack, Ending::AllSucceeded | Ending::AllStaged)
+        | (Phase::Succeeded, Ending::Halted) => Verdict::Fails,
+        // Halting: done once final, or staged and never granted.
+        (_, Ending::Halted) if phase.is_final() || (phase == Phase::Staged && !activating) => {
+            Verdict::Done
+        }
+        _ => Verdict::Going,
+    }
+}
+
 pub(crate) fn halted(rollout: &NodeRollout) -> bool {
     rollout.status.as_ref().is_some_and(|s| {
         s.conditions
@@ -150,15 +181,14 @@ pub(crate) async fn follow(
                 t.granted = Some(now);
             }
             let phase = view::effective_phase(plan);
-            match (phase, stage.ends) {
-                (Phase::Succeeded, Ending::AllSucceeded) => {
-                    if t.succeeded.is_none() {
+            match verdict(phase, stage.ends, crate::concurrency::is_activating(plan)) {
+                Verdict::Done => {
+                    if phase == Phase::Succeeded && t.succeeded.is_none() {
                         t.succeeded = Some(now);
                     }
                 }
-                (Phase::Staged, Ending::AllStaged) => {}
-                (Phase::Failed | Phase::RolledBack, Ending::AllSucceeded | Ending::AllStaged)
-                | (Phase::Succeeded, Ending::Halted) => {
+                Verdict::Going => all_done = false,
+                Verdict::Fails => {
                     let journal = node_sh(
                         fleet,
                         &m.name,
@@ -172,12 +202,6 @@ pub(crate) async fn follow(
                         view::ready_summary(plan)
                     );
                 }
-                // Halting: done once final, or staged and never granted.
-                (_, Ending::Halted)
-                    if phase.is_final()
-                        || (phase == Phase::Staged && !crate::concurrency::is_activating(plan)) => {
-                }
-                _ => all_done = false,
             }
         }
         let mut frame = Vec::new();
@@ -264,4 +288,64 @@ pub(crate) fn the_halt(rollout: Option<&NodeRollout>) -> anyhow::Result<(NodeFai
         );
     }
     Ok((failure.clone(), halt.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_past_staged_counts_as_staged() {
+        // The window can open by itself before the demo saw every node staged (a `make demo`
+        // run waited 10 minutes for a node that had already succeeded).
+        for phase in [
+            Phase::Staged,
+            Phase::Activating,
+            Phase::Verifying,
+            Phase::Succeeded,
+        ] {
+            assert_eq!(
+                verdict(phase, Ending::AllStaged, true),
+                Verdict::Done,
+                "{phase:?}"
+            );
+        }
+        for phase in [Phase::Pending, Phase::Downloading] {
+            assert_eq!(
+                verdict(phase, Ending::AllStaged, false),
+                Verdict::Going,
+                "{phase:?}"
+            );
+        }
+        assert_eq!(
+            verdict(Phase::RolledBack, Ending::AllStaged, false),
+            Verdict::Fails
+        );
+    }
+
+    #[test]
+    fn the_other_stages_keep_their_verdicts() {
+        assert_eq!(
+            verdict(Phase::Succeeded, Ending::AllSucceeded, false),
+            Verdict::Done
+        );
+        assert_eq!(
+            verdict(Phase::Staged, Ending::AllSucceeded, false),
+            Verdict::Going
+        );
+        assert_eq!(
+            verdict(Phase::Failed, Ending::AllSucceeded, true),
+            Verdict::Fails
+        );
+        assert_eq!(
+            verdict(Phase::Succeeded, Ending::Halted, false),
+            Verdict::Fails
+        );
+        assert_eq!(verdict(Phase::Staged, Ending::Halted, false), Verdict::Done);
+        assert_eq!(verdict(Phase::Staged, Ending::Halted, true), Verdict::Going);
+        assert_eq!(
+            verdict(Phase::RolledBack, Ending::Halted, false),
+            Verdict::Done
+        );
+    }
 }

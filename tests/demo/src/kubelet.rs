@@ -70,19 +70,24 @@ pub(crate) async fn roll_out_v2(
         ends: Ending::AllStaged,
     };
     follow(watch, &rollout_v2, members, style, tty, fleet).await?;
-    let window = crate::window::open_now(k8s_openapi::jiff::Timestamp::now())?;
-    println!(
-        "    every node staged {V2}; rather than wait until {opens}, the demo moves the window to one open now:\n\
-         \x20     kubectl patch noderollout {ROLLOUT} --type=merge -p '{{\"spec\":{{\"maintenanceWindows\":[{window}]}}}}'"
-    );
-    rollouts
-        .patch(
-            ROLLOUT,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"maintenanceWindows": [window]}})),
-        )
-        .await
-        .context("opening the rollout's maintenance window")?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    if now < opens {
+        let window = crate::window::open_now(now)?;
+        println!(
+            "    every node staged {V2}; rather than wait until {opens}, the demo moves the window to one open now:\n\
+             \x20     kubectl patch noderollout {ROLLOUT} --type=merge -p '{{\"spec\":{{\"maintenanceWindows\":[{window}]}}}}'"
+        );
+        rollouts
+            .patch(
+                ROLLOUT,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"maintenanceWindows": [window]}})),
+            )
+            .await
+            .context("opening the rollout's maintenance window")?;
+    } else {
+        println!("    the window opened at {opens} while the nodes were still staging {V2}");
+    }
     // The rollout's time counts from the window's opening (staging went on before it).
     let rollout_started = Instant::now();
     rollout_v2.ends = Ending::AllSucceeded;

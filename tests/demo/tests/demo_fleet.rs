@@ -111,8 +111,6 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
         "held outside its maintenance window",
         "closed, next opens",
         "the window opens at",
-        // ... and the demo opens it once every node is staged, rather than wait.
-        "every node staged v1.36.3; rather than wait until",
         "Summary",
         "export KUBECONFIG=",
         "kubectl inplace status",
@@ -120,6 +118,13 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
     ] {
         assert!(stdout.contains(want), "missing {want:?} in\n{stdout}");
     }
+    // The demo opens the window once every node is staged, rather than wait; on a slow
+    // machine the window may open by itself first.
+    assert!(
+        stdout.contains("every node staged v1.36.3; rather than wait until")
+            || stdout.contains("while the nodes were still staging v1.36.3"),
+        "{stdout}"
+    );
     // Exactly one: never two nodes activating (or cordoned) at once, and the rollout did
     // activate nodes. Printed after v2 and again after v3; the agent's rollouts (which do not
     // cordon) after the broken agent.
