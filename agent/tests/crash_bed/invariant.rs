@@ -1,7 +1,7 @@
 //! The invariant of faults.md after every case, on the node and in the status.
 
 use inplace_tests::kube_node::kubelet::KUBELET_DROP_IN_PATH;
-use inplace_tests::kube_node::{self, KubeletImage};
+use inplace_tests::kube_node::KubeletImage;
 use sha2::Digest;
 
 use super::{Bed, Kubelet, STAND_IN_FLAVOR, kubectl};
@@ -111,25 +111,10 @@ impl Bed {
     }
 
     /// On a real kubelet: the Node is `Ready` and the Pod kept its container through every
-    /// case so far — the same Pod, container ID, process and start time, never restarted.
+    /// case so far.
     async fn check_pod(&self, label: &str) {
-        let Some(before) = &self.pod else {
-            return;
-        };
-        let client = self.real.test_api.client().await.unwrap();
-        let state = kube_node::node_state(&client, self.real.name())
-            .await
-            .unwrap();
-        assert!(
-            matches!(&state, Some((ready, _)) if ready == "True"),
-            "{label}: the Node is Ready: {state:?}\n{}",
-            self.real.kube_diagnostics().await
-        );
-        let now = self.real.pods().await;
-        assert_eq!(
-            &now, before,
-            "{label}: the Pod kept its container through the kubelet swaps"
-        );
-        assert!(now.values().all(|c| c.restarts == "0"), "{label}: {now:?}");
+        if let Some(before) = &self.pod {
+            self.real.assert_pods_kept(before, label).await;
+        }
     }
 }

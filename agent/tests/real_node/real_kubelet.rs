@@ -69,11 +69,37 @@ impl AgentNode {
             .expect("the Kubernetes node boots and its kubelet answers");
         let bed = setup.into_bed(kube.node);
         bed.wait_agent_active().await;
-        let client = bed.test_api.client().await.unwrap();
-        if let Err(e) = kube_node::wait_node_ready(&client, &name, Some(release), PATIENCE).await {
-            panic!("{e}\n{}", bed.kube_diagnostics().await);
-        }
+        bed.wait_node_ready(release, "the node's first kubelet")
+            .await;
         bed
+    }
+
+    /// Waits until the Node is `Ready` with the kubelet of `release`.
+    pub async fn wait_node_ready(&self, release: &str, label: &str) {
+        let client = self.test_api.client().await.unwrap();
+        if let Err(e) =
+            kube_node::wait_node_ready(&client, self.name(), Some(release), PATIENCE).await
+        {
+            panic!("{label}: {e}\n{}", self.kube_diagnostics().await);
+        }
+    }
+
+    /// The Node is `Ready` and the Pods of `web` are those of `before`: the same Pod,
+    /// container ID, process and start time, never restarted.
+    pub async fn assert_pods_kept(&self, before: &BTreeMap<String, RunningContainer>, label: &str) {
+        let client = self.test_api.client().await.unwrap();
+        let state = kube_node::node_state(&client, self.name()).await.unwrap();
+        assert!(
+            matches!(&state, Some((ready, _)) if ready == "True"),
+            "{label}: the Node is Ready: {state:?}\n{}",
+            self.kube_diagnostics().await
+        );
+        let now = self.pods().await;
+        assert_eq!(
+            &now, before,
+            "{label}: the Pod kept its container through the kubelet swaps"
+        );
+        assert!(now.values().all(|c| c.restarts == "0"), "{label}: {now:?}");
     }
 
     /// Runs the Deployment `web` (one Pod, `hostNetwork`, the locally imported image) on the

@@ -47,22 +47,32 @@ pub enum KubeletImage {
     /// Its drop-in passes a flag the kubelet refuses (`unknown flag`): the release that must
     /// roll back.
     RefusesToStart,
+    /// Its drop-in adds a `Condition…=` the node does not meet: a restart of the unit ends
+    /// `done` and starts nothing (the agent must see that no kubelet runs).
+    NeverStarts,
 }
 
 impl KubeletImage {
     /// The drop-in of the image: the kubelet's command line, as kubeadm's drop-in gives it.
     pub fn drop_in(self) -> String {
         let extra = match self {
-            KubeletImage::Working => "",
+            KubeletImage::Working | KubeletImage::NeverStarts => "",
             KubeletImage::RefusesToStart => " --inplace-testbed-no-such-flag",
         };
-        kubelet_service_drop_in("/usr/bin/kubelet", extra)
+        let drop_in = kubelet_service_drop_in("/usr/bin/kubelet", extra);
+        match self {
+            KubeletImage::NeverStarts => {
+                format!("{drop_in}\n[Unit]\nConditionPathExists=/inplace-testbed-never\n")
+            }
+            _ => drop_in,
+        }
     }
 
     fn file_name(self, release: &str) -> String {
         match self {
             KubeletImage::Working => kubernetes_image_name(release, ""),
             KubeletImage::RefusesToStart => kubernetes_image_name(release, "-refuses-to-start"),
+            KubeletImage::NeverStarts => kubernetes_image_name(release, "-never-starts"),
         }
     }
 }

@@ -1,0 +1,138 @@
+//! The agent's first kubelet update on a real Kubernetes node (test bed 5): the real kubelet
+//! v1.36.1 merged at boot by `systemd-sysext.service`, containerd, and a Pod. v1.36.3 commits
+//! and the Node reports it; a v1.36.3 whose kubelet refuses its flags rolls back; a kubelet
+//! whose restart starts nothing fails its activation without any health check. The Pod keeps
+//! its container (ID, process, start time, no restart) through all of it. The stand-in's
+//! cases (a kubelet that lies about its version, images systemd-sysext refuses, refusals
+//! before any download) stay on the plain node: docs/development/testing.md says why.
+
+use std::collections::BTreeMap;
+
+use inplace_proto::{NodeUpdatePlan, Phase};
+use inplace_tests::artifact_server::Artifact;
+use inplace_tests::kube_node::workload::RunningContainer;
+use inplace_tests::kube_node::{self, KubeletImage};
+use inplace_tests::sysext::SysextImage;
+use kube::api::PostParams;
+use serde_json::json;
+
+use super::{readlink, revision, run};
+use crate::real_node::AgentNode;
+
+/// The release the node boots with and the patch release it is updated to.
+const OLDER: &str = "v1.36.1";
+const NEWER: &str = "v1.36.3";
+
+/// What the test's plans share: the node, its Pod as it ran before the first update.
+struct Bed {
+    node: AgentNode,
+    pod: BTreeMap<String, RunningContainer>,
+    images: tempfile::TempDir,
+}
+
+impl Bed {
+    /// Packs the kubelet of `release` as `variant`.
+    async fn image(&self, release: &str, variant: KubeletImage) -> SysextImage {
+        kube_node::kubelet_sysext(release, variant, self.images.path())
+            .await
+            .expect("the kubelet is built and packed")
+    }
+
+    /// Serves `image` and returns its artifact and where the agent stores it.
+    fn sysext(&self, image: &SysextImage) -> (serde_json::Value, String) {
+        let file = image.path.file_name().unwrap().to_str().unwrap();
+        let server = &self.node.server;
+        server.put(&format!("/{file}"), Artifact::file(&image.path).unwrap());
+        let artifact = json!({"name": "kubernetes", "type": "Sysext",
+            "url": server.url(&format!("/{file}")), "sha256": image.sha256, "size": image.size});
+        (artifact, format!("/opt/extensions/kubernetes/{file}"))
+    }
+
+    /// A plan for `image` checking the unit and the Node's `Ready`, as a kubelet release has
+    /// them. A broken kubelet crash-loops (never `failed`): only the timeout ends its check,
+    /// short enough that the Node keeps `Ready` (40 s heartbeat grace) and its Pod.
+    fn plan(&self, image: &SysextImage, healthy: bool) -> (NodeUpdatePlan, String) {
+        let (artifact, stored) = self.sysext(image);
+        let timeout = if healthy { "60s" } else { "10s" };
+        let checks = json!({"units": ["kubelet.service"], "nodeReady": true,
+            "window": "3s", "timeout": timeout});
+        (self.node.plan(vec![artifact], checks), stored)
+    }
+
+    /// After `label`: the extension linked is `stored`, the Node is `Ready` on `release`,
+    /// and the Pod kept its container.
+    async fn assert_runs(&self, stored: &str, release: &str, label: &str) {
+        let linked = readlink(&self.node, "/etc/extensions/kubernetes.raw").await;
+        assert_eq!(linked, stored, "{label}");
+        self.node.wait_node_ready(release, label).await;
+        self.node.assert_pods_kept(&self.pod, label).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_update_of_a_real_kubelet_merged_at_boot_commits_rolls_back_and_keeps_the_pod() {
+    let images = tempfile::tempdir().unwrap();
+    let v1 = kube_node::kubelet_sysext(OLDER, KubeletImage::Working, images.path())
+        .await
+        .expect("the kubelet is built and packed");
+    let node = AgentNode::start_on_kube_node("e2e-kubelet", None, OLDER, &v1).await;
+    let unit = node
+        .node
+        .sh_ok("systemctl is-active systemd-sysext.service || true")
+        .await
+        .unwrap();
+    assert_eq!(unit.trim(), "active", "merged at boot by the unit");
+    let pod = node.run_pod().await;
+    let bed = Bed { node, pod, images };
+
+    // The patch release commits and the Node reports it.
+    let v2 = bed.image(NEWER, KubeletImage::Working).await;
+    let (p2, v2_stored) = bed.plan(&v2, true);
+    let r2 = run(&bed.node, &p2, Phase::Succeeded, NEWER).await;
+    bed.assert_runs(&v2_stored, NEWER, NEWER).await;
+
+    // A kubelet that refuses its flags rolls back to the committed one.
+    let refuses = bed.image(NEWER, KubeletImage::RefusesToStart).await;
+    let (p3, _) = bed.plan(&refuses, false);
+    run(&bed.node, &p3, Phase::RolledBack, "refuses to start").await;
+    let (reason, message) = bed.node.ready().await;
+    assert_eq!(reason, "RolledBack", "{message}");
+    assert!(
+        message.contains("HealthCheckFailed") && message.contains("kubelet.service"),
+        "{message}"
+    );
+    bed.assert_runs(&v2_stored, NEWER, "after refuses to start")
+        .await;
+
+    // A kubelet whose restart starts nothing, in a plan with no health check at all: the
+    // spec is replaced whole, so that none of the checks before stays.
+    let never = bed.image(NEWER, KubeletImage::NeverStarts).await;
+    let (artifact, _) = bed.sysext(&never);
+    let p4 = bed.node.plan(vec![artifact], json!({}));
+    let mut current = bed.node.api.get(bed.node.name()).await.unwrap();
+    current.spec = p4.spec.clone();
+    bed.node
+        .api
+        .replace(bed.node.name(), &PostParams::default(), &current)
+        .await
+        .unwrap();
+    bed.node
+        .wait_final(Phase::RolledBack, &revision(&p4), "never starts")
+        .await;
+    let (reason, message) = bed.node.ready().await;
+    assert_eq!(reason, "RolledBack", "{message}");
+    assert!(
+        message.contains("UnitFailed") && message.contains("kubelet.service did not start"),
+        "{message}"
+    );
+    bed.assert_runs(&v2_stored, NEWER, "after never starts")
+        .await;
+    let status = bed.node.api.get(bed.node.name()).await.unwrap().status;
+    assert_eq!(
+        status.and_then(|s| s.current_revision),
+        Some(r2),
+        "the patch release is still the committed revision"
+    );
+
+    bed.node.node.poweroff().await.unwrap();
+}
