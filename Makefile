@@ -2,10 +2,16 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test lint unit crds docs deps fuzz-short demo testbed bench packages kube kubelets kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets kube-smoke capi-golden node-tools tools images
 
-## Every check CI runs: formatting, lints, and every test.
-test: deps lint kube-smoke unit fuzz-short
+## Every check CI runs: formatting, lints, and every test; then where the time went.
+test: test-start deps lint kube-smoke unit fuzz-short
+	@./scripts/timed.sh --report
+
+# Each step of `make test` runs under TIMED, which logs its wall and CPU time for the report.
+TIMED = ./scripts/timed.sh $@
+test-start:
+	@./scripts/timed.sh --start
 
 # The real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) of the release
 # pinned in tests/kube/go.mod, built from the official Go modules; the suites run against it.
@@ -14,39 +20,39 @@ export PATH := $(KUBE_BIN):$(PATH)
 
 ## Build (cached) kube-testbed: etcd + kube-apiserver + kube-controller-manager + kubectl.
 kube:
-	@./tests/kube/build.sh "$(KUBE_BIN)"
+	@$(TIMED) ./tests/kube/build.sh "$(KUBE_BIN)"
 
 ## Build (cached) the real kubelet of every release pinned under tests/kubelet into
 ## target/kubelet/bin (they share Go's build cache with `make kube`), and the container images
 ## the real nodes import (target/node-images).
 KUBELET_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/kubelet/bin
 kubelets: kube tools
-	@./tests/kubelet/build.sh "$(KUBELET_BIN)"
-	@./tests/tools/node-images.sh
+	@$(TIMED) ./tests/kubelet/build.sh "$(KUBELET_BIN)"
+	@$(TIMED) ./tests/tools/node-images.sh
 
 ## Start the real server once, show its version, apply the shipped manifests with its kubectl.
 kube-smoke: kube testbed
-	@./scripts/kube-smoke.sh
+	@INPLACE_TESTBED=$(TESTBED) $(TIMED) ./scripts/kube-smoke.sh
 
 ## Build (cached) the node install tools the tests run on packaging/node: the real butane
 ## (tests/butane/go.mod) into target/butane/bin, and ansible-core + ansible-lint
 ## (tests/ansible/requirements.txt) into the venv target/ansible/venv.
 node-tools:
-	@./tests/butane/build.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/butane/bin"
-	@./tests/ansible/install.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/ansible/venv"
+	@$(TIMED) ./tests/butane/build.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/butane/bin"
+	@$(TIMED) ./tests/ansible/install.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/ansible/venv"
 
 ## Build (cached) the packaging tools pinned in tests/tools: crane, helm, krew's manifest validator.
 TOOLS_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/tools/bin
 tools:
-	@./tests/tools/build.sh "$(TOOLS_BIN)"
+	@$(TIMED) ./tests/tools/build.sh "$(TOOLS_BIN)"
 
 ## The controller image from the release build, without a container daemon, into target/images/
 ## (IMAGES_DIR overrides): a docker-load-able tarball and an OCI image layout.
 images: tools
-	@./scripts/build-image.sh
+	@$(TIMED) ./scripts/build-image.sh
 
 deps:
-	@./scripts/install-deps.sh
+	@$(TIMED) ./scripts/install-deps.sh
 
 ## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
 ## `make demo KUBECONFIG=path` runs it against that existing cluster instead of starting one
@@ -59,18 +65,26 @@ bench:
 	@./scripts/bench.sh $(BENCH_ARGS)
 
 lint:
-	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) deny --log-level error check bans licenses sources
+	$(TIMED) $(CARGO) fmt --all --check
+	$(TIMED) $(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(TIMED) $(CARGO) deny --log-level error check bans licenses sources
 
 # images: the suites run the install pages, which push what `make images` wrote (built here,
 # so that no test builds the release itself).
 unit: testbed kube kubelets node-tools tools images
-	$(CARGO) nextest run --workspace --no-fail-fast
+	$(TIMED) $(CARGO) nextest run --workspace --no-fail-fast
+
+# The debug build of everything the suites run, made once: the test binaries and the
+# workspace's programs with the features the whole workspace resolves. The bed's tools and
+# the suites' own builds (inplace_tests::workspace_build) then find it current; a
+# `cargo run -p inplace-tests` here resolved other features and built the kube stack again.
+TESTBED := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug/inplace-testbed
+build-tests:
+	$(TIMED) $(CARGO) nextest run --workspace --no-run
 
 ## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.
-testbed:
-	$(CARGO) run -q -p inplace-tests --bin inplace-testbed -- build-rootfs
+testbed: build-tests
+	$(TIMED) $(TESTBED) build-rootfs
 
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix kubeconfig
@@ -78,7 +92,7 @@ FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix kubeco
 fuzz-short:
 	@for target in $(FUZZ_TARGETS); do \
 		echo "fuzz: $$target for $(FUZZ_SECONDS)s"; \
-		(cd tests/fuzz && set -o pipefail && cargo +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | tail -n 3) || exit 1; \
+		(cd tests/fuzz && set -o pipefail && ../../scripts/timed.sh fuzz-short cargo +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | tail -n 3) || exit 1; \
 	done
 
 ## Regenerate the committed CRDs from the Rust types.

@@ -24,7 +24,18 @@ if ((${#need_apt[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
-command -v cargo-deny >/dev/null || cargo install cargo-deny --locked
-command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+# The cargo tools are built from source on a new machine. They share one target directory
+# (their common dependencies build once) and skip their release profiles' link-time
+# optimisation (cargo-deny's is fat LTO in one codegen unit): test tools that run for
+# seconds, where the build cost minutes (docs/development/testing.md § Where the time goes).
+tools_target=$(mktemp -d)
+install_tool() {
+    command -v "$1" >/dev/null && return
+    CARGO_TARGET_DIR=$tools_target CARGO_PROFILE_RELEASE_LTO=false \
+        CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo install "$1" --locked
+}
+install_tool cargo-nextest
+install_tool cargo-deny
+install_tool cargo-fuzz
+rm -rf "$tools_target"
 rustup toolchain list | grep -q ^nightly || rustup toolchain install nightly --profile minimal

@@ -5,8 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d /tmp/inplace-kube-smoke.XXXXXX)
-cargo build -q -p inplace-tests --bin inplace-testbed
-testbed=${CARGO_TARGET_DIR:-target}/debug/inplace-testbed
+# `make test` passes the one it built with the suites (INPLACE_TESTBED).
+testbed=${INPLACE_TESTBED:-}
+if [[ -z $testbed ]]; then
+    cargo build -q -p inplace-tests --bin inplace-testbed
+    testbed=${CARGO_TARGET_DIR:-target}/debug/inplace-testbed
+fi
 "$testbed" kube --dir "$dir" --node worker-1 >"$dir/testbed.out" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::apiserver::{repo_root, run_kubectl};
 use crate::error::IoContext;
 use crate::nspawn::{NodeFile, NodeOptions};
+use crate::workspace_build::workspace_bin;
 use crate::{Error, Result};
 
 /// The controller's ServiceAccount as the shipped RBAC names it, and its groups.
@@ -84,50 +85,17 @@ pub fn spawn_controller(
 }
 
 /// The agent and the controller of this workspace, built into the running program's target
-/// directory and profile (`cargo build --bins`: a no-op when current); their paths.
+/// directory and profile (`workspace_build`: a no-op when current); their paths.
 pub async fn workspace_binaries() -> Result<(PathBuf, PathBuf)> {
-    let exe = std::env::current_exe().ctx(|| "locating the running program".to_owned())?;
-    // <target>/<profile dir>/deps/<test binary>, or <target>/<profile dir>/<binary>
-    let mut profile_dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    if profile_dir.ends_with("deps") {
-        profile_dir.pop();
-    }
-    let target_dir = profile_dir
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => "dev".to_owned(),
-        Some(other) => other.to_owned(),
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = tokio::process::Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "--bins",
-            "-p",
-            "inplace-agent",
-            "-p",
-            "inplace-controller",
-        ])
-        .args(["--profile", &profile])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .current_dir(repo_root())
-        .kill_on_drop(true)
-        .status()
+    let built = tokio::task::spawn_blocking(|| {
+        Ok::<_, Error>((
+            workspace_bin("inplace-agent")?,
+            workspace_bin("inplace-controller")?,
+        ))
+    });
+    built
         .await
-        .ctx(|| "running cargo build".to_owned())?;
-    if !status.success() {
-        return Err(Error::Invalid(format!(
-            "building the agent and the controller: cargo build {status}"
-        )));
-    }
-    Ok((
-        profile_dir.join("inplace-agent"),
-        profile_dir.join("inplace-controller"),
-    ))
+        .map_err(|e| Error::Invalid(format!("the build task: {e}")))?
 }
 
 /// The agent as its package installs it (docs/usage/deb.md's layout): the binary, the shipped

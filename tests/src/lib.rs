@@ -33,5 +33,6 @@ pub mod prereq;
 pub mod sysext;
 pub mod test_api;
 pub mod tools;
+pub mod workspace_build;
 
 pub use error::{Error, Result};

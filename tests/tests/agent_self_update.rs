@@ -275,7 +275,7 @@ async fn create_ready_node(test_api: &inplace_tests::test_api::TestApi, name: &s
 /// The controller, as admin (RBAC is not what this suite is about), until dropped.
 fn start_controller(admin: &Path, out: &Path) -> tokio::process::Child {
     inplace_tests::install::spawn_controller(
-        &support::packaging::workspace_binary("inplace-controller", "inplace-controller"),
+        &support::packaging::workspace_binary("inplace-controller"),
         admin,
         &out.join("controller.log"),
     )

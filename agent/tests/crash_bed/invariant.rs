@@ -1,7 +1,7 @@
 //! The invariant of faults.md after every case, on the node and in the status.
 
-use inplace_tests::kube_node::kubelet::KUBELET_DROP_IN_PATH;
 use inplace_tests::kube_node::KubeletImage;
+use inplace_tests::kube_node::kubelet::KUBELET_DROP_IN_PATH;
 use sha2::Digest;
 
 use super::{Bed, Kubelet, STAND_IN_FLAVOR, kubectl};

@@ -343,36 +343,12 @@ pub async fn install_agent(node: &Node, kubeconfig_yaml: &str, artifact_prefix: 
 
 /// The stand-in kubelet (`inplace-tests`' `fake-kubelet` binary), built for this test run:
 /// cargo builds a dependency's binaries only when asked, and a stale copy would test old
-/// code. A no-op when it is up to date.
+/// code. A no-op when it is up to date (`inplace_tests::workspace_build`).
 pub async fn fake_kubelet_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // <target>/<profile dir>/deps/<test binary>
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_owned();
-    let target_dir = profile_dir.parent().unwrap();
-    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => "dev",
-        Some(other) => other,
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let built = tokio::process::Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "inplace-tests",
-            "--bin",
-            "fake-kubelet",
-        ])
-        .args(["--profile", profile])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .kill_on_drop(true)
-        .status()
+    tokio::task::spawn_blocking(|| inplace_tests::workspace_build::workspace_bin("fake-kubelet"))
         .await
-        .expect("cargo runs");
-    assert!(built.success(), "building the fake kubelet");
-    profile_dir.join("fake-kubelet")
+        .unwrap()
+        .expect("the fake kubelet builds")
 }
 
 /// A free TCP port on 127.0.0.1 for a stand-in kubelet: nodes share the host's network,

@@ -24,19 +24,9 @@ fn demo_and_bin_dir() -> (PathBuf, PathBuf) {
     inplace_tests::prereq::require_squashfs_tools().expect("prerequisites");
     let demo = PathBuf::from(env!("CARGO_BIN_EXE_inplace-demo"));
     let bin_dir = demo.parent().unwrap().to_owned();
-    let target_dir = bin_dir.parent().unwrap().to_owned();
     // The programs the demo installs and runs: built with the workspace under `make test`,
     // so this is a quick no-op there.
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let built = Command::new(cargo)
-        .args(["build", "--quiet", "--bins"])
-        .args(["-p", "inplace-agent", "-p", "inplace-controller"])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .unwrap();
-    assert!(built.success(), "building the agent and the controller");
+    inplace_tests::workspace_build::workspace_bin("inplace-agent").expect("the workspace builds");
     (demo, bin_dir)
 }
 

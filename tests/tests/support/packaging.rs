@@ -14,30 +14,15 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Builds (or finds up to date) the agent binary in this test's own target directory and
-/// profile, the way `cargo build -p inplace-agent` would for a release.
+/// The agent binary of this workspace, built first (a no-op when current).
 pub fn agent_binary() -> PathBuf {
-    workspace_binary("inplace-agent", "inplace-agent")
+    workspace_binary("inplace-agent")
 }
 
-/// Builds (or finds up to date) `bin` of `package` in this test's own target directory and
-/// profile: a no-op when the workspace's test build already made it.
-pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap().to_path_buf();
-    let mut cargo = std::process::Command::new(option_env!("CARGO").unwrap_or("cargo"));
-    cargo
-        .current_dir(repo())
-        .args(["build", "-q", "-p", package, "--bin", bin])
-        .arg("--target-dir")
-        .arg(&target_dir);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    let status = cargo.status().expect("cargo runs");
-    assert!(status.success(), "cargo build -p {package} failed");
-    profile_dir.join(bin)
+/// `bin` of this workspace, built first in this test's own target directory and profile
+/// (`inplace_tests::workspace_build`: a no-op when the workspace's test build made it).
+pub fn workspace_binary(bin: &str) -> PathBuf {
+    inplace_tests::workspace_build::workspace_bin(bin).expect("the workspace builds")
 }
 
 /// The real API server with the CRDs and the agent's shipped RBAC and admission policy, and

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Where a `make test` run's time went: the steps scripts/timed.sh logged (wall and CPU
+seconds), then the slowest tests and the test binaries by their summed time, from nextest's
+JUnit file. usage: test-times.py STEPS_TSV [JUNIT_XML]"""
+
+import collections
+import sys
+import xml.etree.ElementTree as ET
+
+SLOWEST = 20
+
+
+def steps(path):
+    totals = collections.OrderedDict()
+    try:
+        with open(path) as log:
+            for line in log:
+                name, wall, cpu = line.rstrip("\n").split("\t")
+                w, c = totals.get(name, (0.0, 0.0))
+                totals[name] = (w + float(wall), c + float(cpu))
+    except FileNotFoundError:
+        return
+    print("step              wall (min)   CPU (min)")
+    for name, (wall, cpu) in totals.items():
+        print(f"{name:<16} {wall / 60:10.1f} {cpu / 60:11.1f}")
+    wall = sum(w for w, _ in totals.values())
+    cpu = sum(c for _, c in totals.values())
+    print(f"{'total':<16} {wall / 60:10.1f} {cpu / 60:11.1f}")
+
+
+def tests(path):
+    try:
+        root = ET.parse(path).getroot()
+    except (FileNotFoundError, ET.ParseError):
+        return
+    cases = []
+    for suite in root.iter("testsuite"):
+        for case in suite.iter("testcase"):
+            cases.append((float(case.get("time", "0")), suite.get("name", "?"), case.get("name", "?")))
+    if not cases:
+        return
+    cases.sort(reverse=True)
+    print(f"\nthe {SLOWEST} slowest of {len(cases)} tests (s)")
+    for time, suite, name in cases[:SLOWEST]:
+        print(f"{time:8.1f}  {suite} {name}")
+    binaries = collections.Counter()
+    for time, suite, _ in cases:
+        binaries[suite] += time
+    print(f"\ntest binaries by summed time (s; {sum(binaries.values()) / 60:.1f} min in all)")
+    for suite, time in binaries.most_common(SLOWEST):
+        print(f"{time:8.1f}  {suite}")
+
+
+if __name__ == "__main__":
+    steps(sys.argv[1])
+    if len(sys.argv) > 2:
+        tests(sys.argv[2])

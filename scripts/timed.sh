@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs one step of `make test` and records what it cost, so that every run says where its
+# time went (docs/development/testing.md § Where the time goes):
+#   scripts/timed.sh STEP COMMAND...   runs COMMAND, appends "STEP wall cpu" (seconds; cpu is
+#                                      user + system of everything it ran) to the log
+#   scripts/timed.sh --start           empties the log
+#   scripts/timed.sh --report          prints each step's wall and CPU time, and the slowest
+#                                      tests of the run (from nextest's JUnit file, which
+#                                      nextest writes under the repository's target/ always)
+# The log is $TARGET/test-steps.tsv, TARGET being CARGO_TARGET_DIR or ./target.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+log=$target/test-steps.tsv
+mkdir -p "$target"
+
+case ${1:-} in
+--start)
+    : >"$log"
+    exit 0
+    ;;
+--report)
+    exec python3 "$(dirname "$0")/test-times.py" "$log" "$root/target/nextest/default/junit.xml"
+    ;;
+esac
+
+step=$1
+shift
+start=$(date +%s.%N)
+status=0
+"$@" || status=$?
+end=$(date +%s.%N)
+# `times` prints the shell's own and then its children's user and system time (XmY.Zs); run
+# in this shell, not in a command substitution's subshell, which has no children.
+times >"$log.times"
+cpu=$(tail -n 1 "$log.times" | awk '{
+    total = 0
+    for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); total += t[1] * 60 + t[2] }
+    printf "%.1f", total
+}')
+rm -f "$log.times"
+awk -v step="$step" -v start="$start" -v end="$end" -v cpu="$cpu" \
+    'BEGIN { printf "%s\t%.1f\t%s\n", step, end - start, cpu }' >>"$log"
+exit "$status"
