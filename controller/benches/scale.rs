@@ -306,10 +306,11 @@ async fn main() -> anyhow::Result<()> {
         peak_kib = peak_kib.max(peak_memory_kib(pid).unwrap_or(0));
         let r = rollouts.get("bench").await?;
         let status = r.status.unwrap_or_default();
-        let complete = status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True" && status.nodes.total > 0);
+        let complete = status.nodes.total > 0
+            && inplace_proto::condition::is_true(
+                &status.conditions,
+                inplace_proto::reason::rollout_condition::COMPLETE,
+            );
         if last_print.elapsed() > Duration::from_secs(5) || complete {
             println!(
                 "t={:>6.1}s total={} pending={} staged={} updating={} succeeded={} (agents activating now: {})",

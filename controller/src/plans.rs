@@ -24,11 +24,8 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
     let annotations = plan.metadata.annotations.as_ref();
     let annotation = |key: &str| annotations.and_then(|a| a.get(key));
     let status = plan.status.as_ref();
-    let ready = status.and_then(|s| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == plan_condition::READY)
-    });
+    let ready =
+        status.and_then(|s| inplace_proto::condition::find(&s.conditions, plan_condition::READY));
     PlanView {
         revision: plan.spec.revision.as_deref().map(Arc::from),
         desired_state: plan.spec.desired_state,

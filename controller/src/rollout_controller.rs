@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use inplace_proto::{NodeRelease, NodeRollout, NodeRolloutSpec, NodeUpdatePlan, revision_of};
+use inplace_proto::{NodeRelease, NodeRollout, NodeRolloutSpec, NodeUpdatePlan};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -48,12 +48,12 @@ const DRAIN_CONCURRENCY: usize = 8;
 pub fn release_state(release: Option<&NodeRelease>) -> ReleaseState {
     match release {
         None => ReleaseState::Missing,
-        Some(release) => match release.validate() {
-            Err(problems) => ReleaseState::Invalid {
-                message: problems.to_string(),
+        Some(release) => match release.usable() {
+            Err(unusable) => ReleaseState::Invalid {
+                message: unusable.to_string(),
             },
-            Ok(()) => ReleaseState::Valid {
-                revision: Arc::from(revision_of(&release.spec.content)),
+            Ok(revision) => ReleaseState::Valid {
+                revision: Arc::from(revision),
             },
         },
     }
@@ -242,9 +242,10 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     // A wake-up days away (the next maintenance window) never stretches the resync; alerts
     // are polled while they may hold back an activation (no watch says when one resolves,
     // and a round only decides, asking Prometheus, when something changed or is due).
-    let complete = decision.status.conditions.iter().any(|c| {
-        c.type_ == inplace_proto::reason::rollout_condition::COMPLETE && c.status == "True"
-    });
+    let complete = inplace_proto::condition::is_true(
+        &decision.status.conditions,
+        inplace_proto::reason::rollout_condition::COMPLETE,
+    );
     let alerts_recheck =
         (!rollout.spec.gates.alerts.is_empty() && !complete).then_some(ctx.settings.alert_recheck);
     let after = [decision.requeue_after, alerts_recheck]
@@ -371,4 +372,39 @@ async fn run_drain_passes(input: &mut RolloutInput<'_>, ctx: &Context) -> Result
         input.nodes[i].drain = Some(progress);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rollout judges a release as the Cluster API extension does (`NodeRelease::usable`):
+    /// one the release controller marked `Valid=False` for its generation is not used, even
+    /// where this build's `validate()` accepts it (a controller of another version wrote it).
+    #[test]
+    fn a_release_marked_invalid_for_its_generation_is_not_used() {
+        let mut release: NodeRelease = serde_json::from_value(serde_json::json!({
+            "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
+            "metadata": {"name": "k8s", "generation": 3},
+            "spec": {"version": "v1", "artifacts": [{"name": "kubernetes", "type": "Sysext",
+                "url": "https://example.com/kubernetes.raw", "sha256": "a".repeat(64)}]}
+        }))
+        .unwrap();
+        assert!(matches!(
+            release_state(Some(&release)),
+            ReleaseState::Valid { .. }
+        ));
+        release.status = Some(
+            serde_json::from_value(serde_json::json!({"conditions": [{"type": "Valid",
+                "status": "False", "reason": "InvalidRelease", "message": "spec.artifacts[0]: no",
+                "lastTransitionTime": "2026-11-28T00:00:00Z", "observedGeneration": 3}]}))
+            .unwrap(),
+        );
+        match release_state(Some(&release)) {
+            ReleaseState::Invalid { message } => {
+                assert_eq!(message, "Valid=False: spec.artifacts[0]: no");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

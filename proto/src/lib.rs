@@ -33,7 +33,7 @@ pub use plan::{
     ArtifactProgress, DesiredState, NodeUpdatePlan, NodeUpdatePlanSpec, NodeUpdatePlanStatus, Phase,
 };
 pub use reason::Reason;
-pub use release::{NodeRelease, NodeReleaseSpec, NodeReleaseStatus};
+pub use release::{NodeRelease, NodeReleaseSpec, NodeReleaseStatus, Unusable};
 pub use revision::revision_of;
 pub use rollout::{
     Disruption, DrainSpec, ForeignDisruption, NodeCounts, NodeFailure, NodeRollout,

@@ -72,3 +72,35 @@ pub struct NodeReleaseStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
+
+/// Why a release cannot be used by a rollout or the Cluster API extension.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    /// `validate()` finds problems: each, with its field path.
+    #[error("{0}")]
+    Invalid(crate::Problems),
+    /// The release controller marked this generation `Valid=False` (a controller of another
+    /// version may judge what this one accepts): its message.
+    #[error("Valid=False: {0}")]
+    MarkedInvalid(String),
+}
+
+impl NodeRelease {
+    /// The one judgement of whether this release may be used, and its revision when it may:
+    /// it validates, and the release controller has not marked this generation
+    /// `Valid=False` (a mark on an earlier generation says nothing about this spec). The
+    /// release controller itself judges with `validate()` alone: it writes that mark.
+    pub fn usable(&self) -> Result<String, Unusable> {
+        self.validate().map_err(Unusable::Invalid)?;
+        let conditions = self.status.as_ref().map_or(&[][..], |s| &s.conditions);
+        let mark = crate::condition::find(conditions, crate::reason::release_condition::VALID);
+        if let Some(mark) = mark
+            && mark.status == crate::condition::FALSE
+            && (mark.observed_generation.is_none()
+                || mark.observed_generation == self.metadata.generation)
+        {
+            return Err(Unusable::MarkedInvalid(mark.message.clone()));
+        }
+        Ok(crate::revision_of(&self.spec.content))
+    }
+}

@@ -1,7 +1,7 @@
 //! The revision hash is a function of the content, not of how it was written; and no input
 //! makes parsing or validation panic.
 
-use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, revision_of};
+use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, Unusable, revision_of};
 use inplace_strict_yaml::object_from_yaml;
 use proptest::prelude::*;
 
@@ -78,6 +78,45 @@ fn node_ready_false_keeps_the_revision_of_a_release_without_it() {
         revision_of(&a.spec.content),
         revision_of(&ready.spec.content)
     );
+}
+
+/// One judgement of a usable release for the rollouts and the Cluster API extension: it
+/// validates, and this generation is not marked `Valid=False`.
+#[test]
+fn a_release_is_usable_unless_invalid_or_marked_invalid_for_its_generation() {
+    let mut release: NodeRelease = object_from_yaml(RELEASE_A).unwrap();
+    release.metadata.generation = Some(2);
+    assert_eq!(release.usable(), Ok(revision_of(&release.spec.content)));
+
+    let mark = |generation: Option<i64>, status: &str| {
+        serde_json::from_value(serde_json::json!({"conditions": [{"type": "Valid",
+            "status": status, "reason": "InvalidRelease", "message": "sha256 is not hex",
+            "lastTransitionTime": "2026-11-28T00:00:00Z", "observedGeneration": generation}]}))
+        .unwrap()
+    };
+    release.status = Some(mark(Some(2), "False"));
+    assert_eq!(
+        release.usable(),
+        Err(Unusable::MarkedInvalid("sha256 is not hex".into()))
+    );
+    release.status = Some(mark(None, "False"));
+    assert!(
+        release.usable().is_err(),
+        "a mark without a generation counts"
+    );
+    release.status = Some(mark(Some(1), "False"));
+    assert!(
+        release.usable().is_ok(),
+        "a mark on an earlier generation does not"
+    );
+    release.status = Some(mark(Some(2), "True"));
+    assert!(release.usable().is_ok());
+
+    release.spec.version = " ".into();
+    match release.usable() {
+        Err(Unusable::Invalid(problems)) => assert!(problems.has("spec.version"), "{problems}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

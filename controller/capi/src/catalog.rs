@@ -4,8 +4,7 @@
 //! the NodeUpdatePlan CRD and the agent only, never a NodeRelease.
 
 use async_trait::async_trait;
-use inplace_proto::reason::release_condition;
-use inplace_proto::{NodeRelease, revision_of};
+use inplace_proto::NodeRelease;
 use kube::api::{Api, ListParams};
 
 use crate::error::Error;
@@ -65,9 +64,8 @@ impl ReleaseLookup {
     }
 }
 
-/// Picks the release for `kubernetes_version` among `releases`. A release counts when
-/// `validate()` passes and its `Valid` condition, if the controller wrote one, is not
-/// `False`.
+/// Picks the release for `kubernetes_version` among `releases`: the one that is usable
+/// (`NodeRelease::usable`, the judgement the rollouts make too).
 pub fn select_release(releases: &[NodeRelease], kubernetes_version: &str) -> ReleaseLookup {
     let mut valid = Vec::new();
     let mut invalid = Vec::new();
@@ -76,35 +74,24 @@ pub fn select_release(releases: &[NodeRelease], kubernetes_version: &str) -> Rel
             continue;
         }
         let name = release.metadata.name.clone().unwrap_or_default();
-        if let Err(problems) = release.validate() {
-            invalid.push((name, problems.to_string()));
-            continue;
+        match release.usable() {
+            Ok(revision) => valid.push((name, release, revision)),
+            Err(unusable) => invalid.push((name, unusable.to_string())),
         }
-        let marked_invalid = release.status.as_ref().and_then(|status| {
-            status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == release_condition::VALID && c.status == "False")
-        });
-        if let Some(condition) = marked_invalid {
-            invalid.push((name, format!("Valid=False: {}", condition.message)));
-            continue;
-        }
-        valid.push((name, release));
     }
     match valid.len() {
         0 if invalid.is_empty() => ReleaseLookup::NotFound,
         0 => ReleaseLookup::Invalid(invalid),
         1 => {
-            let (name, release) = valid.remove(0);
+            let (name, release, revision) = valid.remove(0);
             ReleaseLookup::Found(Box::new(FoundRelease {
                 name,
-                revision: revision_of(&release.spec.content),
+                revision,
                 spec: release.spec.clone(),
             }))
         }
         _ => {
-            let mut names: Vec<String> = valid.into_iter().map(|(name, _)| name).collect();
+            let mut names: Vec<String> = valid.into_iter().map(|(name, ..)| name).collect();
             names.sort();
             ReleaseLookup::Ambiguous(names)
         }
@@ -151,7 +138,7 @@ impl ReleaseCatalog for KubeReleaseCatalog {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use inplace_proto::NodeReleaseStatus;
+    use inplace_proto::{NodeReleaseStatus, revision_of};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     pub(crate) fn release(name: &str, kubernetes_version: &str) -> NodeRelease {

@@ -147,7 +147,7 @@ pub fn answer(node: &str, release: &str, revision: &str, plan: &NodeUpdatePlan) 
 }
 
 fn condition<'a>(status: &'a NodeUpdatePlanStatus, type_: &str) -> Option<&'a Condition> {
-    status.conditions.iter().find(|c| c.type_ == type_)
+    inplace_proto::condition::find(&status.conditions, type_)
 }
 
 /// `HealthCheckFailed: kubelet.service ...` from the Ready condition, plus a true Degraded.

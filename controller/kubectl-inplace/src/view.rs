@@ -4,6 +4,8 @@
 //! `kubectl inplace` and the demo fleet draw the same picture. Colours are ANSI escapes,
 //! only when [`Style::color`] is set (the caller sets it when stdout is a terminal).
 
+use inplace_proto::condition::find as condition;
+use inplace_proto::reason::plan_condition;
 use inplace_proto::{NodeRollout, NodeUpdatePlan, Outcome, Phase};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -108,11 +110,6 @@ fn phase_color(phase: Phase) -> &'static str {
     }
 }
 
-/// The condition of `type_`, if the plan has one.
-pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
 /// What a plan's node is doing with the plan's *current spec*, as one word, from proto's
 /// one reading of the agent's report ([`Outcome`]): `Succeeded` when the node runs the
 /// spec's revision, `Pending` when the agent has not picked up this revision and generation
@@ -171,7 +168,7 @@ pub fn ready_summary(plan: &NodeUpdatePlan) -> String {
     let Some(status) = plan.status.as_ref() else {
         return "the agent has not reported yet".to_owned();
     };
-    match condition(&status.conditions, "Ready") {
+    match condition(&status.conditions, plan_condition::READY) {
         Some(c) if c.message.is_empty() => c.reason.clone(),
         Some(c) => format!("{}: {}", c.reason, c.message),
         None => status.progress.clone().unwrap_or_default(),

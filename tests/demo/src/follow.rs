@@ -1,5 +1,6 @@
 //! Following a rollout: the watches, the live progress, and the `maxUnavailable` check.
 
+use inplace_proto::reason::rollout_condition;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -138,9 +139,7 @@ pub(crate) fn verdict(phase: Phase, ends: Ending, activating: bool) -> Verdict {
 
 pub(crate) fn halted(rollout: &NodeRollout) -> bool {
     rollout.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == "Halted" && c.status == "True")
+        inplace_proto::condition::is_true(&s.conditions, rollout_condition::HALTED)
     })
 }
 
@@ -274,10 +273,8 @@ pub(crate) fn the_halt(rollout: Option<&NodeRollout>) -> anyhow::Result<(NodeFai
             status.failed_nodes
         );
     };
-    let halt = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Halted" && c.status == "True")
+    let halt = inplace_proto::condition::find(&status.conditions, rollout_condition::HALTED)
+        .filter(|c| c.status == inplace_proto::condition::TRUE)
         .context("the rollout is not Halted")?;
     if !halt.message.contains(&failure.node) || !halt.message.contains(&failure.reason) {
         bail!(

@@ -5,6 +5,7 @@
 //! wait for the opening: it moves the window to one open now, as an operator would, and the
 //! controller lets the rollout go (no clock of the product's is bent for the demo).
 
+use inplace_proto::reason::rollout_condition;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -69,11 +70,11 @@ pub async fn show_the_hold(
     let rollouts: Api<NodeRollout> = Api::all(client.clone());
     let held = |r: &NodeRollout| {
         r.status.as_ref().is_some_and(|s| {
-            s.conditions.iter().any(|c| {
-                c.type_ == "Progressing"
-                    && c.status == "False"
-                    && c.reason == Reason::OutsideMaintenanceWindow.as_str()
-            })
+            inplace_proto::condition::find(&s.conditions, rollout_condition::PROGRESSING)
+                .is_some_and(|c| {
+                    c.status == inplace_proto::condition::FALSE
+                        && c.reason == Reason::OutsideMaintenanceWindow.as_str()
+                })
         })
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(LEAD as u64);
