@@ -3,6 +3,8 @@
 //! management cluster of the suites, and `hookcheck`, the Go harness that calls the extension
 //! with Cluster API's own types the way Cluster API's runtime client does.
 
+pub mod manager;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;

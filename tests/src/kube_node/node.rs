@@ -219,13 +219,14 @@ pub async fn healthz_ok(port: u16) -> bool {
         .unwrap_or(false)
 }
 
-/// Kubelet ports come from below the kernel's ephemeral range (32768-60999 here): a kubelet
-/// binds its ports seconds after they were chosen, and a port the kernel hands out for
+/// Ports for servers the bed starts (kubelets, Cluster API's manager) come from below the
+/// kernel's ephemeral range (32768-60999 here): such a server binds its ports seconds after
+/// they were chosen, and a port the kernel hands out for
 /// `bind(0)` meanwhile (an etcd of another test takes its ports that way) would collide.
 const KUBELET_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
 /// A port of [`KUBELET_PORTS`] free now, tried from a point that differs per process and call.
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let span = u32::from(KUBELET_PORTS.end - KUBELET_PORTS.start);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
