@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went.
 test: test-start deps lint kube-smoke unit fuzz-short
@@ -21,6 +21,12 @@ export PATH := $(KUBE_BIN):$(PATH)
 ## Build (cached) kube-testbed: etcd + kube-apiserver + kube-controller-manager + kubectl.
 kube:
 	@$(TIMED) ./tests/kube/build.sh "$(KUBE_BIN)"
+
+## Build (cached) Cluster API's core controller manager of the release tests/capi/go.mod pins
+## into target/capi/bin (shares Go's build cache with `make kube`; tests/capi/README-manager.md).
+CAPI_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/capi/bin
+capi: kube
+	@$(TIMED) ./tests/capi/build-manager.sh "$(CAPI_BIN)"
 
 ## Build (cached) the real kubelet of every release pinned under tests/kubelet into
 ## target/kubelet/bin (they share Go's build cache with `make kube`), and the container images
@@ -71,7 +77,7 @@ lint:
 
 # images: the suites run the install pages, which push what `make images` wrote (built here,
 # so that no test builds the release itself).
-unit: testbed kube kubelets node-tools tools images
+unit: testbed kube kubelets capi node-tools tools images
 	$(TIMED) $(CARGO) nextest run --workspace --no-fail-fast
 
 # The debug build of everything the suites run, made once: the test binaries and the
