@@ -113,14 +113,7 @@ impl Bed {
                 "path": "/opt/bin/crictl"}));
         }
         let checks = match self.kubelet {
-            // The unit steady and the Node `Ready`, as a kubelet release has them. A broken
-            // kubelet crash-loops (`Restart=always`, never `failed`), so only the timeout ends
-            // its check: short, well inside the Node's 40 s heartbeat grace, so the Node stays
-            // `Ready` and its Pod is never evicted. The window is well above the broken
-            // kubelet's life (it parses its flags and exits), which a loaded machine stretches:
-            // a window it outlived would rightly commit it.
-            Kubelet::Real => serde_json::json!({"units": ["kubelet.service"], "nodeReady": true,
-                "window": "3s", "timeout": if healthy { "60s" } else { "10s" }}),
+            Kubelet::Real => self.real.kubelet_checks(healthy),
             Kubelet::StandIn => {
                 serde_json::json!({"units": ["kubelet.service"], "window": "1s", "timeout": "60s"})
             }

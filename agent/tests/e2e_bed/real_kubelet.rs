@@ -48,14 +48,10 @@ impl Bed {
         (artifact, format!("/opt/extensions/kubernetes/{file}"))
     }
 
-    /// A plan for `image` checking the unit and the Node's `Ready`, as a kubelet release has
-    /// them. A broken kubelet crash-loops (never `failed`): only the timeout ends its check,
-    /// short enough that the Node keeps `Ready` (40 s heartbeat grace) and its Pod.
+    /// A plan for `image` with a kubelet release's checks (`AgentNode::kubelet_checks`).
     fn plan(&self, image: &SysextImage, healthy: bool) -> (NodeUpdatePlan, String) {
         let (artifact, stored) = self.sysext(image);
-        let timeout = if healthy { "60s" } else { "10s" };
-        let checks = json!({"units": ["kubelet.service"], "nodeReady": true,
-            "window": "3s", "timeout": timeout});
+        let checks = self.node.kubelet_checks(healthy);
         (self.node.plan(vec![artifact], checks), stored)
     }
 
@@ -98,7 +94,8 @@ async fn first_update_of_a_real_kubelet_merged_at_boot_commits_rolls_back_and_ke
     let (reason, message) = bed.node.ready().await;
     assert_eq!(reason, "RolledBack", "{message}");
     assert!(
-        message.contains("HealthCheckFailed") && message.contains("kubelet.service"),
+        message.contains("HealthCheckFailed")
+            && (message.contains("kubelet.service") || message.contains("/healthz")),
         "{message}"
     );
     bed.assert_runs(&v2_stored, NEWER, "after refuses to start")

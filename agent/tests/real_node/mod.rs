@@ -42,6 +42,8 @@ pub struct AgentNode {
     pub node: Node,
     /// Images, the admin kubeconfig for `kubectl`.
     pub work: tempfile::TempDir,
+    /// The real kubelet's `/healthz` URL, on a real Kubernetes node.
+    pub kubelet_healthz: Option<String>,
 }
 
 impl AgentNode {
@@ -273,6 +275,7 @@ impl Setup {
             server: self.server,
             node,
             work: self.work,
+            kubelet_healthz: None,
         }
     }
 }

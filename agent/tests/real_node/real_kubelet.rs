@@ -67,11 +67,31 @@ impl AgentNode {
         let kube = KubeNode::boot(&config, options)
             .await
             .expect("the Kubernetes node boots and its kubelet answers");
-        let bed = setup.into_bed(kube.node);
+        let healthz = kube.healthz_url();
+        let mut bed = setup.into_bed(kube.node);
+        bed.kubelet_healthz = Some(healthz);
         bed.wait_agent_active().await;
         bed.wait_node_ready(release, "the node's first kubelet")
             .await;
         bed
+    }
+
+    /// The checks a kubelet release has, for a plan on this node: the unit steady, the Node
+    /// `Ready`, and the new kubelet's own `/healthz`. A kubelet that cannot start crash-loops
+    /// (`Restart=always`, never `failed`), and the Node keeps `Ready` from the old kubelet's
+    /// last heartbeat for its 40 s grace: only `/healthz` is never answered by a broken
+    /// kubelet, however long a loaded machine stretches its short life (with the unit and
+    /// `Ready` alone, a broken kubelet that stayed up through a 3 s window was committed).
+    /// Only the timeout ends a broken kubelet's check: short, well inside that grace, so the
+    /// Node stays `Ready` and its Pod is never evicted.
+    pub fn kubelet_checks(&self, healthy: bool) -> serde_json::Value {
+        let healthz = self
+            .kubelet_healthz
+            .as_deref()
+            .expect("a real Kubernetes node");
+        serde_json::json!({"units": ["kubelet.service"], "nodeReady": true,
+            "http": [{"url": healthz}],
+            "window": "3s", "timeout": if healthy { "60s" } else { "10s" }})
     }
 
     /// Waits until the Node is `Ready` with the kubelet of `release`.

@@ -59,7 +59,11 @@ pub struct KubeletPorts {
 /// The node's KubeletConfiguration: cgroupfs on this host's cgroup v1 layout (kubelet ≥ 1.35
 /// refuses v1 unless `failCgroupV1: false`), containerd's socket, webhook authentication and
 /// authorization against the API server with the cluster CA for client certificates (as
-/// kubeadm sets it up), no read-only port, this node's own ports on loopback.
+/// kubeadm sets it up), no read-only port, this node's own ports on loopback. The node's
+/// filesystem is the host's, shared with every build there: with the default hard eviction
+/// (`nodefs.available<10%`) the kubelet evicted the test Pods ("must evict pod(s) to reclaim
+/// ephemeral-storage") once the host's disk was 90 % full, and image garbage collection at
+/// 85 % would remove the imported images no registry can give back. Both only at 1 % / 100 %.
 pub fn kubelet_config(ports: KubeletPorts) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -83,6 +87,13 @@ authentication:
 authorization:
   mode: Webhook
 resolvConf: ""
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 "#,
         api = ports.api,
         healthz = ports.healthz,
