@@ -303,6 +303,68 @@ impl ApiServer {
         run_kubectl(&self.admin_kubeconfig(), args)
     }
 
+    /// A serving certificate signed by the server's CA for `names` (DNS names or IP
+    /// addresses): `tls.crt`, `tls.key` and `ca.crt` in `out`, the files cert-manager puts in a
+    /// TLS Secret and controller-runtime reads from its certificate directory.
+    pub fn issue_serving_cert(&self, out: &Path, names: &[&str]) -> anyhow::Result<()> {
+        std::fs::create_dir_all(out)?;
+        let pki = self.dir.join("pki");
+        let alt_names: Vec<String> = names
+            .iter()
+            .map(|name| match name.parse::<std::net::IpAddr>() {
+                Ok(_) => format!("IP:{name}"),
+                Err(_) => format!("DNS:{name}"),
+            })
+            .collect();
+        let extensions = out.join("extensions.cnf");
+        std::fs::write(
+            &extensions,
+            format!(
+                "subjectAltName={}\nextendedKeyUsage=serverAuth\n",
+                alt_names.join(",")
+            ),
+        )?;
+        let file = |name: &str| out.join(name).display().to_string();
+        let (key, csr, cert) = (file("tls.key"), file("tls.csr"), file("tls.crt"));
+        let subject = format!("/CN={}", names.first().copied().unwrap_or("localhost"));
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &subject,
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+        ])?;
+        let (ca_cert, ca_key) = (pki.join("ca.crt"), pki.join("ca.key"));
+        openssl(&[
+            "x509",
+            "-req",
+            "-days",
+            "7",
+            "-set_serial",
+            &format!("{}", std::process::id()),
+            "-in",
+            &csr,
+            "-CA",
+            &ca_cert.display().to_string(),
+            "-CAkey",
+            &ca_key.display().to_string(),
+            "-extfile",
+            &extensions.display().to_string(),
+            "-out",
+            &cert,
+        ])?;
+        std::fs::copy(&ca_cert, out.join("ca.crt"))?;
+        Ok(())
+    }
+
     /// Applies the CRDs in `dir` with kubectl and waits until each is Established (served).
     pub async fn apply_crd_dir(&self, dir: &Path) -> anyhow::Result<()> {
         let dir = dir.to_str().context("CRD directory is not UTF-8")?;
@@ -357,6 +419,21 @@ impl Drop for ApiServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn openssl(args: &[&str]) -> anyhow::Result<()> {
+    let output = Command::new("openssl")
+        .args(args)
+        .output()
+        .context("running openssl (is it installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "openssl {}: {}",
+            args.first().unwrap_or(&""),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// The last lines of each component's log, for a failure message.

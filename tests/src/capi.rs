@@ -3,6 +3,7 @@
 //! management cluster of the suites, and `hookcheck`, the Go harness that calls the extension
 //! with Cluster API's own types the way Cluster API's runtime client does.
 
+pub mod extension;
 pub mod manager;
 
 use std::path::PathBuf;

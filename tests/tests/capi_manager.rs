@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use inplace_tests::apiserver::ApiServer;
+use inplace_tests::capi::extension::{self, CapiExtension};
 use inplace_tests::capi::manager::CapiManager;
 
 const MACHINE: &str = r#"{
@@ -109,4 +110,65 @@ async fn capi_manager_serves_its_webhooks_and_stops_cleanly() {
     let plain = MACHINE.replace("\"m1\"", "\"m2\"");
     apply(&server, dir.path(), "machine2.json", &plain)
         .expect("no webhook left behind that fails closed");
+}
+
+/// The extension registered as docs/usage/cluster-api.md registers it (the packaged
+/// ExtensionConfig, its CA bundle injected from the Secret): Cluster API's Runtime SDK client
+/// reaches it by its Service name over TLS and discovers its three handlers.
+#[tokio::test]
+async fn capi_discovers_the_extension_from_the_packaged_extension_config() {
+    let server = ApiServer::start()
+        .await
+        .expect("the real API server starts");
+    let address = extension::service_address();
+    let manager = CapiManager::start_with(&server, &[(extension::SERVICE_HOST, address)])
+        .await
+        .expect("Cluster API's manager starts");
+    let extension = CapiExtension::start(&server, address)
+        .await
+        .expect("the extension starts and its ExtensionConfig is applied");
+
+    let discovered = server.run_kubectl(&[
+        "wait",
+        "extensionconfig/inplace",
+        "--for=condition=Discovered",
+        "--timeout=180s",
+    ]);
+    let status = server
+        .run_kubectl(&["get", "extensionconfig", "inplace", "-o", "json"])
+        .unwrap();
+    assert!(
+        discovered.is_ok(),
+        "{discovered:?}\n{status}\n--- capi-manager\n{}\n--- extension\n{}",
+        manager.log_tail(),
+        extension.log()
+    );
+    let config: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let ca = String::from_utf8(server.ca_pem().unwrap()).unwrap();
+    let injected = config["spec"]["clientConfig"]["caBundle"]
+        .as_str()
+        .unwrap_or_default();
+    let injected = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, injected)
+        .unwrap_or_default();
+    assert_eq!(
+        String::from_utf8_lossy(&injected),
+        ca,
+        "CAPI injected the Secret's ca.crt"
+    );
+    let mut handlers: Vec<&str> = config["status"]["handlers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
+    handlers.sort_unstable();
+    assert_eq!(
+        handlers,
+        [
+            "can-update-machine.inplace",
+            "can-update-machineset.inplace",
+            "update-machine.inplace"
+        ]
+    );
+    manager.stop().await.unwrap();
 }

@@ -69,6 +69,16 @@ impl CapiManager {
     /// Installs Cluster API's CRDs and webhooks into `server` and starts the manager as its
     /// admin; returns once `/readyz` answers and the webhooks are registered.
     pub async fn start(server: &ApiServer) -> anyhow::Result<CapiManager> {
+        Self::start_with(server, &[]).await
+    }
+
+    /// [`Self::start`] with the Services the manager reaches by name: each
+    /// `NAME.NAMESPACE.svc` resolves to the loopback address the bed serves it on (an
+    /// `/etc/hosts` of the manager's own mount namespace; the bed has no cluster DNS).
+    pub async fn start_with(
+        server: &ApiServer,
+        services: &[(&str, std::net::Ipv4Addr)],
+    ) -> anyhow::Result<CapiManager> {
         let binary = tokio::task::spawn_blocking(binary).await??;
         let dir = tempfile::Builder::new()
             .prefix("inplace-capi-manager-")
@@ -78,7 +88,7 @@ impl CapiManager {
         let health_port = crate::kube_node::free_port()?;
         let diagnostics_port = crate::kube_node::free_port()?;
         let certs = dir.path().join("certs");
-        issue_serving_cert(&server.dir().join("pki"), &certs)?;
+        server.issue_serving_cert(&certs, &["127.0.0.1", "localhost"])?;
         let webhook = Webhook {
             url: format!("https://127.0.0.1:{webhook_port}"),
             ca_bundle: base64::engine::general_purpose::STANDARD.encode(server.ca_pem()?),
@@ -90,10 +100,20 @@ impl CapiManager {
         let log = std::fs::File::create(dir.path().join("capi-manager.log"))?;
         let kubeconfig = server.admin_kubeconfig();
         // setpriv's parent-death signal: the manager dies with the thread that started it
-        // however the test ends (no orphan holding ports).
-        let mut command = Command::new("setpriv");
+        // however the test ends (no orphan holding ports). unshare and sh exec, so the
+        // child's PID is the manager's.
+        let hosts = dir.path().join("hosts");
+        let mut text = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        for (name, address) in services {
+            text.push_str(&format!("{address} {name}\n"));
+        }
+        std::fs::write(&hosts, text)?;
+        let mut command = Command::new("unshare");
         command
-            .args(["--pdeathsig", "KILL", "--"])
+            .args(["--mount", "--propagation", "private", "--"])
+            .args(["setpriv", "--pdeathsig", "KILL", "--"])
+            .args(["sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""])
+            .arg(&hosts)
             .arg(&binary)
             .arg("--kubeconfig")
             .arg(&kubeconfig)
@@ -305,67 +325,6 @@ fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files)
-}
-
-/// A serving certificate for 127.0.0.1 and localhost signed by the bed's CA (`pki/ca.crt`,
-/// `pki/ca.key`), as `tls.crt`/`tls.key` in `out` (the names controller-runtime reads).
-fn issue_serving_cert(pki: &Path, out: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(out)?;
-    let key = out.join("tls.key");
-    let csr = out.join("tls.csr");
-    let extensions = out.join("extensions.cnf");
-    std::fs::write(
-        &extensions,
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-    )?;
-    openssl(&[
-        "req",
-        "-new",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-subj",
-        "/CN=capi-webhook",
-        "-keyout",
-        path_str(&key)?,
-        "-out",
-        path_str(&csr)?,
-    ])?;
-    openssl(&[
-        "x509",
-        "-req",
-        "-days",
-        "7",
-        "-set_serial",
-        &format!("{}", std::process::id()),
-        "-in",
-        path_str(&csr)?,
-        "-CA",
-        path_str(&pki.join("ca.crt"))?,
-        "-CAkey",
-        path_str(&pki.join("ca.key"))?,
-        "-extfile",
-        path_str(&extensions)?,
-        "-out",
-        path_str(&out.join("tls.crt"))?,
-    ])
-}
-
-fn openssl(args: &[&str]) -> anyhow::Result<()> {
-    let output = Command::new("openssl")
-        .args(args)
-        .output()
-        .context("running openssl (is it installed?)")?;
-    if !output.status.success() {
-        bail!(
-            "openssl {}: {}",
-            args.first().unwrap_or(&""),
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 fn path_str(path: &Path) -> anyhow::Result<&str> {
