@@ -13,6 +13,7 @@ use kube::runtime::reflector::Store;
 
 use crate::alert_gate::{AlertSource, PrometheusSettings};
 use crate::api_server_version::ApiServerVersion;
+use crate::kured_lock::KuredSettings;
 use crate::metrics::Metrics;
 use crate::plans::RecentWrites;
 use crate::rollout_view::RolloutViews;
@@ -34,6 +35,8 @@ pub struct ReconcileSettings {
     /// How often a rollout whose alert gate is closed asks again: no watch says when an
     /// alert resolves.
     pub alert_recheck: Duration,
+    /// kured's reboot lock, shared with kured (`--kured-daemonset`); `None`: not shared.
+    pub kured: Option<KuredSettings>,
 }
 
 impl Default for ReconcileSettings {
@@ -44,6 +47,7 @@ impl Default for ReconcileSettings {
             node_events: true,
             prometheus: None,
             alert_recheck: Duration::from_secs(30),
+            kured: None,
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod context;
 pub mod decision;
 pub mod error;
 pub mod events;
+pub mod kured_lock;
 pub mod leader;
 pub mod metrics;
 pub mod node_readiness;

@@ -8,9 +8,11 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use inplace_controller::alert_gate::PrometheusSettings;
 use inplace_controller::context::ReconcileSettings;
+use inplace_controller::kured_lock::{KURED_RECHECK, KuredSettings};
 use inplace_controller::leader::LeaseSettings;
 use inplace_controller::metrics::Metrics;
 use inplace_controller::run::{Settings, run};
+use k8s_openapi::jiff::SignedDuration;
 
 /// The controller decodes and drops hundreds of thousands of small objects per large
 /// rollout; with glibc's allocator a third of its CPU was malloc and free
@@ -65,6 +67,19 @@ enum Command {
         /// How often a rollout that lists alerts asks Prometheus again (`30s`).
         #[arg(long, default_value = "30s")]
         alert_recheck: inplace_proto::Duration,
+        /// Share the fleet with kured: its DaemonSet as `NAMESPACE/NAME` (kured's
+        /// `--ds-namespace`/`--ds-name`, usually `kube-system/kured`). Rollouts then grant
+        /// nothing while a kured daemon holds its reboot lock, and hold it themselves while
+        /// they activate nodes. Unset: kured's lock is not read.
+        #[arg(long, env = "INPLACE_KURED_DAEMONSET")]
+        kured_daemonset: Option<String>,
+        /// kured's lock annotation (kured's `--lock-annotation`).
+        #[arg(long, default_value = inplace_controller::decision::kured::KURED_LOCK_ANNOTATION)]
+        kured_lock_annotation: String,
+        /// The TTL written on the lock inplace takes (as kured's `--lock-ttl`, `2h`); unset:
+        /// none, the lock stays until inplace releases it.
+        #[arg(long)]
+        kured_lock_ttl: Option<inplace_proto::Duration>,
     },
     /// Serve Cluster API's in-place update hooks (a Runtime Extension) over HTTPS, from
     /// the management cluster.
@@ -190,7 +205,13 @@ fn main() -> anyhow::Result<()> {
             prometheus_url,
             prometheus_timeout,
             alert_recheck,
+            kured_daemonset,
+            kured_lock_annotation,
+            kured_lock_ttl,
         } => {
+            let kured = kured_daemonset
+                .map(|at| kured_settings(&at, kured_lock_annotation, kured_lock_ttl))
+                .transpose()?;
             init_tracing();
             // One thread: the controller's work is a stream of small events and writes,
             // and on a multi-threaded runtime a fifth of its CPU went to waking and
@@ -215,6 +236,7 @@ fn main() -> anyhow::Result<()> {
                             timeout: prometheus_timeout.get(),
                         }),
                         alert_recheck: alert_recheck.get(),
+                        kured,
                         ..ReconcileSettings::default()
                     },
                 };
@@ -228,6 +250,30 @@ fn main() -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// `--kured-daemonset NAMESPACE/NAME` and the lock's annotation and TTL.
+fn kured_settings(
+    at: &str,
+    annotation: String,
+    ttl: Option<inplace_proto::Duration>,
+) -> anyhow::Result<KuredSettings> {
+    let Some((namespace, name)) = at
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+    else {
+        anyhow::bail!("--kured-daemonset {at:?}: expected NAMESPACE/NAME, e.g. kube-system/kured");
+    };
+    let ttl = ttl.map_or(Ok(SignedDuration::ZERO), |t| {
+        SignedDuration::try_from(t.get())
+    })?;
+    Ok(KuredSettings {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        annotation,
+        ttl,
+        recheck: KURED_RECHECK,
+    })
 }
 
 fn init_tracing() {

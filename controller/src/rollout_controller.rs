@@ -21,11 +21,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::alert_gate::observe_alerts;
 use crate::context::Context;
+use crate::decision::kured::{KuredWrite, lock_write};
 use crate::decision::{
-    KubernetesVersions, NodeOrder, ReleaseState, RolloutInput, ScaleDownMark, decide_with_memo,
-    drain_pass_options, needs_drain_pass, rollout_drains,
+    Decision, DecisionMemo, KubernetesVersions, NodeOrder, ReleaseState, RolloutInput,
+    ScaleDownMark, decide_with_memo, drain_pass_options, needs_drain_pass, rollout_drains,
 };
 use crate::error::{Error, Result};
+use crate::kured_lock::KuredRead;
 use crate::plans::plan_owner;
 use crate::rollout_view::{LastRound, unschedulable};
 use crate::rollout_writes::{
@@ -190,7 +192,14 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     let refreshed = view.refresh(rollout, ctx)?;
     let refresh_cost = started.elapsed();
     let release_state = view.share_release(release_state(release.as_deref()));
-    if !refreshed.changed && view.unchanged_since_last_round(&release_state, started) {
+    let kured = match &ctx.settings.kured {
+        Some(settings) => Some(settings.read(&ctx.client, &name, Timestamp::now()).await),
+        None => None,
+    };
+    let kured_view = kured.as_ref().map(|k| k.view.clone());
+    if !refreshed.changed
+        && view.unchanged_since_last_round(&release_state, kured_view.as_ref(), started)
+    {
         let wake_at = view.last.as_ref().map(|last| last.wake_at);
         ctx.views.put(&name, view);
         ctx.metrics.rollout_round("unchanged");
@@ -215,11 +224,23 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         order: NodeOrder::Activation,
         alerts,
         versions,
+        kured: kured_view.clone(),
         now: Timestamp::now(),
     };
     run_drain_passes(&mut input, ctx).await?;
     let deciding = Instant::now();
     let decision = decide_with_memo(&input, &mut view.memo);
+    if let Some(kured) = kured
+        && !hold_kured_lock(kured, &decision, input.now, ctx).await?
+    {
+        // Someone wrote kured's DaemonSet between this round's read and its write: nothing
+        // this round decided is carried out (its grants need the lock); the next round
+        // reads the lock again. The memo holds those grants: forget it.
+        view.nodes = input.nodes;
+        view.memo = DecisionMemo::default();
+        ctx.views.put(&name, view);
+        return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+    }
     // The round's own work, not the drain's or Prometheus' answers it waited for.
     let cost = refresh_cost + deciding.elapsed();
     let next_round_at = round_pacing::next_round_at(started, cost);
@@ -252,8 +273,16 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         .into_iter()
         .flatten()
         .fold(ctx.settings.resync, std::cmp::Ord::min);
+    let kured_recheck = ctx
+        .settings
+        .kured
+        .as_ref()
+        .filter(|_| decision.status.nodes.staged > 0)
+        .map(|k| k.recheck);
+    let after = after.min(kured_recheck.unwrap_or(after));
     view.last = Some(LastRound {
         release: release_state,
+        kured: kured_view,
         wake_at: started + after,
         next_round_at,
     });
@@ -267,6 +296,29 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         "reconciled"
     );
     Ok(Action::requeue(paced.map_or(after, |p| p.min(after))))
+}
+
+/// Takes kured's lock before the round's grants are carried out, and releases it once the
+/// rollout holds no slot (`decision/kured.rs`). `Ok(false)`: the lock was to be taken and
+/// someone else wrote the DaemonSet first.
+async fn hold_kured_lock(
+    kured: KuredRead,
+    decision: &Decision,
+    now: Timestamp,
+    ctx: &Context,
+) -> Result<bool> {
+    let Some(settings) = &ctx.settings.kured else {
+        return Ok(true);
+    };
+    let needed = decision.status.nodes.updating > 0;
+    let Some(write) = lock_write(&kured.view, needed, settings.ttl, now) else {
+        return Ok(true);
+    };
+    let taking = matches!(write, KuredWrite::Take(_));
+    let written = settings.write(&ctx.client, kured, &write).await?;
+    ctx.metrics.wrote("kured_lock");
+    // A release that lost to another write is retried by the next round.
+    Ok(written || !taking)
 }
 
 /// A deleted rollout: undoes its own cordons ([`decide_teardown`]); once none waits for

@@ -18,6 +18,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
+use crate::decision::kured::KuredView;
 use crate::decision::{
     CONTROL_PLANE_LABEL, DecisionMemo, NodeView, ReleaseState, ScaleDownMark, activation_order,
     resolve_ownership,
@@ -156,6 +157,8 @@ pub struct LastRound {
     pub wake_at: Instant,
     /// When the rollout may decide again ([`crate::round_pacing`]).
     pub next_round_at: Instant,
+    /// kured's lock as that round read it (`None`: not shared with kured).
+    pub kured: Option<KuredView>,
 }
 
 /// One rollout's selected nodes as the decision sees them, kept between rounds.
@@ -237,10 +240,15 @@ impl RolloutView {
 
     /// Whether nothing the decision reads has changed since the last round decided (the
     /// views are refreshed already): same release, and no wake-up due yet.
-    pub fn unchanged_since_last_round(&self, release: &ReleaseState, now: Instant) -> bool {
-        self.last
-            .as_ref()
-            .is_some_and(|last| last.release == *release && now < last.wake_at)
+    pub fn unchanged_since_last_round(
+        &self,
+        release: &ReleaseState,
+        kured: Option<&KuredView>,
+        now: Instant,
+    ) -> bool {
+        self.last.as_ref().is_some_and(|last| {
+            last.release == *release && last.kured.as_ref() == kured && now < last.wake_at
+        })
     }
 
     /// The release as the decision should see it: its revision the copy the views share.

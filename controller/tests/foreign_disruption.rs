@@ -17,17 +17,6 @@ use serde_json::json;
 use support::sim_agent::SimConfig;
 use support::*;
 
-async fn set_cordon(bed: &Bed, node: &str, cordoned: bool) {
-    bed.nodes()
-        .patch(
-            node,
-            &Default::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": cordoned}})),
-        )
-        .await
-        .unwrap();
-}
-
 /// The node's scale-down annotation and inplace's mark of it, as `(autoscaler's, mark)`.
 async fn scale_down(bed: &Bed, node: &str) -> (Option<String>, Option<String>) {
     let node = bed.nodes().get(node).await.unwrap();
@@ -49,7 +38,7 @@ async fn a_node_a_person_cordoned_takes_the_slot_and_activating_nodes_keep_the_a
     for name in ["worker-1", "worker-2", "worker-3"] {
         create_node(&bed.client, name, &[]).await;
     }
-    set_cordon(&bed, "worker-2", true).await;
+    bed.set_cordon("worker-2", true).await;
     // Someone else keeps the autoscaler off worker-3: inplace leaves that alone.
     bed.nodes()
         .patch(
@@ -92,7 +81,7 @@ async fn a_node_a_person_cordoned_takes_the_slot_and_activating_nodes_keep_the_a
 
     assert_eq!(scale_down(&bed, "worker-1").await, (None, None));
 
-    set_cordon(&bed, "worker-2", false).await;
+    bed.set_cordon("worker-2", false).await;
     eventually(
         "worker-1 activating with the autoscaler kept off",
         || async {

@@ -186,6 +186,10 @@ reasons! {
     /// slow or answering something other than its alerts JSON. The gate fails closed: no
     /// new activation starts (the message has the error).
     GateUnavailable,
+    /// kured's reboot lock (the annotation on its DaemonSet, `--kured-daemonset`) is held by
+    /// a kured daemon, or cannot be read or taken: no new activation starts until inplace
+    /// can take it (the message names the holder).
+    RebootLockHeld,
 }
 
 impl fmt::Display for Reason {

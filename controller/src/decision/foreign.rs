@@ -11,7 +11,9 @@
 //! - cordoned (`spec.unschedulable`) without inplace's cordon record on its plan
 //!   ([`CORDONED_ANNOTATION`](super::CORDONED_ANNOTATION)): a cordon inplace made is its
 //!   own, never counted twice;
-//! - or not `Ready` (the condition False, Unknown or missing).
+//! - or not `Ready` (the condition False, Unknown or missing);
+//! - or the node kured's reboot lock is held for (`kured.rs`), whether or not the rollout
+//!   counts the others above: a node kured is about to reboot is down.
 //!
 //! A node this rollout is activating is its own slot whatever its condition says: a kubelet
 //! restarting under the update is not someone else's disruption. A Staged node others took
@@ -29,8 +31,9 @@ pub(super) fn foreign_disruptions(
     owned: &[&NodeView],
     states: &[NodeState],
     soaking: &[usize],
+    kured_holder: Option<&str>,
 ) -> Vec<(usize, ForeignDisruption)> {
-    if !spec.count_foreign_disruption {
+    if !spec.count_foreign_disruption && kured_holder.is_none() {
         return Vec::new();
     }
     // A failed node's trouble is the rollout's own, bounded by maxFailures and the halt.
@@ -46,27 +49,35 @@ pub(super) fn foreign_disruptions(
         .zip(ours)
         .enumerate()
         .filter(|(_, (_, ours))| !ours)
-        .filter_map(|(i, (node, _))| Some((i, disrupted_by_others(node)?)))
+        .filter_map(|(i, (node, _))| {
+            let seen = disrupted_by_others(node, spec.count_foreign_disruption, kured_holder)?;
+            Some((i, seen))
+        })
         .collect()
 }
 
-/// What someone else did to `node`, if anything.
-fn disrupted_by_others(node: &NodeView) -> Option<ForeignDisruption> {
+/// What someone else did to `node`, if anything: cordon and readiness only when the rollout
+/// counts them (`count`), kured's lock always.
+fn disrupted_by_others(
+    node: &NodeView,
+    count: bool,
+    kured_holder: Option<&str>,
+) -> Option<ForeignDisruption> {
     let our_cordon = node.plan.as_ref().is_some_and(|p| p.cordoned);
-    let cordoned = (node.unschedulable && !our_cordon).then_some("cordoned".to_owned());
+    let cordoned = (count && node.unschedulable && !our_cordon).then_some("cordoned".to_owned());
     let not_ready = match &node.readiness {
-        Readiness::Ready => None,
-        Readiness::NotReady { why } => Some(format!("NotReady ({why})")),
+        Readiness::NotReady { why } if count => Some(format!("NotReady ({why})")),
+        _ => None,
     };
-    let why = match (cordoned, not_ready) {
-        (None, None) => return None,
-        (Some(c), None) => c,
-        (None, Some(n)) => n,
-        (Some(c), Some(n)) => format!("{c}, {n}"),
-    };
+    let kured =
+        (kured_holder == Some(node.name.as_str())).then_some("held by kured's lock".to_owned());
+    let seen: Vec<String> = [cordoned, not_ready, kured].into_iter().flatten().collect();
+    if seen.is_empty() {
+        return None;
+    }
     Some(ForeignDisruption {
         node: node.name.clone(),
-        why,
+        why: seen.join(", "),
     })
 }
 

@@ -55,6 +55,11 @@ impl HealthVerdict {
         self.blockers.is_empty()
     }
 
+    /// Adds a gate outside the rollout's spec that blocks (kured's lock, `kured.rs`).
+    pub(crate) fn block(&mut self, blocker: Option<(Reason, String)>) {
+        self.blockers.extend(blocker);
+    }
+
     /// The first blocking gate's reason, and every blocking gate's message joined.
     pub(crate) fn blocked(&self) -> Option<(Reason, String)> {
         let (reason, _) = self.blockers.first()?;

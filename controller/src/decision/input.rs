@@ -8,6 +8,7 @@ use inplace_proto::{
 };
 use k8s_openapi::jiff::Timestamp;
 
+use super::kured::KuredView;
 use super::{AlertObservation, DrainProgress, Readiness, ScaleDownMark};
 
 /// The rollout's release, as far as the rollout is concerned.
@@ -171,6 +172,9 @@ pub struct RolloutInput<'a> {
     pub alerts: AlertObservation,
     /// The versions the skew guard judges the release by (`version_skew.rs`).
     pub versions: KubernetesVersions,
+    /// kured's reboot lock as this round read it (`kured.rs`); `None`: the controller does
+    /// not share the fleet with kured (no `--kured-daemonset`).
+    pub kured: Option<KuredView>,
     /// The time of this round.
     pub now: Timestamp,
 }

@@ -48,6 +48,7 @@ mod foreign;
 mod grant;
 mod health;
 mod input;
+pub mod kured;
 mod memo;
 mod node_events;
 mod status;
@@ -345,11 +346,17 @@ pub fn decide_with_memo(input: &RolloutInput<'_>, memo: &mut DecisionMemo) -> De
     let failures = grant::failures(&owned, &nodes.states);
     let halted = grant::is_halted(input.spec, &failures);
     let window = window::window_verdict(&input.spec.maintenance_windows, input.now);
-    let health = health::health_verdict(input.spec, &owned, &nodes.states, &input.alerts);
-    let (foreign, foreign_disruptions): (Vec<usize>, Vec<_>) =
-        foreign::foreign_disruptions(input.spec, &owned, &nodes.states, &nodes.soaking)
-            .into_iter()
-            .unzip();
+    let mut health = health::health_verdict(input.spec, &owned, &nodes.states, &input.alerts);
+    health.block(input.kured.as_ref().and_then(kured::KuredView::blocker));
+    let (foreign, foreign_disruptions): (Vec<usize>, Vec<_>) = foreign::foreign_disruptions(
+        input.spec,
+        &owned,
+        &nodes.states,
+        &nodes.soaking,
+        input.kured.as_ref().and_then(|k| k.held_by_others()),
+    )
+    .into_iter()
+    .unzip();
     let gate = grant::Gate {
         open: !input.spec.paused && !halted && window.allows_grants() && health.allows_grants(),
         soaking: &nodes.soaking,

@@ -409,7 +409,8 @@ fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Opti
             Reason::InvalidMaintenanceWindow
             | Reason::NodeNotReady
             | Reason::AlertFiring
-            | Reason::GateUnavailable,
+            | Reason::GateUnavailable
+            | Reason::RebootLockHeld,
         ) => Some(note(EventKind::Warning, reason.as_str())),
         (rollout_condition::PROGRESSING, true, Reason::RollingOut) => {
             let resumed = before.is_some_and(|c| c.reason == Reason::Paused.as_str());

@@ -134,6 +134,7 @@ fn input<'a>(spec: &'a NodeRolloutSpec, nodes: Vec<NodeView>) -> RolloutInput<'a
         order: NodeOrder::Any,
         alerts: AlertObservation::NotAsked,
         versions: KubernetesVersions::default(),
+        kured: None,
         now: t(100),
     }
 }
@@ -1402,6 +1403,7 @@ mod autoscaler;
 mod drain;
 mod foreign;
 mod health;
+mod kured;
 mod memo;
 mod steering;
 mod timing;

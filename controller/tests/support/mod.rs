@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod kubelet;
+pub mod kured;
 pub mod prometheus;
 pub mod sim_agent;
 
@@ -229,22 +230,41 @@ impl Bed {
 
     /// The nodes whose plan records a grant (`inplace.dev/activation-granted`), by name.
     pub async fn granted(&self) -> Vec<String> {
-        let mut granted: Vec<String> = self
+        self.plans_where(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(inplace_controller::decision::GRANTED_ANNOTATION))
+        })
+        .await
+    }
+
+    /// The names of the plans for which `check` holds, sorted.
+    pub async fn plans_where(&self, check: impl Fn(&NodeUpdatePlan) -> bool) -> Vec<String> {
+        let mut names: Vec<String> = self
             .plans()
             .list(&Default::default())
             .await
             .unwrap()
             .items
             .into_iter()
-            .filter(|p| {
-                p.metadata.annotations.as_ref().is_some_and(|a| {
-                    a.contains_key(inplace_controller::decision::GRANTED_ANNOTATION)
-                })
-            })
+            .filter(|p| check(p))
             .filter_map(|p| p.metadata.name)
             .collect();
-        granted.sort();
-        granted
+        names.sort();
+        names
+    }
+
+    /// Cordons or uncordons `node` as a person (or another tool) does.
+    pub async fn set_cordon(&self, node: &str, cordoned: bool) {
+        self.nodes()
+            .patch(
+                node,
+                &Default::default(),
+                &Patch::Merge(json!({"spec": {"unschedulable": cordoned}})),
+            )
+            .await
+            .unwrap();
     }
 }
 

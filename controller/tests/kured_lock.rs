@@ -1,0 +1,143 @@
+//! Sharing the fleet with kured on the real kube-apiserver (docs/usage/standalone-rollouts.md
+//! § Sharing the fleet): the controller runs with `--kured-daemonset kube-system/kured`, and
+//! a stand-in for kured's daemons (`support::kured`, kured 1.23.0's
+//! `pkg/daemonsetlock/daemonsetlock.go`) takes and releases the lock as kured does, cordoning
+//! its node meanwhile, as kured drains before it reboots.
+//!
+//! What it proves: while kured holds its lock no activation starts (`RebootLockHeld`, naming
+//! the holder); while the rollout activates, kured's daemons find the lock held by
+//! `inplace/<rollout>` and wait; and with `maxUnavailable: 1`, a node kured reboots and a
+//! node inplace activates are never down together.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use inplace_controller::kured_lock::KuredSettings;
+use inplace_proto::Phase;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::jiff::SignedDuration;
+use kube::api::Api;
+use serde_json::json;
+use support::sim_agent::SimConfig;
+use support::*;
+
+fn settings() -> inplace_controller::run::Settings {
+    let mut settings = test_settings();
+    settings.reconcile.kured = Some(KuredSettings {
+        namespace: "kube-system".into(),
+        name: "kured".into(),
+        annotation: support::kured::ANNOTATION.into(),
+        ttl: SignedDuration::from_mins(30),
+        recheck: Duration::from_secs(1),
+    });
+    settings
+}
+
+/// The nodes whose agent is activating or verifying, as the API says.
+async fn activating(bed: &Bed) -> Vec<String> {
+    bed.plans_where(|p| {
+        matches!(
+            p.status.as_ref().and_then(|s| s.phase),
+            Some(Phase::Activating | Phase::Verifying)
+        )
+    })
+    .await
+}
+
+/// One kured reboot of `node`, from a held lock: cordon (kured drains), down for a while,
+/// back (uncordon), release. Throughout, no node inplace activates may be down as well.
+async fn reboot_holding_the_lock(bed: &Bed, ds: &Api<DaemonSet>, node: &str, down: &AtomicBool) {
+    bed.set_cordon(node, true).await;
+    down.store(true, Ordering::SeqCst);
+    for _ in 0..10 {
+        let also_down = activating(bed).await;
+        assert!(
+            also_down.is_empty(),
+            "kured reboots {node} while inplace activates {also_down:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bed.set_cordon(node, false).await;
+    down.store(false, Ordering::SeqCst);
+    support::kured::release(ds, node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kured_and_a_rollout_share_one_budget_through_kureds_lock() {
+    let bed = Arc::new(Bed::start_with(settings()).await);
+    let ds = support::kured::create_daemonset(&bed.client).await;
+    let fleet = bed.fleet(SimConfig {
+        activate: Duration::from_secs(2),
+        ..SimConfig::default()
+    });
+    for name in ["worker-1", "worker-2", "worker-3", "worker-4"] {
+        create_node(&bed.client, name, &[]).await;
+    }
+    let down = Arc::new(AtomicBool::new(false));
+
+    // kured reboots worker-2 first: the rollout waits for its lock, and says why.
+    let (got, _) = support::kured::acquire(&ds, "worker-2", Duration::ZERO).await;
+    assert!(got);
+    create_release(&bed.client, "rel", "v1").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 1}),
+    )
+    .await;
+    rollout_when(&bed.client, "ro", "held by kured's lock", |r| {
+        condition(r, "Progressing").is_some_and(|(status, reason, message)| {
+            status == "False"
+                && reason == "RebootLockHeld"
+                && message.starts_with("kured's reboot lock is held by \"worker-2\" since ")
+        })
+    })
+    .await;
+    assert_eq!(fleet.stats.activation_order.lock().unwrap().len(), 0);
+    reboot_holding_the_lock(&bed, &ds, "worker-2", &down).await;
+
+    // Once the rollout activates, kured's daemons wanting to reboot worker-1 and worker-3
+    // find the lock held by the rollout, and wait for it, each trying every 300 ms.
+    eventually("an activation started", || async {
+        (fleet.stats.activating_now.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    let kured = {
+        let (bed, ds, down) = (bed.clone(), ds.clone(), down.clone());
+        tokio::spawn(async move {
+            let mut refused_by = Vec::new();
+            for node in ["worker-1", "worker-3"] {
+                loop {
+                    let (got, holder) = support::kured::acquire(&ds, node, Duration::ZERO).await;
+                    if got {
+                        break;
+                    }
+                    refused_by.push(holder);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                reboot_holding_the_lock(&bed, &ds, node, &down).await;
+            }
+            refused_by
+        })
+    };
+    rollout_when(&bed.client, "ro", "all nodes updated", |r| {
+        condition(r, "Complete").is_some_and(|(status, _, _)| status == "True")
+    })
+    .await;
+    let refused_by = tokio::time::timeout(WAIT, kured).await.unwrap().unwrap();
+    assert_eq!(
+        refused_by.first().map(String::as_str),
+        Some("inplace/ro"),
+        "{refused_by:?}"
+    );
+    assert_eq!(fleet.max_activating(), 1);
+    assert_eq!(
+        support::kured::lock_value(&ds).await,
+        None,
+        "the rollout released kured's lock"
+    );
+}
