@@ -16,7 +16,7 @@ use k8s_openapi::jiff::SignedDuration;
 
 /// The controller decodes and drops hundreds of thousands of small objects per large
 /// rollout; with glibc's allocator a third of its CPU was malloc and free
-/// (docs/design/controller.md § Scale results).
+/// (docs/design/scale-history.md § What the runs found).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -215,8 +215,8 @@ fn main() -> anyhow::Result<()> {
             init_tracing();
             // One thread: the controller's work is a stream of small events and writes,
             // and on a multi-threaded runtime a fifth of its CPU went to waking and
-            // parking the second worker for each of them (docs/design/controller.md
-            // § Scale results). A round's decision is pure and short, so nothing waits
+            // parking the second worker for each of them (docs/design/scale-history.md
+            // § What the runs found). A round's decision is pure and short, so nothing waits
             // long behind it.
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -2,7 +2,7 @@
 //! tens of thousands of nodes it costs tens of milliseconds, and kube-runtime starts the
 //! next one as soon as any node's Node or plan event arrives, so the number of rounds
 //! followed the event rate (and the machine's load), and the controller's CPU with it
-//! (docs/design/controller.md § Scale results). Spacing a rollout's decided rounds by a
+//! (docs/design/scale-history.md § What the runs found). Spacing a rollout's decided rounds by a
 //! multiple of the last one's cost bounds the share of a core its decisions take, whatever
 //! the event rate; the events that arrive meanwhile are decided together in the next round.
 //! A small fleet's sub-millisecond rounds are held back by as little.

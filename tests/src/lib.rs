@@ -28,6 +28,7 @@ pub mod ignition;
 pub mod install;
 pub mod kube_node;
 pub mod metrics_guide;
+pub mod module_maps;
 pub mod nspawn;
 pub mod prereq;
 pub mod sysext;

@@ -187,7 +187,7 @@ pub enum NodeOrder {
     /// Already in activation order ([`super::activation_order`]), as a rollout's kept
     /// view holds them (`rollout_view.rs`): the decision does not compare every adjacent
     /// pair of names again to find the order it has (a tenth of the controller's CPU in a
-    /// 10,000-node rollout of 100 slots, docs/design/controller.md § Scale results).
+    /// 10,000-node rollout of 100 slots, docs/design/scale-history.md § What the runs found).
     Activation,
 }
 

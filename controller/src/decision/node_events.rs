@@ -61,8 +61,8 @@ pub(super) fn transition_events(
 /// failed node) whose failure it did not show. Only these nodes (at most the slots and the
 /// failures) are looked up, by name, in the activation order of `owned`: asking every
 /// succeeded node whether it was active compared names across the whole fleet every round
-/// (the largest part of the decision's time at 30,000 nodes, `docs/design/controller.md`
-/// § Scale results).
+/// (the largest part of the decision's time at 30,000 nodes, `docs/design/scale-history.md`
+/// § What the runs found).
 fn finished_nodes(
     previous: Option<&NodeRolloutStatus>,
     owned: &[&NodeView],
