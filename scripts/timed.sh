@@ -2,7 +2,7 @@
 # Runs one step of `make test` and records what it cost, so that every run says where its
 # time went (docs/development/testing.md § Where the time goes):
 #   scripts/timed.sh STEP COMMAND...   runs COMMAND, appends "STEP wall cpu" (seconds; cpu is
-#                                      user + system of everything it ran) to the log
+#                                      user + system of the processes it waited for) to the log
 #   scripts/timed.sh --start           empties the log
 #   scripts/timed.sh --report          prints each step's wall and CPU time, and the slowest
 #                                      tests of the run (from nextest's JUnit file, which
