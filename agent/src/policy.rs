@@ -81,6 +81,16 @@ pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
                     deny(format!("{at}.path"), message);
                 }
             }
+            ArtifactType::Config => {
+                if let Some(path) = &artifact.path
+                    && let Some(message) = config_problem(path, policy)
+                {
+                    deny(
+                        format!("{at}.path"),
+                        format!("Config artifact {}: {message}", artifact.name),
+                    );
+                }
+            }
             ArtifactType::Archive => {
                 for (j, member) in artifact.members.iter().enumerate() {
                     if let Some(message) = target_problem(&member.to, policy) {
@@ -215,6 +225,43 @@ fn target_problem(path: &str, policy: &Policy) -> Option<String> {
     }
 }
 
+/// Why a Config artifact may not land at `path`: outside (or exactly at) every configuration
+/// root, or in the agent's own configuration, which a plan must never rewrite (a broken
+/// agent.toml would leave nothing on the node to roll it back).
+fn config_problem(path: &str, policy: &Policy) -> Option<String> {
+    if inplace_proto::validate::check_node_path(path).is_err() {
+        return Some(format!("{path:?} is not an absolute, normalized path"));
+    }
+    let path = Path::new(path);
+    if path.starts_with("/etc/inplace") {
+        return Some(format!(
+            "{} is the agent's own configuration; a plan may not change it",
+            path.display()
+        ));
+    }
+    if policy
+        .allowed_config_roots
+        .iter()
+        .any(|dir| path.starts_with(dir) && path != dir)
+    {
+        return None;
+    }
+    let roots = policy
+        .allowed_config_roots
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>();
+    Some(format!(
+        "{} is outside this node's allowed configuration roots ({})",
+        path.display(),
+        if roots.is_empty() {
+            "none: set policy.allowed_config_roots".to_owned()
+        } else {
+            roots.join(", ")
+        }
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +272,7 @@ mod tests {
             allowed_url_prefixes: vec!["https://dl.example/".parse().unwrap()],
             allow_http: false,
             allowed_target_dirs: vec!["/opt/bin".into()],
+            allowed_config_roots: vec!["/etc/kubernetes".into()],
             allowed_units: vec!["kubelet.service".into()],
             max_artifact_size: 1000,
             reserved_disk_space: 0,
@@ -242,7 +290,11 @@ mod tests {
             sha256: "0".repeat(64),
             signature_url: None,
             size: Some(10),
-            path: (kind == ArtifactType::Binary).then(|| "/opt/bin/a".into()),
+            path: match kind {
+                ArtifactType::Binary => Some("/opt/bin/a".into()),
+                ArtifactType::Config => Some("/etc/kubernetes/kubelet.conf".into()),
+                _ => None,
+            },
             members: if kind == ArtifactType::Archive {
                 vec![ArchiveMember {
                     from: "bin/a".into(),
@@ -269,6 +321,42 @@ mod tests {
         let problems = check(c, p).expect_err(path);
         assert!(problems.has(path), "{path} not in {problems}");
         assert_eq!(problems.reason(), Reason::PolicyDenied);
+    }
+
+    #[test]
+    fn config_lands_only_below_a_configuration_root() {
+        let p = policy();
+        check(&content(vec![artifact(ArtifactType::Config)]), &p).unwrap();
+        for outside in [
+            "/etc/shadow",
+            "/etc/kubernetes",
+            "/opt/bin/kubelet.conf",
+            "/etc/inplace/agent.toml",
+        ] {
+            let mut a = artifact(ArtifactType::Config);
+            a.name = "kubelet-config".into();
+            a.path = Some(outside.into());
+            let problems = check(&content(vec![a]), &p).expect_err(outside);
+            assert_eq!(problems.reason(), Reason::PolicyDenied, "{outside}");
+            let text = problems.to_string();
+            assert!(text.contains("spec.artifacts[0].path"), "{text}");
+            assert!(text.contains("Config artifact kubelet-config"), "{text}");
+            assert!(text.contains(outside), "{text}");
+        }
+        // A Binary's directories are not configuration roots, nor the reverse.
+        let mut a = artifact(ArtifactType::Binary);
+        a.path = Some("/etc/kubernetes/kubelet.conf".into());
+        denied_at(&content(vec![a]), &p, "spec.artifacts[0].path");
+        let mut none = policy();
+        none.allowed_config_roots.clear();
+        let problems =
+            check(&content(vec![artifact(ArtifactType::Config)]), &none).expect_err("no roots");
+        assert!(
+            problems
+                .to_string()
+                .contains("set policy.allowed_config_roots"),
+            "{problems}"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub fn markdown_table() -> Result<String, SettingsError> {
         allowed_url_prefixes,
         allow_http,
         allowed_target_dirs,
+        allowed_config_roots,
         allowed_units,
         max_artifact_size,
         reserved_disk_space,
@@ -44,6 +45,17 @@ pub fn markdown_table() -> Result<String, SettingsError> {
                 "none",
             ),
             "where Binary `path`s and Archive members may be linked (the directory or below)",
+        ),
+        (
+            "allowed_config_roots",
+            list(
+                &allowed_config_roots
+                    .iter()
+                    .map(|d| path(d))
+                    .collect::<Vec<_>>(),
+                "none",
+            ),
+            "where Config artifacts' `path`s may be linked (below the directory); `/` and `/etc` are refused",
         ),
         (
             "allowed_units",

@@ -148,6 +148,7 @@ fn fetcher_from(base: &str, settings: &DownloadSettings, max_artifact_size: u64)
         allowed_url_prefixes: vec![format!("{base}/ok/").parse().unwrap()],
         allow_http: true,
         allowed_target_dirs: vec![],
+        allowed_config_roots: vec![],
         allowed_units: vec![],
         max_artifact_size,
         reserved_disk_space: 0,

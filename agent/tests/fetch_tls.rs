@@ -84,6 +84,7 @@ fn policy(base: &str) -> Policy {
         allowed_url_prefixes: vec![format!("{base}/ok/").parse().unwrap()],
         allow_http: true,
         allowed_target_dirs: vec![],
+        allowed_config_roots: vec![],
         allowed_units: vec![],
         max_artifact_size: 1 << 20,
         reserved_disk_space: 0,

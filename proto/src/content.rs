@@ -99,7 +99,8 @@ pub struct AgentImage {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "self.type != 'Binary' || has(self.path)", "message": "a Binary artifact needs path", "fieldPath": ".path", "reason": "FieldValueRequired"},
-    {"rule": "self.type == 'Binary' || !has(self.path)", "message": "path is only for Binary artifacts", "fieldPath": ".path", "reason": "FieldValueForbidden"},
+    {"rule": "self.type != 'Config' || has(self.path)", "message": "a Config artifact needs path", "fieldPath": ".path", "reason": "FieldValueRequired"},
+    {"rule": "self.type == 'Binary' || self.type == 'Config' || !has(self.path)", "message": "path is only for Binary and Config artifacts", "fieldPath": ".path", "reason": "FieldValueForbidden"},
     {"rule": "self.type != 'Archive' || (has(self.members) && size(self.members) > 0)", "message": "an Archive artifact needs members", "fieldPath": ".members", "reason": "FieldValueRequired"},
     {"rule": "self.type == 'Archive' || !has(self.members) || size(self.members) == 0", "message": "members are only for Archive artifacts", "fieldPath": ".members", "reason": "FieldValueForbidden"},
 ]))]
@@ -136,8 +137,10 @@ pub struct Artifact {
     #[schemars(with = "Option<i64>", range(min = 1))]
     pub size: Option<u64>,
 
-    /// Binary only: the absolute path where the file is linked (for example
-    /// `/opt/bin/kubectl`). Must lie in a directory the node's policy allows.
+    /// Binary and Config only: the absolute path where the file is linked (for example
+    /// `/opt/bin/kubectl`, or `/etc/kubernetes/kubelet.conf.d/50-pods.conf` for a Config).
+    /// A Binary must lie in a directory the node's policy allows (`allowed_target_dirs`), a
+    /// Config in one of its configuration roots (`allowed_config_roots`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub path: Option<String>,
@@ -164,6 +167,9 @@ impl Artifact {
     }
 }
 
+/// Where systemd reads unit files and drop-ins that a Config artifact may change.
+const UNIT_CONFIG_DIRS: &[&str] = &["/etc/systemd/system/", "/etc/systemd/user/"];
+
 /// How an artifact is installed.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum ArtifactType {
@@ -174,6 +180,11 @@ pub enum ArtifactType {
     Binary,
     /// A tar or tar.gz archive; only the named `members` are installed.
     Archive,
+    /// A configuration file, stored content-addressed and linked at `path` under one of the
+    /// node's configuration roots (usually below `/etc`). The file it replaces is kept and
+    /// restored byte for byte on rollback; a path that did not exist is removed again. A
+    /// unit file or drop-in (below `/etc/systemd/`) implies `daemonReload`.
+    Config,
 }
 
 impl ArtifactType {
@@ -183,6 +194,7 @@ impl ArtifactType {
             ArtifactType::Sysext => "Sysext",
             ArtifactType::Binary => "Binary",
             ArtifactType::Archive => "Archive",
+            ArtifactType::Config => "Config",
         }
     }
 }
@@ -210,7 +222,8 @@ pub struct Activation {
     pub restart_units: Vec<UnitName>,
 
     /// Reload systemd's unit files (daemon-reload) before restarting units. Defaults to
-    /// true when the release has a Sysext artifact, because an image may bring unit files.
+    /// true when the release has a Sysext artifact, because an image may bring unit files,
+    /// or a Config artifact below `/etc/systemd/system/` or `/etc/systemd/user/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon_reload: Option<bool>,
 }
@@ -297,10 +310,22 @@ impl UpdateContent {
             .any(|a| a.kind == ArtifactType::Sysext)
     }
 
-    /// Whether to run daemon-reload on activation (explicit, or implied by a Sysext).
+    /// Whether a Config artifact lands where systemd reads units or drop-ins, so that PID 1
+    /// must reload its unit files for the change to take effect.
+    pub fn has_unit_config(&self) -> bool {
+        self.artifacts.iter().any(|a| {
+            a.kind == ArtifactType::Config
+                && a.path
+                    .as_deref()
+                    .is_some_and(|p| UNIT_CONFIG_DIRS.iter().any(|d| p.starts_with(d)))
+        })
+    }
+
+    /// Whether to run daemon-reload on activation (explicit, or implied by a Sysext or a
+    /// Config unit file or drop-in).
     pub fn daemon_reload(&self) -> bool {
         self.activation
             .daemon_reload
-            .unwrap_or_else(|| self.has_sysext())
+            .unwrap_or_else(|| self.has_sysext() || self.has_unit_config())
     }
 }

@@ -224,9 +224,12 @@ fn check_artifact(
         }
     };
     match artifact.kind {
-        ArtifactType::Binary => match &artifact.path {
+        ArtifactType::Binary | ArtifactType::Config => match &artifact.path {
             Some(p) => target(format!("{path}.path"), p, out),
-            None => out.invalid(format!("{path}.path"), "a Binary artifact needs path"),
+            None => out.invalid(
+                format!("{path}.path"),
+                format!("a {} artifact needs path", artifact.kind.as_str()),
+            ),
         },
         ArtifactType::Archive => {
             if artifact.members.is_empty() {
@@ -251,8 +254,13 @@ fn check_artifact(
         }
         ArtifactType::Sysext => {}
     }
-    if artifact.kind != ArtifactType::Binary && artifact.path.is_some() {
-        out.invalid(format!("{path}.path"), "path is only for Binary artifacts");
+    if !matches!(artifact.kind, ArtifactType::Binary | ArtifactType::Config)
+        && artifact.path.is_some()
+    {
+        out.invalid(
+            format!("{path}.path"),
+            "path is only for Binary and Config artifacts",
+        );
     }
     if artifact.kind != ArtifactType::Archive && artifact.max_extracted_size.is_some() {
         out.invalid(

@@ -176,6 +176,40 @@ fn target_paths_must_be_absolute_and_normalized() {
 }
 
 #[test]
+fn config_needs_a_path_and_daemon_reload_follows_unit_files() {
+    // A path on a Sysext is still refused (the rule now names both types).
+    assert_eq!(
+        only_problem(|p| sysext(p).path = Some("/etc/kubernetes/x".into())),
+        (Reason::InvalidPlan, "spec.artifacts[0].path".into())
+    );
+    let config = |p: &mut NodeUpdatePlan| {
+        let a = &mut p.spec.content.artifacts[1];
+        a.kind = ArtifactType::Config;
+        a.path = Some("/etc/kubernetes/kubelet.conf".into());
+    };
+    assert_eq!(
+        only_problem(|p| {
+            config(p);
+            p.spec.content.artifacts[1].path = None;
+        }),
+        (Reason::InvalidPlan, "spec.artifacts[1].path".into())
+    );
+    let mut plan = plan();
+    config(&mut plan);
+    plan.spec
+        .content
+        .artifacts
+        .retain(|a| a.kind == ArtifactType::Config);
+    plan.validate().unwrap();
+    assert!(!plan.spec.content.daemon_reload());
+    plan.spec.content.artifacts[0].path =
+        Some("/etc/systemd/system/kubelet.service.d/50-flags.conf".into());
+    assert!(plan.spec.content.daemon_reload());
+    plan.spec.content.activation.daemon_reload = Some(false);
+    assert!(!plan.spec.content.daemon_reload());
+}
+
+#[test]
 fn type_specific_fields_are_checked() {
     assert_eq!(
         only_problem(|p| p.spec.content.artifacts[1].path = None),

@@ -130,6 +130,19 @@ fn policy(p: PolicyFragment) -> Result<Policy, SettingsError> {
             ));
         }
     }
+    let allowed_config_roots = p.allowed_config_roots.unwrap_or_default();
+    for dir in &allowed_config_roots {
+        absolute("policy.allowed_config_roots", dir)?;
+        if dir == Path::new("/") || dir == Path::new("/etc") {
+            return Err(invalid(
+                "policy.allowed_config_roots",
+                format!(
+                    "{:?} would allow every configuration file on the node (name the directories, e.g. /etc/kubernetes)",
+                    dir.display().to_string()
+                ),
+            ));
+        }
+    }
     let allowed_units = p.allowed_units.unwrap_or_else(|| {
         vec![
             "kubelet.service".to_owned(),
@@ -160,6 +173,7 @@ fn policy(p: PolicyFragment) -> Result<Policy, SettingsError> {
         allowed_url_prefixes,
         allow_http,
         allowed_target_dirs,
+        allowed_config_roots,
         allowed_units,
         max_artifact_size,
         reserved_disk_space: p.reserved_disk_space.unwrap_or(1 << 30),

@@ -43,6 +43,7 @@ pub(super) struct PolicyFragment {
     pub(super) allowed_url_prefixes: Option<Vec<String>>,
     pub(super) allow_http: Option<bool>,
     pub(super) allowed_target_dirs: Option<Vec<PathBuf>>,
+    pub(super) allowed_config_roots: Option<Vec<PathBuf>>,
     pub(super) allowed_units: Option<Vec<String>>,
     pub(super) max_artifact_size: Option<u64>,
     pub(super) reserved_disk_space: Option<u64>,
@@ -116,6 +117,7 @@ impl Fragment {
         over(&mut p.allowed_url_prefixes, o.allowed_url_prefixes);
         over(&mut p.allow_http, o.allow_http);
         over(&mut p.allowed_target_dirs, o.allowed_target_dirs);
+        over(&mut p.allowed_config_roots, o.allowed_config_roots);
         over(&mut p.allowed_units, o.allowed_units);
         over(&mut p.max_artifact_size, o.max_artifact_size);
         over(&mut p.reserved_disk_space, o.reserved_disk_space);

@@ -63,6 +63,18 @@ pub enum KubeAuth {
     },
 }
 
+impl Policy {
+    /// Every directory the agent may make links in: the bases below which no symlink may
+    /// be followed (`beneath.rs`).
+    pub fn link_roots(&self) -> Vec<PathBuf> {
+        self.allowed_target_dirs
+            .iter()
+            .chain(&self.allowed_config_roots)
+            .cloned()
+            .collect()
+    }
+}
+
 /// What plans may ask of this node. Checked before any I/O (see `policy.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -74,6 +86,9 @@ pub struct Policy {
     /// Directories where Binary `path`s and Archive `to`s may land (the file itself, or
     /// any depth below).
     pub allowed_target_dirs: Vec<PathBuf>,
+    /// Directories where Config artifacts' `path`s may land (any depth below). Empty by
+    /// default: a node takes configuration only from where its policy says.
+    pub allowed_config_roots: Vec<PathBuf>,
     /// Units a plan may restart or health-check.
     pub allowed_units: Vec<String>,
     /// Largest artifact accepted, in bytes; also caps downloads without a declared size.

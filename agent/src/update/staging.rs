@@ -146,7 +146,7 @@ impl Agent {
             })
             .map(|(field, path)| (field, PathBuf::from(path)))
             .collect();
-        let allowed = self.settings.policy.allowed_target_dirs.clone();
+        let allowed = self.settings.policy.link_roots();
         let found = blocking(move || {
             for (field, path) in &targets {
                 let base = crate::beneath::base_of(path, &allowed);
@@ -223,7 +223,11 @@ impl Agent {
         };
         match artifact.kind {
             ArtifactType::Sysext => self.stage_sysext(&job).await.map(|l| vec![l]),
-            ArtifactType::Binary => self.stage_binary(&job).await.map(|l| vec![l]),
+            // A Config file is stored and linked like a Binary; the policy has already
+            // kept its path inside a configuration root.
+            ArtifactType::Binary | ArtifactType::Config => {
+                self.stage_binary(&job).await.map(|l| vec![l])
+            }
             ArtifactType::Archive => self.stage_archive(&job).await,
         }
     }

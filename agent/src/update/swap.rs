@@ -27,7 +27,7 @@ impl Agent {
         let swaps = targets.to_vec();
         let dropped = removals.to_vec();
         let lock = self.settings.paths.lock_file.clone();
-        let allowed = self.settings.policy.allowed_target_dirs.clone();
+        let allowed = self.settings.policy.link_roots();
         blocking(move || {
             for link in &swaps {
                 let base = beneath::base_of(&link.path, &allowed);

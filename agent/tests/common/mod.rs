@@ -342,6 +342,7 @@ state_dir = "{root}/state"
 [policy]
 allowed_url_prefixes = ["https://dl.example/"]
 allowed_target_dirs = ["{root}/opt/bin"]
+allowed_config_roots = ["{root}/etc/kubernetes"]
 [activation]
 health_interval = "5ms"
 max_attempts = 3

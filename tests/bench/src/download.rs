@@ -45,6 +45,7 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         ],
         allow_http: true,
         allowed_target_dirs: vec![],
+        allowed_config_roots: vec![],
         allowed_units: vec![],
         max_artifact_size: size,
         reserved_disk_space: 0,

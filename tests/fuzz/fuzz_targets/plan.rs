@@ -16,6 +16,7 @@ fuzz_target!(|data: &[u8]| {
         allowed_url_prefixes: vec!["https://artifacts.example/".parse().unwrap()],
         allow_http: false,
         allowed_target_dirs: vec!["/opt/bin".into()],
+        allowed_config_roots: vec!["/etc/kubernetes".into()],
         allowed_units: vec!["kubelet.service".into()],
         max_artifact_size: 1 << 30,
         reserved_disk_space: 1 << 30,

@@ -1,0 +1,113 @@
+//! Config artifacts (issue 38 item 2) through the whole per-revision flow, against the fake
+//! edges of `common/mod.rs` and a real file system: the file a Config replaces comes back
+//! byte for byte on rollback, a path that did not exist is removed again, and a path outside
+//! the configuration roots is refused before anything is fetched or changed.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use common::Bed;
+use inplace_proto::{Artifact, ArtifactType, NodeUpdatePlan, Phase};
+use sha2::{Digest, Sha256};
+
+/// The bed's plan (sysext `image`, kubectl v1) with a Config artifact of `bytes` at `path`.
+fn with_config(bed: &Bed, image: &str, path: &Path, bytes: &str) -> NodeUpdatePlan {
+    let mut plan = bed.plan(image, "kubectl v1", "Active");
+    let sha256 = hex::encode(Sha256::digest(bytes));
+    let url = format!("https://dl.example/config/{}/kubelet.conf", &sha256[..8]);
+    bed.fetcher
+        .objects
+        .lock()
+        .unwrap()
+        .insert(url.clone(), bytes.as_bytes().to_vec());
+    plan.spec.content.artifacts.push(Artifact {
+        name: "kubelet-config".into(),
+        kind: ArtifactType::Config,
+        url,
+        sha256,
+        signature_url: None,
+        size: Some(bytes.len() as u64),
+        path: Some(path.display().to_string()),
+        members: vec![],
+        max_extracted_size: None,
+    });
+    plan
+}
+
+fn kubelet_conf(bed: &Bed) -> PathBuf {
+    bed.root().join("etc/kubernetes/kubelet.conf")
+}
+
+#[tokio::test]
+async fn a_config_change_commits_and_a_failed_one_restores_the_previous_bytes() {
+    let bed = Bed::new();
+    let conf = kubelet_conf(&bed);
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    let original = "kind: KubeletConfiguration\nmaxPods: 110\n";
+    std::fs::write(&conf, original).unwrap();
+    let mut agent = bed.agent().await;
+
+    // Broken: the kubelet fails its health check after the swap.
+    let broken = with_config(&bed, "OK v1 unhealthy", &conf, "maxPods: 250\n");
+    agent.handle(Some(&broken)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), original);
+    assert!(std::fs::symlink_metadata(&conf).unwrap().is_file());
+
+    // Working: the new file is what the path reads, and the kubelet was restarted after it.
+    let bed = Bed::new();
+    let conf = kubelet_conf(&bed);
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    std::fs::write(&conf, original).unwrap();
+    let mut agent = bed.agent().await;
+    let good = with_config(&bed, "OK v1", &conf, "maxPods: 250\n");
+    agent.handle(Some(&good)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), "maxPods: 250\n");
+    assert!(
+        bed.systemd
+            .calls
+            .lock()
+            .unwrap()
+            .contains(&"restart kubelet.service".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn a_config_file_that_did_not_exist_is_removed_on_rollback() {
+    let bed = Bed::new();
+    let dropin = bed
+        .root()
+        .join("etc/kubernetes/kubelet.conf.d/50-pods.conf");
+    let mut agent = bed.agent().await;
+    let broken = with_config(&bed, "OK v1 unhealthy", &dropin, "maxPods: 250\n");
+    agent.handle(Some(&broken)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    assert!(std::fs::symlink_metadata(&dropin).is_err());
+}
+
+#[tokio::test]
+async fn a_config_outside_the_roots_is_refused_and_changes_nothing() {
+    let bed = Bed::new();
+    let outside = bed.root().join("etc/containerd/config.toml");
+    std::fs::create_dir_all(outside.parent().unwrap()).unwrap();
+    std::fs::write(&outside, "version = 2\n").unwrap();
+    let mut agent = bed.agent().await;
+    let plan = with_config(&bed, "OK v1", &outside, "version = 3\n");
+    agent.handle(Some(&plan)).await.unwrap();
+    let (_, reason, message) = bed.ready();
+    assert_eq!(reason, "PolicyDenied");
+    assert!(message.contains("spec.artifacts[2].path"), "{message}");
+    assert!(
+        message.contains("Config artifact kubelet-config"),
+        "{message}"
+    );
+    assert!(message.contains("etc/containerd/config.toml"), "{message}");
+    assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "version = 2\n");
+    assert!(!bed.settings.state_dir.join("store").exists());
+}
