@@ -56,11 +56,31 @@ pub(crate) fn ensure_loop_devices(count: u32) -> Result<Vec<PathBuf>> {
             if !path.exists() {
                 make_node(&path, SFlag::S_IFBLK, 7, u64::from(n))?;
             }
-            fs::File::open(&path)
-                .ctx(|| format!("opening {} (creates the loop device)", path.display()))?;
+            open_loop_device(&path)?;
             Ok(path)
         })
         .collect()
+}
+
+/// Opens `path`, which creates the kernel's loop device. A node's systemd may remove that
+/// device between our open's autoload and its lookup: the open then fails with ENXIO ("No
+/// such device or address", seen once in a fresh-clone run of 2871338 while other tests'
+/// nodes were stopping), and opening again creates it anew.
+fn open_loop_device(path: &Path) -> Result<()> {
+    let mut attempts = 0;
+    loop {
+        match fs::File::open(path) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENXIO) && attempts < 20 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => {
+                return Err(e)
+                    .ctx(|| format!("opening {} (creates the loop device)", path.display()));
+            }
+        }
+    }
 }
 
 fn make_node(path: &Path, kind: SFlag, major: u64, minor: u64) -> Result<()> {
