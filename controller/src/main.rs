@@ -105,6 +105,11 @@ enum Command {
         /// Give a drain up after this long (`10m`, `90s`).
         #[arg(long, default_value = "10m")]
         drain_timeout: inplace_proto::Duration,
+        /// A drain past its timeout: `Halt` fails the update; `Force` deletes the pods left
+        /// without eviction (PodDisruptionBudgets ignored) and fails only if they are still
+        /// there another timeout later.
+        #[arg(long, default_value = "Halt", value_parser = parse_on_drain_timeout)]
+        drain_on_timeout: inplace_proto::OnDrainTimeout,
         /// A kubeconfig for the management cluster (default: in-cluster, or $KUBECONFIG).
         #[arg(long, env = "KUBECONFIG")]
         kubeconfig: Option<PathBuf>,
@@ -175,6 +180,7 @@ fn main() -> anyhow::Result<()> {
             update_machine_timeout_seconds,
             drain,
             drain_timeout,
+            drain_on_timeout,
             kubeconfig,
         } => {
             init_tracing();
@@ -183,6 +189,7 @@ fn main() -> anyhow::Result<()> {
             settings.update_machine_timeout_seconds = update_machine_timeout_seconds;
             settings.drain = drain;
             settings.drain_timeout = drain_timeout.get();
+            settings.drain_on_timeout = drain_on_timeout;
             settings.validate().map_err(anyhow::Error::msg)?;
             // One process-wide TLS provider (ring), as kube-rs uses.
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -274,6 +281,12 @@ fn kured_settings(
         ttl,
         recheck: KURED_RECHECK,
     })
+}
+
+/// `--drain-on-timeout`, spelled as a rollout's `spec.drain.onTimeout`.
+fn parse_on_drain_timeout(value: &str) -> Result<inplace_proto::OnDrainTimeout, String> {
+    serde_json::from_value(serde_json::Value::String(value.to_owned()))
+        .map_err(|_| format!("{value:?}: expected Halt or Force"))
 }
 
 fn init_tracing() {

@@ -226,7 +226,7 @@ fn chart_values_reach_the_deployments() {
         "--set",
         "controller.nodeEvents=false,controller.metrics.port=9090,capi.enabled=true",
         "--set",
-        "capi.tls.certManager=false,capi.tls.secretName=mine,capi.drain=true,capi.drainTimeout=3m",
+        "capi.tls.certManager=false,capi.tls.secretName=mine,capi.drain=true,capi.drainTimeout=3m,capi.drainOnTimeout=Force",
     ]));
     let controller = &rendered["Deployment/ops/inplace-controller"]["spec"];
     assert_eq!(
@@ -248,6 +248,7 @@ fn chart_values_reach_the_deployments() {
     assert_eq!(capi["volumes"][0]["secret"]["secretName"], "mine");
     let args = capi["containers"][0]["args"].as_array().unwrap();
     assert!(args.contains(&json!("--drain")) && args.contains(&json!("--drain-timeout=3m")));
+    assert!(args.contains(&json!("--drain-on-timeout=Force")));
     assert!(!rendered.keys().any(|k| k.starts_with("Certificate/")));
     assert_eq!(
         rendered["ExtensionConfig//inplace"]["metadata"]["annotations"]["runtime.cluster.x-k8s.io/inject-ca-from-secret"],

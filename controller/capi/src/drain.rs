@@ -3,14 +3,15 @@
 //! inplace caller uses (`inplace-drain`: Eviction API, PodDisruptionBudget-aware, the one
 //! cordon record). This module keeps the extension's ordering: the plan stays `Staged`
 //! until the drain is done, then becomes `Active`, and the node is uncordoned once the
-//! update is done. [`CordonAndEvict`] is the [`Drainer`]: cordon, pass after pass, a
-//! timeout, uncordon.
+//! update is done. [`CordonAndEvict`] is the [`Drainer`]: cordon, pass after pass, the one
+//! drain clock ([`DrainClock`]: a timeout, then `Halt` or `Force`), uncordon.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use inplace_drain::cordon;
-use inplace_drain::{DrainError, EvictionApi, Evictions};
+use inplace_drain::{DrainClock, DrainError, DrainOptions, DrainVerdict, EvictionApi, Evictions};
+use inplace_proto::OnDrainTimeout;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PatchParams};
@@ -60,22 +61,32 @@ impl Drainer for NoDrain {
 pub const DRAIN_STARTED_ANNOTATION: &str = "inplace.dev/capi-drain-started";
 
 /// Cordon, then one eviction pass per call until the node is empty or `timeout` has passed
-/// since the first call; uncordon afterwards. The start time lives in an annotation on the
-/// Node, so it survives restarts of the extension and needs no memory here.
+/// since the first call; then, per `on_timeout`, fail (`Halt`) or delete what is left and
+/// wait up to another `timeout` (`Force`); uncordon afterwards. The start time lives in an
+/// annotation on the Node, so it survives restarts of the extension and needs no memory here.
 pub struct CordonAndEvict {
     evictions: Arc<dyn Evictions>,
     timeout: std::time::Duration,
+    on_timeout: OnDrainTimeout,
 }
 
 impl CordonAndEvict {
-    /// Drains through the Eviction API, giving up after `timeout`.
-    pub fn new(timeout: std::time::Duration) -> Self {
-        CordonAndEvict::with_evictions(Arc::new(EvictionApi), timeout)
+    /// Drains through the Eviction API; after `timeout`, `on_timeout` applies.
+    pub fn new(timeout: std::time::Duration, on_timeout: OnDrainTimeout) -> Self {
+        CordonAndEvict::with_evictions(Arc::new(EvictionApi), timeout, on_timeout)
     }
 
-    /// Drains with `evictions` (tests put in their own passes), giving up after `timeout`.
-    pub fn with_evictions(evictions: Arc<dyn Evictions>, timeout: std::time::Duration) -> Self {
-        CordonAndEvict { evictions, timeout }
+    /// Drains with `evictions` (tests put in their own passes).
+    pub fn with_evictions(
+        evictions: Arc<dyn Evictions>,
+        timeout: std::time::Duration,
+        on_timeout: OnDrainTimeout,
+    ) -> Self {
+        CordonAndEvict {
+            evictions,
+            timeout,
+            on_timeout,
+        }
     }
 }
 
@@ -122,27 +133,45 @@ impl Drainer for CordonAndEvict {
                 now
             }
         };
-        let pass = match self.evictions.pass(workload, node_name).await {
+        let clock = DrainClock {
+            started,
+            timeout: self.timeout,
+            on_timeout: self.on_timeout,
+        };
+        let options = DrainOptions {
+            force: clock.forces(now),
+            ..DrainOptions::default()
+        };
+        let pass = match self.evictions.pass(workload, node_name, &options).await {
             Ok(pass) => pass,
             Err(error) => return DrainStatus::InProgress(error.to_string()),
         };
-        if pass.remaining == 0 {
-            return DrainStatus::Drained;
-        }
         let blocked = if pass.blocked.is_empty() {
             String::new()
         } else {
             format!("; blocked: {}", pass.blocked.join("; "))
         };
-        let elapsed = now.duration_since(started).unsigned_abs();
-        if elapsed >= self.timeout {
-            DrainStatus::Failed(format!(
-                "not drained within {}s: {} pods left{blocked}",
-                self.timeout.as_secs(),
-                pass.remaining
-            ))
-        } else {
-            DrainStatus::InProgress(format!("{} pods left{blocked}", pass.remaining))
+        let timeout = self.timeout.as_secs();
+        let left = pass.remaining;
+        match clock.verdict(now, left == 0) {
+            DrainVerdict::Drained => DrainStatus::Drained,
+            DrainVerdict::Evicting { .. } => {
+                DrainStatus::InProgress(format!("{left} pods left{blocked}"))
+            }
+            DrainVerdict::Forcing { .. } => DrainStatus::InProgress(format!(
+                "not drained within {timeout}s: {left} pods left, deleted without eviction \
+                 (drain-on-timeout Force){blocked}"
+            )),
+            // `Skip` cannot apply to a Machine (Config::validate refuses it): as `Halt`.
+            DrainVerdict::TimedOut { forced: false } | DrainVerdict::Skipped => {
+                DrainStatus::Failed(format!(
+                    "not drained within {timeout}s: {left} pods left{blocked}"
+                ))
+            }
+            DrainVerdict::TimedOut { forced: true } => DrainStatus::Failed(format!(
+                "not drained within {timeout}s, nor {timeout}s after its remaining pods were \
+                 deleted: {left} pods left{blocked}"
+            )),
         }
     }
 

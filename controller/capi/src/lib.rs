@@ -31,6 +31,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use inplace_proto::OnDrainTimeout;
+
 pub use drain::{CordonAndEvict, DrainStatus, Drainer, NoDrain};
 pub use error::Error;
 pub use extension::{Extension, FIELD_MANAGER, HookSettings};
@@ -54,6 +56,10 @@ pub struct Config {
     pub drain: bool,
     /// Give a drain up after this long (the update then fails, naming what blocks it).
     pub drain_timeout: std::time::Duration,
+    /// What a drain past `drain_timeout` does: `Halt` fails the update; `Force` deletes the
+    /// pods left without eviction and fails only if they are still there another
+    /// `drain_timeout` later. `Skip` is refused: a Machine is updated or replaced.
+    pub drain_on_timeout: OnDrainTimeout,
 }
 
 impl Config {
@@ -67,6 +73,7 @@ impl Config {
             update_machine_timeout_seconds: 30,
             drain: false,
             drain_timeout: std::time::Duration::from_secs(600),
+            drain_on_timeout: OnDrainTimeout::Halt,
         }
     }
 
@@ -86,6 +93,13 @@ impl Config {
         }
         if self.drain && self.drain_timeout.is_zero() {
             return Err("drain-timeout must be positive".into());
+        }
+        if self.drain_on_timeout == OnDrainTimeout::Skip {
+            return Err(
+                "drain-on-timeout Skip cannot apply to a Machine (Cluster API updates \
+                        or replaces it): use Halt or Force"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -131,7 +145,10 @@ pub async fn run(
 ) -> Result<(), Error> {
     config.validate().map_err(Error::Config)?;
     let drainer: Arc<dyn Drainer> = if config.drain {
-        Arc::new(CordonAndEvict::new(config.drain_timeout))
+        Arc::new(CordonAndEvict::new(
+            config.drain_timeout,
+            config.drain_on_timeout,
+        ))
     } else {
         Arc::new(NoDrain)
     };
@@ -180,5 +197,15 @@ mod tests {
         config.retry_after_seconds = 5;
         config.update_machine_timeout_seconds = 31;
         assert!(config.validate().unwrap_err().contains("timeout"));
+        config.update_machine_timeout_seconds = 30;
+        config.drain_on_timeout = OnDrainTimeout::Skip;
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .starts_with("drain-on-timeout Skip cannot apply to a Machine")
+        );
+        config.drain_on_timeout = OnDrainTimeout::Force;
+        assert_eq!(config.validate(), Ok(()));
     }
 }

@@ -115,7 +115,10 @@ async fn machine_from_harness(harness: &std::path::Path) -> Value {
 #[tokio::test]
 async fn cluster_api_s_own_client_and_types_accept_every_answer() {
     let harness = inplace_tests::capi::hookcheck().unwrap();
-    let drainer = Arc::new(CordonAndEvict::new(Duration::from_secs(60)));
+    let drainer = Arc::new(CordonAndEvict::new(
+        Duration::from_secs(60),
+        inplace_proto::OnDrainTimeout::Halt,
+    ));
     let bed = Bed::start_with(true, drainer, 30).await;
     let recorded = tempfile::tempdir().unwrap();
     put_pod(&bed, "node-1").await;

@@ -14,12 +14,17 @@
 //!   under two budgets (500), an admission webhook, missing RBAC (403) — blocks that pod
 //!   and is retried on the next pass: it never fails the pass, so one node's drain never
 //!   stops a caller's other nodes; the caller's drain timeout decides;
-//! * [`cordon`]: cordoning, and the one record that inplace (not a person) cordoned a node.
+//! * [`cordon`]: cordoning, and the one record that inplace (not a person) cordoned a node;
+//! * [`clock`]: the one drain clock — when a pass forces and where a drain stands after
+//!   its timeout (`onTimeout`).
 //!
 //! A pass never waits for pods to go: callers run one pass each time they look at a node
 //! and look again while pods remain, so a reconcile or a hook answers within moments.
 
+pub mod clock;
 pub mod cordon;
+
+pub use clock::{DrainClock, DrainVerdict};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
@@ -318,18 +323,28 @@ fn refusal(status: &kube::core::Status) -> String {
 /// caller's ordering put in their own.
 #[async_trait]
 pub trait Evictions: Send + Sync {
-    /// Evict what must go from `node`, count what is left.
-    async fn pass(&self, client: &kube::Client, node: &str) -> Result<DrainProgress, DrainError>;
+    /// Evict (or, with `options.force`, delete) what must go from `node`, count what is left.
+    async fn pass(
+        &self,
+        client: &kube::Client,
+        node: &str,
+        options: &DrainOptions,
+    ) -> Result<DrainProgress, DrainError>;
 }
 
-/// [`drain_pass`] through the Eviction API, with the default [`DrainOptions`].
+/// [`drain_pass`] through the Eviction API.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EvictionApi;
 
 #[async_trait]
 impl Evictions for EvictionApi {
-    async fn pass(&self, client: &kube::Client, node: &str) -> Result<DrainProgress, DrainError> {
-        drain_pass(client, node, &DrainOptions::default(), &|| {}).await
+    async fn pass(
+        &self,
+        client: &kube::Client,
+        node: &str,
+        options: &DrainOptions,
+    ) -> Result<DrainProgress, DrainError> {
+        drain_pass(client, node, options, &|| {}).await
     }
 }
 

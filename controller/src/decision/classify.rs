@@ -9,7 +9,7 @@ use inplace_proto::reason::Reason;
 use inplace_proto::{DesiredState, Disruption, Duration, Outcome, Phase};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::drain::{DrainVerdict, drain_verdict};
+use super::drain::{DrainStep, drain_step};
 use super::memo::DecisionMemo;
 use super::{EventNote, NodeState, NodeView, PlanIntent, PlanView, RolloutInput};
 
@@ -177,13 +177,13 @@ fn classify_node(
         && input.spec.disruption == Disruption::Drain
     {
         class.volatile = true;
-        match drain_verdict(input, node, granted_at, events) {
-            DrainVerdict::Drained => class.intent.desired_state = DesiredState::Active,
-            DrainVerdict::TimedOut(timed_out) => {
+        match drain_step(input, node, granted_at, events) {
+            DrainStep::Activate => class.intent.desired_state = DesiredState::Active,
+            DrainStep::GiveUp(timed_out) => {
                 class.state = timed_out.state();
                 class.intent.drain_timeout = Some(timed_out);
             }
-            DrainVerdict::Waiting(retry) => class.drain_pending = Some(retry),
+            DrainStep::LookAgain(retry) => class.drain_pending = Some(retry),
         }
     }
     class

@@ -1,19 +1,20 @@
 //! The drain's part of the decision (`disruption: Drain`): which nodes get a drain pass
 //! this round and with which options ([`needs_drain_pass`], [`drain_pass_options`]), and,
-//! after the pass, whether a granted node is drained, still draining or out of time — where
-//! `spec.drain.onTimeout` decides: `Halt` fails the node, `Skip` leaves it at its revision
-//! (skipped, not failed), `Force` deletes what is left without eviction and waits up to
-//! another `drainTimeout` for it to go.
+//! after the pass, what the decision does with a granted node ([`drain_step`]). When the
+//! drain times out is the one drain clock's ([`DrainClock`], shared with the Cluster API
+//! extension): `spec.drain.onTimeout` `Halt` fails the node, `Skip` leaves it at its
+//! revision (skipped, not failed), `Force` deletes what is left without eviction and waits
+//! up to another `drainTimeout` for it to go.
 
 use std::time::Duration as StdDuration;
 
-use inplace_drain::DrainOptions;
+use inplace_drain::{DrainClock, DrainOptions, DrainVerdict};
 use inplace_proto::reason::Reason;
 use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec, OnDrainTimeout};
 use k8s_openapi::jiff::Timestamp;
 use kube::core::Selector;
 
-use super::classify::{classify, progress_deadline_at};
+use super::classify::classify;
 use super::{
     DRAIN_RETRY, DrainTimedOut, EventKind, EventNote, NODE_SKIPPED, NodeState, NodeView, Ownership,
     ReleaseState, RolloutInput, event, node_event,
@@ -83,129 +84,133 @@ pub fn drain_pass_options(
             .drain
             .grace_period_seconds
             .and_then(|s| u32::try_from(s).ok()),
-        force: granted_at.is_some_and(|at| {
-            on_timeout(spec) == OnDrainTimeout::Force && now >= drain_deadline(spec, at)
-        }),
+        force: granted_at.is_some_and(|at| drain_clock(spec, at).forces(now)),
     })
 }
 
-/// `onTimeout` as the controller follows it: `Force` without `allowForce` (which the API
-/// server refuses, but an object may predate the rule) is `Halt`.
-fn on_timeout(spec: &NodeRolloutSpec) -> OnDrainTimeout {
-    match spec.drain.on_timeout {
-        OnDrainTimeout::Force if !spec.drain.allow_force => OnDrainTimeout::Halt,
-        other => other,
+/// The node's drain clock: it starts at the grant (`drainTimeout`, `onTimeout`). `Force`
+/// without `allowForce` (which the API server refuses, but an object may predate the rule)
+/// is `Halt`.
+fn drain_clock(spec: &NodeRolloutSpec, granted_at: Timestamp) -> DrainClock {
+    DrainClock {
+        started: granted_at,
+        timeout: spec.drain_timeout.get(),
+        on_timeout: match spec.drain.on_timeout {
+            OnDrainTimeout::Force if !spec.drain.allow_force => OnDrainTimeout::Halt,
+            other => other,
+        },
     }
 }
 
-/// When `drainTimeout` passes for a node granted at `granted_at`.
-fn drain_deadline(spec: &NodeRolloutSpec, granted_at: Timestamp) -> Timestamp {
-    progress_deadline_at(&spec.drain_timeout, granted_at)
-}
-
-/// Where the drain of a granted node stands after this round's pass.
-pub(super) enum DrainVerdict {
+/// What the decision does with a granted node after this round's pass.
+pub(super) enum DrainStep {
     /// No pod left: activate.
-    Drained,
+    Activate,
     /// Out of time (`drainTimeout`, or twice that when forced): final for this revision.
-    TimedOut(DrainTimedOut),
+    GiveUp(DrainTimedOut),
     /// Still draining: look again after this long.
-    Waiting(StdDuration),
+    LookAgain(StdDuration),
 }
 
-/// The verdict on a granted node's drain after this round's pass (Events `Drained`,
-/// `EvictionBlocked` and `DrainForced` go to `events`).
-pub(super) fn drain_verdict(
+/// The step for a granted node after this round's pass, from its [`DrainClock`]'s verdict
+/// (Events `Drained`, `EvictionBlocked`, `DrainForced` and the skip go to `events`).
+pub(super) fn drain_step(
     input: &RolloutInput<'_>,
     node: &NodeView,
     granted_at: Timestamp,
     events: &mut Vec<EventNote>,
-) -> DrainVerdict {
+) -> DrainStep {
     let spec = input.spec;
-    let deadline = drain_deadline(spec, granted_at);
     let drain = node.drain.as_ref();
     let blocked = drain
         .filter(|d| !d.blocked.is_empty())
         .map(|d| d.blocked.join("; "));
-    if drain.is_some_and(|d| d.remaining == 0) {
-        events.push(event(
-            EventKind::Normal,
-            "Drained",
-            format!("node {} drained; activating", node.name),
-            &node.name,
-        ));
-        return DrainVerdict::Drained;
-    }
+    let drained = drain.is_some_and(|d| d.remaining == 0);
     let timeout = spec.drain_timeout.as_str();
-    let waiting_until = if input.now < deadline {
-        if let Some(blocked) = &blocked {
+    let timed_out = || {
+        let what = blocked
+            .as_ref()
+            .map(|b| format!(": {b}"))
+            .unwrap_or_default();
+        format!("node {} not drained within {timeout}{what}", node.name)
+    };
+    let left = drain.map_or(0, |d| d.remaining);
+    let until = match drain_clock(spec, granted_at).verdict(input.now, drained) {
+        DrainVerdict::Drained => {
             events.push(event(
-                EventKind::Warning,
-                "EvictionBlocked",
-                format!("draining node {}: {blocked}", node.name),
+                EventKind::Normal,
+                "Drained",
+                format!("node {} drained; activating", node.name),
                 &node.name,
             ));
+            return DrainStep::Activate;
         }
-        deadline
-    } else {
-        let what = blocked.map(|b| format!(": {b}")).unwrap_or_default();
-        let message = format!("node {} not drained within {timeout}{what}", node.name);
-        match on_timeout(spec) {
-            OnDrainTimeout::Halt => {
-                return DrainVerdict::TimedOut(DrainTimedOut {
-                    message,
-                    skipped: false,
-                });
-            }
-            OnDrainTimeout::Skip => {
-                let message = format!("{message}; left at the revision it runs (onTimeout: Skip)");
-                // Once: from the next round the plan's record makes the node Skipped without
-                // a verdict.
-                events.push(
-                    event(
-                        EventKind::Warning,
-                        NODE_SKIPPED,
-                        format!(
-                            "node {} skipped ({}): {message}",
-                            node.name,
-                            Reason::DrainTimeout.as_str()
-                        ),
-                        &node.name,
-                    )
-                    .on_node(node_event::SKIPPED),
-                );
-                return DrainVerdict::TimedOut(DrainTimedOut {
-                    message,
-                    skipped: true,
-                });
-            }
-            OnDrainTimeout::Force => {
-                let forced_deadline = drain_deadline(spec, deadline);
-                let left = drain.map_or(0, |d| d.remaining);
-                if input.now >= forced_deadline {
-                    return DrainVerdict::TimedOut(DrainTimedOut {
-                        message: format!(
-                            "node {} not drained within {timeout}, nor {timeout} after its \
-                             {left} remaining pods were deleted (onTimeout: Force)",
-                            node.name
-                        ),
-                        skipped: false,
-                    });
-                }
+        DrainVerdict::Evicting { until } => {
+            if let Some(blocked) = &blocked {
                 events.push(event(
                     EventKind::Warning,
-                    "DrainForced",
-                    format!(
-                        "node {} not drained within {timeout}: its {left} remaining pods are \
-                         deleted without eviction, PodDisruptionBudgets ignored (onTimeout: Force)",
-                        node.name
-                    ),
+                    "EvictionBlocked",
+                    format!("draining node {}: {blocked}", node.name),
                     &node.name,
                 ));
-                forced_deadline
             }
+            until
+        }
+        DrainVerdict::TimedOut { forced: false } => {
+            return DrainStep::GiveUp(DrainTimedOut {
+                message: timed_out(),
+                skipped: false,
+            });
+        }
+        DrainVerdict::TimedOut { forced: true } => {
+            return DrainStep::GiveUp(DrainTimedOut {
+                message: format!(
+                    "node {} not drained within {timeout}, nor {timeout} after its {left} \
+                     remaining pods were deleted (onTimeout: Force)",
+                    node.name
+                ),
+                skipped: false,
+            });
+        }
+        DrainVerdict::Skipped => {
+            let message = format!(
+                "{}; left at the revision it runs (onTimeout: Skip)",
+                timed_out()
+            );
+            // Once: from the next round the plan's record makes the node Skipped without
+            // a step.
+            events.push(
+                event(
+                    EventKind::Warning,
+                    NODE_SKIPPED,
+                    format!(
+                        "node {} skipped ({}): {message}",
+                        node.name,
+                        Reason::DrainTimeout.as_str()
+                    ),
+                    &node.name,
+                )
+                .on_node(node_event::SKIPPED),
+            );
+            return DrainStep::GiveUp(DrainTimedOut {
+                message,
+                skipped: true,
+            });
+        }
+        DrainVerdict::Forcing { until } => {
+            events.push(event(
+                EventKind::Warning,
+                "DrainForced",
+                format!(
+                    "node {} not drained within {timeout}: its {left} remaining pods are \
+                     deleted without eviction, PodDisruptionBudgets ignored (onTimeout: Force)",
+                    node.name
+                ),
+                &node.name,
+            ));
+            until
         }
     };
-    let left = waiting_until.duration_since(input.now).unsigned_abs();
-    DrainVerdict::Waiting(left.min(DRAIN_RETRY).max(StdDuration::from_millis(100)))
+    let left = until.duration_since(input.now).unsigned_abs();
+    DrainStep::LookAgain(left.min(DRAIN_RETRY).max(StdDuration::from_millis(100)))
 }
