@@ -236,6 +236,8 @@ fn short(v: &Value) -> String {
     }
 }
 
+/// Checks `v` at `path` against its structural schema `s` (`old` is the stored value, for
+/// CEL's transition rules): null, type, enum, then what its type has, then CEL.
 fn validate(v: &Value, old: Option<&Value>, s: &Value, path: &str, errs: &mut Vec<Cause>) {
     if v.is_null() {
         if !is_nullable(s) && s.get("type").is_some() {
@@ -293,217 +295,242 @@ fn validate(v: &Value, old: Option<&Value>, s: &Value, path: &str, errs: &mut Ve
         ));
     }
     match v {
-        Value::String(st) => {
-            let len = st.chars().count() as u64;
-            if let Some(max) = s.get("maxLength").and_then(Value::as_u64)
-                && len > max
-            {
-                errs.push(cause(
-                    "FieldValueTooLong",
-                    path,
-                    format!("Too long: may not be more than {max} bytes"),
-                ));
-            }
-            if let Some(min) = s.get("minLength").and_then(Value::as_u64)
-                && len < min
-            {
-                errs.push(cause(
-                    "FieldValueInvalid",
-                    path,
-                    format!(
-                        "Invalid value: {}: {path} in body should be at least {min} chars long",
-                        short(v)
-                    ),
-                ));
-            }
-            if let Some(p) = s.get("pattern").and_then(Value::as_str) {
-                match compiled_pattern(p) {
-                    Some(re) if !re.is_match(st) => errs.push(cause(
-                        "FieldValueInvalid",
-                        path,
-                        format!(
-                            "Invalid value: {}: {path} in body should match '{p}'",
-                            short(v)
-                        ),
-                    )),
-                    _ => {}
-                }
-            }
-            if s.get("format").and_then(Value::as_str) == Some("date-time")
-                && chrono::DateTime::parse_from_rfc3339(st).is_err()
-            {
-                errs.push(cause(
-                    "FieldValueInvalid",
-                    path,
-                    format!(
-                        "Invalid value: {}: {path} in body must be of type date-time: {}",
-                        short(v),
-                        short(v)
-                    ),
-                ));
-            }
+        Value::String(st) => validate_string(v, st, s, path, errs),
+        Value::Number(n) => validate_number(n, s, path, errs),
+        Value::Array(items) => validate_array(items, old, s, path, errs),
+        Value::Object(map) => validate_object(map, old, s, path, errs),
+        _ => {}
+    }
+    cel_rules::check(v, old, s, path, errs);
+}
+
+/// `maxLength`, `minLength`, `pattern` and `format: date-time` of a string.
+fn validate_string(v: &Value, st: &str, s: &Value, path: &str, errs: &mut Vec<Cause>) {
+    let len = st.chars().count() as u64;
+    if let Some(max) = s.get("maxLength").and_then(Value::as_u64)
+        && len > max
+    {
+        errs.push(cause(
+            "FieldValueTooLong",
+            path,
+            format!("Too long: may not be more than {max} bytes"),
+        ));
+    }
+    if let Some(min) = s.get("minLength").and_then(Value::as_u64)
+        && len < min
+    {
+        errs.push(cause(
+            "FieldValueInvalid",
+            path,
+            format!(
+                "Invalid value: {}: {path} in body should be at least {min} chars long",
+                short(v)
+            ),
+        ));
+    }
+    if let Some(p) = s.get("pattern").and_then(Value::as_str) {
+        match compiled_pattern(p) {
+            Some(re) if !re.is_match(st) => errs.push(cause(
+                "FieldValueInvalid",
+                path,
+                format!(
+                    "Invalid value: {}: {path} in body should match '{p}'",
+                    short(v)
+                ),
+            )),
+            _ => {}
         }
-        Value::Number(n) => {
-            let x = n.as_f64().unwrap_or_default();
-            let excl_min = s
-                .get("exclusiveMinimum")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            let excl_max = s
-                .get("exclusiveMaximum")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            if let Some(min) = s.get("minimum").and_then(Value::as_f64)
-                && (x < min || (excl_min && x == min))
-            {
-                let rel = if excl_min {
-                    "greater than"
-                } else {
-                    "greater than or equal to"
-                };
-                errs.push(cause(
-                    "FieldValueInvalid",
-                    path,
-                    format!("Invalid value: {n}: {path} in body should be {rel} {min}"),
-                ));
-            }
-            if let Some(max) = s.get("maximum").and_then(Value::as_f64)
-                && (x > max || (excl_max && x == max))
-            {
-                let rel = if excl_max {
-                    "less than"
-                } else {
-                    "less than or equal to"
-                };
-                errs.push(cause(
-                    "FieldValueInvalid",
-                    path,
-                    format!("Invalid value: {n}: {path} in body should be {rel} {max}"),
-                ));
-            }
-        }
-        Value::Array(items) => {
-            if let Some(max) = s.get("maxItems").and_then(Value::as_u64)
-                && items.len() as u64 > max
-            {
-                errs.push(cause(
-                    "FieldValueTooMany",
-                    path,
-                    format!("Too many: {}: must have at most {max} items", items.len()),
-                ));
-            }
-            if let Some(min) = s.get("minItems").and_then(Value::as_u64)
-                && (items.len() as u64) < min
-            {
-                errs.push(cause(
-                    "FieldValueInvalid",
-                    path,
-                    format!(
-                        "Invalid value: {}: {path} in body should have at least {min} items",
-                        items.len()
-                    ),
-                ));
-            }
-            let list_type = s.get("x-kubernetes-list-type").and_then(Value::as_str);
-            let keys: Vec<&str> = s
-                .get("x-kubernetes-list-map-keys")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            match list_type {
-                Some("map") => {
-                    let mut seen = Vec::new();
-                    for (i, it) in items.iter().enumerate() {
-                        let k: Vec<Option<&Value>> = keys.iter().map(|key| it.get(*key)).collect();
-                        if seen.contains(&k) {
-                            errs.push(cause(
-                                "FieldValueDuplicate",
-                                &format!("{path}[{i}]"),
-                                format!("Duplicate value: {}", key_repr(it, &keys)),
-                            ));
-                        }
-                        seen.push(k);
-                    }
-                }
-                Some("set") => {
-                    for (i, it) in items.iter().enumerate() {
-                        if items[..i].contains(it) {
-                            errs.push(cause(
-                                "FieldValueDuplicate",
-                                &format!("{path}[{i}]"),
-                                format!("Duplicate value: {}", short(it)),
-                            ));
-                        }
-                    }
-                }
-                _ => {}
-            }
-            if let Some(is) = s.get("items") {
-                for (i, it) in items.iter().enumerate() {
-                    let old_item = match (list_type, old) {
-                        (Some("map"), Some(Value::Array(olds))) => {
-                            olds.iter().find(|o| same_keys(o, it, &keys))
-                        }
-                        _ => None,
-                    };
-                    validate(it, old_item, is, &format!("{path}[{i}]"), errs);
-                }
-            }
-        }
-        Value::Object(map) => {
-            if let Some(props) = s.get("properties").and_then(Value::as_object) {
-                for (k, ps) in props {
-                    if let Some(child) = map.get(k) {
-                        validate(
-                            child,
-                            old.and_then(|o| o.get(k)),
-                            ps,
-                            &format!("{path}.{k}"),
-                            errs,
-                        );
-                    }
-                }
-            }
-            if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
-                for (k, child) in map {
-                    validate(
-                        child,
-                        old.and_then(|o| o.get(k)),
-                        ap,
-                        &format!("{path}[{k}]"),
-                        errs,
-                    );
-                }
-            }
-            for r in s
-                .get("required")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(k) = r.as_str()
-                    && !map.contains_key(k)
-                {
+    }
+    if s.get("format").and_then(Value::as_str) == Some("date-time")
+        && chrono::DateTime::parse_from_rfc3339(st).is_err()
+    {
+        errs.push(cause(
+            "FieldValueInvalid",
+            path,
+            format!(
+                "Invalid value: {}: {path} in body must be of type date-time: {}",
+                short(v),
+                short(v)
+            ),
+        ));
+    }
+}
+
+/// `minimum` and `maximum` (exclusive or not) of a number.
+fn validate_number(n: &serde_json::Number, s: &Value, path: &str, errs: &mut Vec<Cause>) {
+    let x = n.as_f64().unwrap_or_default();
+    let excl_min = s
+        .get("exclusiveMinimum")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let excl_max = s
+        .get("exclusiveMaximum")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if let Some(min) = s.get("minimum").and_then(Value::as_f64)
+        && (x < min || (excl_min && x == min))
+    {
+        let rel = if excl_min {
+            "greater than"
+        } else {
+            "greater than or equal to"
+        };
+        errs.push(cause(
+            "FieldValueInvalid",
+            path,
+            format!("Invalid value: {n}: {path} in body should be {rel} {min}"),
+        ));
+    }
+    if let Some(max) = s.get("maximum").and_then(Value::as_f64)
+        && (x > max || (excl_max && x == max))
+    {
+        let rel = if excl_max {
+            "less than"
+        } else {
+            "less than or equal to"
+        };
+        errs.push(cause(
+            "FieldValueInvalid",
+            path,
+            format!("Invalid value: {n}: {path} in body should be {rel} {max}"),
+        ));
+    }
+}
+
+/// `maxItems`, `minItems`, the list type's uniqueness (map keys, set), then each item
+/// (a list-map item against the old item with the same keys, for CEL's transition rules).
+fn validate_array(
+    items: &[Value],
+    old: Option<&Value>,
+    s: &Value,
+    path: &str,
+    errs: &mut Vec<Cause>,
+) {
+    if let Some(max) = s.get("maxItems").and_then(Value::as_u64)
+        && items.len() as u64 > max
+    {
+        errs.push(cause(
+            "FieldValueTooMany",
+            path,
+            format!("Too many: {}: must have at most {max} items", items.len()),
+        ));
+    }
+    if let Some(min) = s.get("minItems").and_then(Value::as_u64)
+        && (items.len() as u64) < min
+    {
+        errs.push(cause(
+            "FieldValueInvalid",
+            path,
+            format!(
+                "Invalid value: {}: {path} in body should have at least {min} items",
+                items.len()
+            ),
+        ));
+    }
+    let list_type = s.get("x-kubernetes-list-type").and_then(Value::as_str);
+    let keys: Vec<&str> = s
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match list_type {
+        Some("map") => {
+            let mut seen = Vec::new();
+            for (i, it) in items.iter().enumerate() {
+                let k: Vec<Option<&Value>> = keys.iter().map(|key| it.get(*key)).collect();
+                if seen.contains(&k) {
                     errs.push(cause(
-                        "FieldValueRequired",
-                        &format!("{path}.{k}"),
-                        "Required value",
+                        "FieldValueDuplicate",
+                        &format!("{path}[{i}]"),
+                        format!("Duplicate value: {}", key_repr(it, &keys)),
                     ));
                 }
+                seen.push(k);
             }
-            if let Some(max) = s.get("maxProperties").and_then(Value::as_u64)
-                && map.len() as u64 > max
-            {
-                errs.push(cause(
-                    "FieldValueTooMany",
-                    path,
-                    format!("Too many: {}: must have at most {max} items", map.len()),
-                ));
+        }
+        Some("set") => {
+            for (i, it) in items.iter().enumerate() {
+                if items[..i].contains(it) {
+                    errs.push(cause(
+                        "FieldValueDuplicate",
+                        &format!("{path}[{i}]"),
+                        format!("Duplicate value: {}", short(it)),
+                    ));
+                }
             }
         }
         _ => {}
     }
-    cel_rules::check(v, old, s, path, errs);
+    if let Some(is) = s.get("items") {
+        for (i, it) in items.iter().enumerate() {
+            let old_item = match (list_type, old) {
+                (Some("map"), Some(Value::Array(olds))) => {
+                    olds.iter().find(|o| same_keys(o, it, &keys))
+                }
+                _ => None,
+            };
+            validate(it, old_item, is, &format!("{path}[{i}]"), errs);
+        }
+    }
+}
+
+/// Each property and additional property, `required`, `maxProperties`.
+fn validate_object(
+    map: &serde_json::Map<String, Value>,
+    old: Option<&Value>,
+    s: &Value,
+    path: &str,
+    errs: &mut Vec<Cause>,
+) {
+    if let Some(props) = s.get("properties").and_then(Value::as_object) {
+        for (k, ps) in props {
+            if let Some(child) = map.get(k) {
+                validate(
+                    child,
+                    old.and_then(|o| o.get(k)),
+                    ps,
+                    &format!("{path}.{k}"),
+                    errs,
+                );
+            }
+        }
+    }
+    if let Some(ap) = s.get("additionalProperties").filter(|a| a.is_object()) {
+        for (k, child) in map {
+            validate(
+                child,
+                old.and_then(|o| o.get(k)),
+                ap,
+                &format!("{path}[{k}]"),
+                errs,
+            );
+        }
+    }
+    for r in s
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(k) = r.as_str()
+            && !map.contains_key(k)
+        {
+            errs.push(cause(
+                "FieldValueRequired",
+                &format!("{path}.{k}"),
+                "Required value",
+            ));
+        }
+    }
+    if let Some(max) = s.get("maxProperties").and_then(Value::as_u64)
+        && map.len() as u64 > max
+    {
+        errs.push(cause(
+            "FieldValueTooMany",
+            path,
+            format!("Too many: {}: must have at most {max} items", map.len()),
+        ));
+    }
 }
 
 /// Whether two list-map items have the same key values.
