@@ -2,7 +2,8 @@
 //! directory (so the final rename stays on one file system), size enforced while
 //! streaming, Range resume only when the server proves it is the same object, bounded
 //! retries with backoff and jitter, `Retry-After` honoured, redirects checked against the
-//! node policy.
+//! node policy. An `oci://` artifact is resolved to its registry blob first (`oci`), then
+//! downloaded the same way.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use crate::settings::{DownloadSettings, Policy};
 
 mod attempt;
 mod error;
+mod oci;
 mod partial;
 mod resume;
 
@@ -53,6 +55,16 @@ pub struct HttpFetcher {
     client: reqwest::Client,
     settings: DownloadSettings,
     max_size: u64,
+    /// Where registries and their token services may be reached.
+    policy: Policy,
+}
+
+/// Where an artifact's bytes are fetched from.
+struct Source {
+    /// The artifact's own URL, or its registry blob's.
+    url: String,
+    /// For a registry blob: its digest and the registry's token.
+    blob: Option<oci::Blob>,
 }
 
 /// Installs ring as the process-wide rustls provider (kube-rs uses ring too). Idempotent.
@@ -89,6 +101,7 @@ impl HttpFetcher {
             client,
             settings: settings.clone(),
             max_size: policy.max_artifact_size,
+            policy: policy.clone(),
         })
     }
 }
@@ -159,22 +172,7 @@ impl Fetcher for HttpFetcher {
         url: &str,
         limit: usize,
     ) -> Result<Vec<u8>, FetchError> {
-        let mut last_error = None;
-        for n in 0..self.settings.attempts {
-            match self.small_attempt(what, url, limit).await {
-                Attempt::Done(bytes) => return Ok(bytes),
-                Attempt::Fail(e) => return Err(e),
-                Attempt::Retry { error, after } => {
-                    tracing::info!(what, attempt = n + 1, error = %error, "download attempt failed");
-                    last_error = Some(error);
-                    self.pause_after_attempt(n, after).await;
-                }
-            }
-        }
-        Err(last_error.unwrap_or_else(|| FetchError::Transport {
-            artifact: what.to_owned(),
-            detail: "no attempt was made".into(),
-        }))
+        self.fetch_small_as(what, url, limit, None).await
     }
 
     async fn fetch(
@@ -183,6 +181,17 @@ impl Fetcher for HttpFetcher {
         dir: &Path,
         progress: Progress<'_>,
     ) -> Result<PathBuf, FetchError> {
+        let deadline = self.settings.artifact_deadline;
+        let (source, artifact) = tokio::time::timeout(deadline, self.source_of(artifact))
+            .await
+            .unwrap_or_else(|_| {
+                Err(FetchError::DeadlineExceeded {
+                    artifact: artifact.name.clone(),
+                    deadline,
+                    done: 0,
+                })
+            })?;
+        let artifact = &artifact;
         let name = artifact.name.clone();
         let limit = artifact.size.unwrap_or(self.max_size).min(self.max_size);
         let io = |e: std::io::Error| {
@@ -211,10 +220,9 @@ impl Fetcher for HttpFetcher {
             tracing::info!(artifact = %name, bytes = partial.done, "resuming the partial download of an earlier run");
             progress(partial.done);
         }
-        let deadline = self.settings.artifact_deadline;
         let result = tokio::time::timeout(
             deadline,
-            self.fetch_into(artifact, &mut partial, limit, progress),
+            self.fetch_into(artifact, &source, &mut partial, limit, progress),
         )
         .await
         .unwrap_or_else(|_| {
@@ -244,6 +252,66 @@ impl Fetcher for HttpFetcher {
 }
 
 impl HttpFetcher {
+    /// Where `artifact`'s bytes come from, and the artifact as fetched (for a registry
+    /// artifact, with the size its manifest gives).
+    async fn source_of(&self, artifact: &Artifact) -> Result<(Source, Artifact), FetchError> {
+        if !inplace_proto::oci::is_oci(&artifact.url) {
+            let source = Source {
+                url: artifact.url.clone(),
+                blob: None,
+            };
+            return Ok((source, artifact.clone()));
+        }
+        let reference = inplace_proto::oci::Reference::parse(&artifact.url).map_err(|detail| {
+            FetchError::Registry {
+                artifact: artifact.name.clone(),
+                detail,
+            }
+        })?;
+        let (url, artifact, blob) = self.resolve_blob(artifact, &reference).await?;
+        let source = Source {
+            url,
+            blob: Some(blob),
+        };
+        Ok((source, artifact))
+    }
+
+    /// Sends the request `make` builds, with `auth`'s token when given; a 401 with a
+    /// `Bearer` challenge renews the token and sends it once more.
+    async fn send_as<T>(
+        &self,
+        make: impl Fn() -> reqwest::RequestBuilder,
+        auth: Option<&oci::Auth>,
+        what: &str,
+        url: &str,
+    ) -> Result<reqwest::Response, Attempt<T>> {
+        let build = || match auth {
+            Some(auth) => auth.apply(make()),
+            None => make(),
+        };
+        let response = self.send(build(), what, url).await?;
+        let Some(auth) = auth.filter(|_| response.status() == StatusCode::UNAUTHORIZED) else {
+            return Ok(response);
+        };
+        match auth.renew(self, response.headers(), what).await {
+            Ok(true) => self.send(build(), what, url).await,
+            Ok(false) => Ok(response),
+            Err(e @ FetchError::Transport { .. }) => Err(Attempt::Retry {
+                error: e,
+                after: None,
+            }),
+            Err(e @ FetchError::Http { status, .. })
+                if StatusCode::from_u16(status).is_ok_and(is_retryable) =>
+            {
+                Err(Attempt::Retry {
+                    error: e,
+                    after: None,
+                })
+            }
+            Err(e) => Err(Attempt::Fail(e)),
+        }
+    }
+
     /// Sends `request`: no answer in time and transport errors end the attempt with a retry,
     /// a redirect the policy refused ends it for good.
     async fn send<T>(
@@ -276,13 +344,51 @@ impl HttpFetcher {
         }
     }
 
-    /// One attempt of [`Fetcher::fetch_small`].
-    async fn small_attempt(&self, what: &str, url: &str, limit: usize) -> Attempt<Vec<u8>> {
+    /// [`Fetcher::fetch_small`], for a registry with the media types to accept and its
+    /// token.
+    async fn fetch_small_as(
+        &self,
+        what: &str,
+        url: &str,
+        limit: usize,
+        registry: Option<(&str, &oci::Auth)>,
+    ) -> Result<Vec<u8>, FetchError> {
+        let mut last_error = None;
+        for n in 0..self.settings.attempts {
+            match self.small_attempt(what, url, limit, registry).await {
+                Attempt::Done(bytes) => return Ok(bytes),
+                Attempt::Fail(e) => return Err(e),
+                Attempt::Retry { error, after } => {
+                    tracing::info!(what, attempt = n + 1, error = %error, "download attempt failed");
+                    last_error = Some(error);
+                    self.pause_after_attempt(n, after).await;
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| FetchError::Transport {
+            artifact: what.to_owned(),
+            detail: "no attempt was made".into(),
+        }))
+    }
+
+    /// One attempt of [`HttpFetcher::fetch_small_as`].
+    async fn small_attempt(
+        &self,
+        what: &str,
+        url: &str,
+        limit: usize,
+        registry: Option<(&str, &oci::Auth)>,
+    ) -> Attempt<Vec<u8>> {
         let transport = |detail: String| FetchError::Transport {
             artifact: what.to_owned(),
             detail,
         };
-        let response = match self.send(self.client.get(url), what, url).await {
+        let make = || match registry {
+            Some((accept, _)) => self.client.get(url).header(reqwest::header::ACCEPT, accept),
+            None => self.client.get(url),
+        };
+        let auth = registry.map(|(_, auth)| auth);
+        let response = match self.send_as(make, auth, what, url).await {
             Ok(response) => response,
             Err(attempt) => return attempt,
         };
@@ -358,13 +464,17 @@ impl HttpFetcher {
     async fn fetch_into(
         &self,
         artifact: &Artifact,
+        source: &Source,
         partial: &mut Partial,
         limit: u64,
         progress: Progress<'_>,
     ) -> Result<(), FetchError> {
         let mut last_error = None;
         for n in 0..self.settings.attempts {
-            match self.attempt(artifact, partial, limit, progress).await {
+            match self
+                .attempt(artifact, source, partial, limit, progress)
+                .await
+            {
                 Attempt::Done(()) => {
                     let expected = artifact.sha256.clone();
                     // Durable before it is called verified: a crash must not leave a

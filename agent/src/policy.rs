@@ -32,7 +32,7 @@ pub fn check(content: &UpdateContent, policy: &Policy) -> Result<(), Problems> {
 
     for (i, artifact) in content.artifacts.iter().enumerate() {
         let at = format!("spec.artifacts[{i}]");
-        if let Some(message) = url_problem(&artifact.url, policy) {
+        if let Some(message) = crate::registry::artifact_url_problem(&artifact.url, policy) {
             deny(format!("{at}.url"), message);
         }
         match &artifact.signature_url {

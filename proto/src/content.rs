@@ -115,7 +115,9 @@ pub struct Artifact {
     #[serde(rename = "type")]
     pub kind: ArtifactType,
 
-    /// Where to download it from (https, unless the node's policy allows http).
+    /// Where to download it from: an https URL (http where the node's policy allows it), or
+    /// a registry reference `oci://REGISTRY/REPOSITORY@sha256:DIGEST` pinning an image
+    /// manifest that holds the file as one of its layers (a tag alone is refused).
     #[schemars(length(min = 1, max = 2048))]
     pub url: String,
 

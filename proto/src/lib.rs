@@ -9,6 +9,7 @@ pub mod crd;
 pub mod duration;
 pub mod gates;
 pub mod maintenance_window;
+pub mod oci;
 pub mod outcome;
 pub mod plan;
 pub mod reason;

@@ -194,22 +194,10 @@ fn check_artifact(
     if artifact.size == Some(0) {
         out.invalid(format!("{path}.size"), "must be positive when given");
     }
-    match parse_url(&artifact.url) {
-        Ok(url) => {
-            check_url_scheme_and_credentials(&url, &format!("{path}.url"), out);
-            if artifact.kind == ArtifactType::Sysext && url_file_name(&url).is_none() {
-                out.invalid(
-                    format!("{path}.url"),
-                    "the URL must end in a file name: the image is stored under it",
-                );
-            } else if artifact.signature_url.is_some() && url_basename(&url).is_none() {
-                out.invalid(
-                    format!("{path}.url"),
-                    "a signed artifact's URL must end in a file name: the signature's trusted comment names it",
-                );
-            }
-        }
-        Err(message) => out.invalid(format!("{path}.url"), message),
+    if crate::oci::is_oci(&artifact.url) {
+        check_registry_artifact(artifact, path, out);
+    } else {
+        check_url_artifact(artifact, path, out);
     }
     check_signature_url(artifact.signature_url.as_deref(), path, out);
 
@@ -320,6 +308,49 @@ pub fn check_sha256(digest: &str) -> Result<(), String> {
         return Err("must be hex digits only".into());
     }
     Ok(())
+}
+
+/// An artifact fetched by URL: http(s), no credentials, a file name where one is needed.
+fn check_url_artifact(artifact: &Artifact, path: &str, out: &mut Collector) {
+    match parse_url(&artifact.url) {
+        Ok(url) => {
+            check_url_scheme_and_credentials(&url, &format!("{path}.url"), out);
+            if artifact.kind == ArtifactType::Sysext && url_file_name(&url).is_none() {
+                out.invalid(
+                    format!("{path}.url"),
+                    "the URL must end in a file name: the image is stored under it",
+                );
+            } else if artifact.signature_url.is_some() && url_basename(&url).is_none() {
+                out.invalid(
+                    format!("{path}.url"),
+                    "a signed artifact's URL must end in a file name: the signature's trusted comment names it",
+                );
+            }
+        }
+        Err(message) => out.invalid(format!("{path}.url"), message),
+    }
+}
+
+/// An artifact in a registry: a digest-pinned reference; not signed with minisign (the
+/// signature's trusted comment names a file, and the manifest digest already pins the bytes).
+fn check_registry_artifact(artifact: &Artifact, path: &str, out: &mut Collector) {
+    if artifact.url.len() > MAX_URL_LEN {
+        out.invalid(
+            format!("{path}.url"),
+            format!(
+                "{} characters is longer than {MAX_URL_LEN}",
+                artifact.url.len()
+            ),
+        );
+    } else if let Err(message) = crate::oci::Reference::parse(&artifact.url) {
+        out.invalid(format!("{path}.url"), message);
+    }
+    if artifact.signature_url.is_some() {
+        out.invalid(
+            format!("{path}.signatureUrl"),
+            "an oci:// artifact is pinned by its manifest digest; minisign signatures are for http(s) artifacts",
+        );
+    }
 }
 
 pub(crate) fn parse_url(text: &str) -> Result<Url, String> {

@@ -271,6 +271,37 @@ fn urls_must_be_http_without_credentials() {
 }
 
 #[test]
+fn registry_artifacts_are_pinned_by_digest_and_unsigned() {
+    let digest = "sha256:".to_owned() + &"ab".repeat(32);
+    let mut p = plan();
+    sysext(&mut p).url = format!("oci://registry.example:5000/sysext/kubernetes:v1.31@{digest}");
+    p.validate()
+        .expect("a digest-pinned reference (with a tag as a note) is valid");
+
+    let mut p = plan();
+    sysext(&mut p).url = "oci://registry.example/sysext/kubernetes:v1.31".into();
+    let problems = p.validate().expect_err("a tag alone is refused");
+    assert_eq!(problems.0.len(), 1, "{problems}");
+    assert_eq!(problems.0[0].reason, Reason::InvalidPlan);
+    assert_eq!(problems.0[0].path, "spec.artifacts[0].url");
+    assert!(
+        problems.0[0]
+            .message
+            .contains("tag \"v1.31\" alone does not pin"),
+        "{problems}"
+    );
+
+    let signed = format!("oci://registry.example/sysext/kubernetes@{digest}");
+    assert_eq!(
+        only_problem(|p| {
+            sysext(p).url = signed;
+            sysext(p).signature_url = Some("https://x.example/k.raw.minisig".into());
+        }),
+        (Reason::InvalidPlan, "spec.artifacts[0].signatureUrl".into())
+    );
+}
+
+#[test]
 fn units_must_be_plain_service_names() {
     for bad in [
         "kubelet",

@@ -15,6 +15,7 @@
 //! - [`kube_node`]: real Kubernetes nodes (real kubelets, containerd, Pods) and whole clusters
 //!   on them.
 //! - [`install`]: inplace installed into a test cluster and onto a node as its docs say.
+//! - [`registry`]: a real OCI registry on loopback, and files pushed to it with `crane`.
 //! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
 
 pub mod agent_images;
@@ -31,6 +32,7 @@ pub mod metrics_guide;
 pub mod module_maps;
 pub mod nspawn;
 pub mod prereq;
+pub mod registry;
 pub mod sysext;
 pub mod test_api;
 pub mod tools;

@@ -10,65 +10,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use inplace_tests::apiserver::ApiServer;
+use inplace_tests::registry::{Registry, free_addr, wait_http_ok};
 use inplace_tests::tools::{KillOnDrop, controller_image, path_with_tools, run_ok, tool};
 
 /// The image's user, as the Deployments' `runAsUser` names it.
 const IMAGE_UID: u32 = 65532;
-/// How long a loaded machine may take to start a registry or a controller.
-const PATIENCE: Duration = Duration::from_secs(180);
 
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// The status line of `GET path` (None while nothing listens).
-fn http_status(addr: &SocketAddr, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    answer.lines().next().map(str::to_owned)
-}
-
-/// Waits until `GET path` on `addr` answers 200.
-async fn wait_ok(addr: &SocketAddr, path: &str, what: &str) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let status = tokio::task::block_in_place(|| http_status(addr, path));
-        if status.as_deref().is_some_and(|s| s.contains(" 200 ")) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} never answered 200 on {path}: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A registry on loopback (`crane registry serve`), ready for pushes, and the repository
-/// prefix a person would set as `REGISTRY`.
-async fn registry() -> (KillOnDrop, String) {
-    let addr = free_addr();
-    let child = Command::new(tool("crane").unwrap())
-        .args(["registry", "serve", "--address", &addr.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let registry = KillOnDrop(child);
-    wait_ok(&addr, "/v2/", "the registry").await;
-    (registry, format!("{addr}/platform"))
+/// A registry on loopback, ready for pushes, and the repository prefix a person would set
+/// as `REGISTRY`.
+async fn registry() -> (Registry, String) {
+    let registry = Registry::start().await.unwrap();
+    let prefix = format!("{}/platform", registry.host());
+    (registry, prefix)
 }
 
 /// One install page run against `server`, pushing to `registry`: the scratch directory the
@@ -223,7 +180,7 @@ async fn the_documented_image_install_runs_the_controller_as_its_user_from_its_o
     .spawn()
     .unwrap();
     let controller = KillOnDrop(child);
-    wait_ok(&metrics, "/healthz", "the controller from the image").await;
+    wait_http_ok(&metrics, "/healthz", "the controller from the image").await;
     let status = std::fs::read_to_string(format!("/proc/{}/status", controller.0.id())).unwrap();
     let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     assert_eq!(

@@ -1,6 +1,8 @@
 //! One request for an artifact and what its answer means: resuming where the bytes on disk
 //! end (Range + If-Range), judging the status and headers, streaming the body, and deciding
-//! whether the attempt is done, worth repeating, or final.
+//! whether the attempt is done, worth repeating, or final. A registry blob is named by its
+//! digest, so it cannot change under a resume: its digest is the validator and its range is
+//! asked for without `If-Range`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap};
 
 use super::partial::{BodyEnd, Partial};
-use super::{Attempt, FetchError, HttpFetcher, Progress, is_disk_full, is_retryable};
+use super::{Attempt, FetchError, HttpFetcher, Progress, Source, is_disk_full, is_retryable};
 
 /// `Retry-After` as seconds or an HTTP date.
 pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
@@ -33,6 +35,11 @@ fn validator(headers: &HeaderMap) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The digest a registry says it serves (`Docker-Content-Digest`).
+fn served_digest(headers: &HeaderMap) -> Option<&str> {
+    headers.get("docker-content-digest")?.to_str().ok()
+}
+
 /// Parses `bytes <start>-<end>/<total>`; returns start and total (when known).
 fn content_range(headers: &HeaderMap) -> Option<(u64, Option<u64>)> {
     let text = headers.get(header::CONTENT_RANGE)?.to_str().ok()?;
@@ -48,6 +55,7 @@ impl HttpFetcher {
     pub(super) async fn attempt(
         &self,
         artifact: &Artifact,
+        source: &Source,
         partial: &mut Partial,
         limit: u64,
         progress: Progress<'_>,
@@ -58,18 +66,29 @@ impl HttpFetcher {
         if partial.done > 0 && artifact.size == Some(partial.done) {
             return Attempt::Done(());
         }
-        let mut request = self.client.get(&artifact.url);
         let resuming = partial.done > 0 && partial.validator.is_some();
-        if resuming && let Some(v) = &partial.validator {
-            request = request
-                .header(header::RANGE, format!("bytes={}-", partial.done))
-                .header(header::IF_RANGE, v.as_str());
-        }
-        let response = match self.send(request, &artifact.name, &artifact.url).await {
+        let make = || {
+            let request = self.client.get(&source.url);
+            match (&partial.validator, &source.blob) {
+                (Some(_), Some(_)) if resuming => {
+                    // Closed: some registries do not understand an open range. The size is
+                    // the manifest's, so known.
+                    let last = artifact.size.unwrap_or(limit).saturating_sub(1);
+                    request.header(header::RANGE, format!("bytes={}-{last}", partial.done))
+                }
+                (Some(v), None) if resuming => request
+                    .header(header::RANGE, format!("bytes={}-", partial.done))
+                    .header(header::IF_RANGE, v.as_str()),
+                _ => request,
+            }
+        };
+        let auth = source.blob.as_ref().map(|b| &b.auth);
+        let response = match self.send_as(make, auth, &artifact.name, &source.url).await {
             Ok(response) => response,
             Err(attempt) => return attempt,
         };
-        if let Err(attempt) = accept_answer(artifact, partial, limit, resuming, &response).await {
+        let answer = accept_answer(artifact, source, partial, limit, resuming, &response).await;
+        if let Err(attempt) = answer {
             return attempt;
         }
         let mut body = response.bytes_stream();
@@ -155,6 +174,7 @@ impl HttpFetcher {
 /// Anything else resets or ends the attempt.
 async fn accept_answer(
     artifact: &Artifact,
+    source: &Source,
     partial: &mut Partial,
     limit: u64,
     resuming: bool,
@@ -166,13 +186,15 @@ async fn accept_answer(
     let io = |e| Attempt::Fail(io_error(name, e));
     let http_error = || FetchError::Http {
         artifact: name.clone(),
-        url: artifact.url.clone(),
+        url: source.url.clone(),
         status: status.as_u16(),
     };
     match status {
         StatusCode::PARTIAL_CONTENT if resuming => {
-            let same_object =
-                validator(headers).is_none_or(|v| Some(&v) == partial.validator.as_ref());
+            let same_object = match &source.blob {
+                Some(blob) => served_digest(headers).is_none_or(|d| d == blob.digest),
+                None => validator(headers).is_none_or(|v| Some(&v) == partial.validator.as_ref()),
+            };
             let starts_right = content_range(headers).is_some_and(|(start, total)| {
                 start == partial.done && total.is_none_or(|t| artifact.size.is_none_or(|s| s == t))
             });
@@ -194,7 +216,10 @@ async fn accept_answer(
                 // Range ignored, or the object changed (If-Range): restart from zero.
                 partial.reset().await.map_err(io)?;
             }
-            partial.validator = validator(headers);
+            partial.validator = match &source.blob {
+                Some(blob) => Some(blob.digest.clone()),
+                None => validator(headers),
+            };
             partial.remember_validator().await.map_err(io)?;
             let Some(length) = response.content_length() else {
                 return Ok(());

@@ -27,6 +27,15 @@ pub enum FetchError {
         /// What happened on the last attempt.
         detail: String,
     },
+    /// A registry's answer cannot be used: a manifest that does not match the reference's
+    /// digest or names no single file, a token service that gives no token.
+    #[error("artifact {artifact}: {detail}")]
+    Registry {
+        /// The artifact.
+        artifact: String,
+        /// Which registry and what is wrong.
+        detail: String,
+    },
     /// A redirect went somewhere the node policy forbids.
     #[error("artifact {artifact}: redirect refused: {detail}")]
     RedirectRefused {
@@ -90,6 +99,7 @@ impl FetchError {
             FetchError::Http { .. }
             | FetchError::Transport { .. }
             | FetchError::DeadlineExceeded { .. }
+            | FetchError::Registry { .. }
             | FetchError::Io { .. } => Reason::DownloadFailed,
             FetchError::RedirectRefused { .. } => Reason::PolicyDenied,
             FetchError::HashMismatch { .. } => Reason::HashMismatch,

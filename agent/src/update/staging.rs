@@ -451,10 +451,12 @@ fn io_failure(artifact: &Artifact, what: &str, e: std::io::Error) -> Failure {
     }
 }
 
-/// The file name a sysext image is stored under: the URL's last segment.
+/// The file name a sysext image is stored under: the URL's last segment (`<name>.raw` for
+/// a registry artifact, whose reference ends in a digest).
 fn sysext_file_name(artifact: &Artifact) -> String {
-    url::Url::parse(&artifact.url)
-        .ok()
+    Some(&artifact.url)
+        .filter(|url| !inplace_proto::oci::is_oci(url))
+        .and_then(|url| url::Url::parse(url).ok())
         .and_then(|u| inplace_proto::validate::url_file_name(&u).map(str::to_owned))
         .unwrap_or_else(|| format!("{}.raw", artifact.name))
 }

@@ -1,0 +1,296 @@
+//! Artifacts in OCI registries (`oci://REGISTRY/REPOSITORY@sha256:…`) over the distribution
+//! API: the manifest the reference pins (checked against its digest), the layer in it whose
+//! digest is the plan's sha256, and that layer's blob, which the ordinary streaming download
+//! fetches with its size, resume and hash checks. A registry that answers 401 with a
+//! `Bearer` challenge gets the token flow (token service → token → the request again), with
+//! the token service held to the node policy like every URL the node fetches.
+
+use std::sync::Mutex;
+
+use inplace_proto::Artifact;
+use inplace_proto::oci::Reference;
+use reqwest::header::{self, HeaderMap};
+use sha2::Digest;
+
+use super::{FetchError, HttpFetcher};
+
+/// The manifest types asked for. An index is asked for too, only to say clearly that it
+/// names several platforms instead of one file.
+const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json, \
+     application/vnd.oci.image.index.v1+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// A manifest larger than this is not one file's (the distribution spec's own limit).
+const MAX_MANIFEST_BYTES: usize = 4 << 20;
+/// A token answer larger than this is not a token.
+const MAX_TOKEN_BYTES: usize = 64 << 10;
+
+/// The bearer token of one artifact's registry, renewed when the registry asks again.
+#[derive(Default)]
+pub(super) struct Auth {
+    token: Mutex<Option<String>>,
+}
+
+/// A registry blob: content-addressed, so its digest is the validator that makes a resume
+/// safe (the bytes behind the URL cannot change), and requests carry the registry's token.
+pub(super) struct Blob {
+    /// `sha256:<hex>`.
+    pub(super) digest: String,
+    pub(super) auth: Auth,
+}
+
+#[derive(serde::Deserialize)]
+struct Manifest {
+    #[serde(default)]
+    layers: Vec<Descriptor>,
+    /// Present in an index (several platforms' manifests), absent in an image manifest.
+    #[serde(default)]
+    manifests: Vec<Descriptor>,
+}
+
+#[derive(serde::Deserialize, Debug)]
+struct Descriptor {
+    digest: String,
+    size: u64,
+}
+
+impl Auth {
+    /// `request` with the current token, if there is one.
+    pub(super) fn apply(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match self.token.lock().ok().and_then(|t| t.clone()) {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// After a 401: a new token from the service its `Bearer` challenge names. False when
+    /// the answer has no such challenge (nothing to renew: the 401 stands).
+    pub(super) async fn renew(
+        &self,
+        fetcher: &HttpFetcher,
+        headers: &HeaderMap,
+        what: &str,
+    ) -> Result<bool, FetchError> {
+        let Some(challenge) = headers
+            .get_all(header::WWW_AUTHENTICATE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(bearer_params)
+        else {
+            return Ok(false);
+        };
+        let realm = challenge
+            .iter()
+            .find(|(k, _)| k == "realm")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_default();
+        let registry_error = |detail: String| FetchError::Registry {
+            artifact: what.to_owned(),
+            detail,
+        };
+        let mut url = url::Url::parse(realm).map_err(|e| {
+            registry_error(format!(
+                "the registry's token service {realm:?} is not a URL: {e}"
+            ))
+        })?;
+        if let Some(problem) = crate::policy::url_problem(url.as_str(), &fetcher.policy) {
+            return Err(FetchError::RedirectRefused {
+                artifact: what.to_owned(),
+                detail: format!("the registry's token service: {problem}"),
+            });
+        }
+        for (key, value) in challenge.iter().filter(|(k, _)| k != "realm") {
+            url.query_pairs_mut().append_pair(key, value);
+        }
+        // Boxed: a token request is a small fetch, and a small fetch may need a token.
+        let body =
+            Box::pin(fetcher.fetch_small_as(what, url.as_str(), MAX_TOKEN_BYTES, None)).await?;
+        let token = token_of(&body).ok_or_else(|| {
+            registry_error(format!(
+                "the token service {realm} answered without a token"
+            ))
+        })?;
+        if let Ok(mut slot) = self.token.lock() {
+            *slot = Some(token);
+        }
+        Ok(true)
+    }
+}
+
+/// The parameters of a `Bearer` challenge (`Bearer realm="…",service="…",scope="…"`).
+fn bearer_params(value: &str) -> Option<Vec<(String, String)>> {
+    let (scheme, rest) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let mut params = Vec::new();
+    let mut rest = rest.trim_start();
+    while let Some((key, after)) = rest.split_once('=') {
+        let key = key.trim().to_ascii_lowercase();
+        let (value, after) = match after.strip_prefix('"') {
+            Some(quoted) => {
+                let end = quoted.find('"')?;
+                (&quoted[..end], &quoted[end + 1..])
+            }
+            None => after.split_once(',').unwrap_or((after, "")),
+        };
+        params.push((key, value.to_owned()));
+        rest = after.trim_start().trim_start_matches(',').trim_start();
+    }
+    Some(params)
+}
+
+/// The token of a token service's JSON answer (`token`, or OAuth2's `access_token`).
+fn token_of(body: &[u8]) -> Option<String> {
+    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
+    ["token", "access_token"]
+        .iter()
+        .find_map(|k| answer.get(k)?.as_str().filter(|t| !t.is_empty()))
+        .map(str::to_owned)
+}
+
+impl HttpFetcher {
+    /// Resolves `artifact`'s registry reference to its blob: the URL, the artifact with
+    /// the layer's size, and the blob's digest and token.
+    pub(super) async fn resolve_blob(
+        &self,
+        artifact: &Artifact,
+        reference: &Reference,
+    ) -> Result<(String, Artifact, Blob), FetchError> {
+        let name = &artifact.name;
+        let registry_error = |detail: String| FetchError::Registry {
+            artifact: name.clone(),
+            detail: format!("registry {}: {detail}", reference.display_name()),
+        };
+        let endpoint = crate::registry::endpoint(reference, &self.policy).map_err(|detail| {
+            FetchError::RedirectRefused {
+                artifact: name.clone(),
+                detail,
+            }
+        })?;
+        let manifest_url = format!("{endpoint}manifests/sha256:{}", reference.digest);
+        let blob = Blob {
+            digest: format!("sha256:{}", artifact.sha256),
+            auth: Auth::default(),
+        };
+        let bytes = self
+            .fetch_small_as(
+                name,
+                &manifest_url,
+                MAX_MANIFEST_BYTES,
+                Some((MANIFEST_TYPES, &blob.auth)),
+            )
+            .await?;
+        let actual = hex::encode(sha2::Sha256::digest(&bytes));
+        if actual != reference.digest {
+            return Err(registry_error(format!(
+                "the manifest's sha256 is {actual}, not the reference's digest"
+            )));
+        }
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| registry_error(format!("the manifest is not an image manifest: {e}")))?;
+        if !manifest.manifests.is_empty() {
+            return Err(registry_error(format!(
+                "the digest names an index of {} manifests (several platforms); name one platform's manifest",
+                manifest.manifests.len()
+            )));
+        }
+        let layer = layer_for(&manifest, artifact)?;
+        if let Some(size) = artifact.size
+            && size != layer.size
+        {
+            return Err(FetchError::SizeMismatch {
+                artifact: name.clone(),
+                detail: format!(
+                    "the manifest says {} bytes, the plan says {size}",
+                    layer.size
+                ),
+            });
+        }
+        let url = format!("{endpoint}blobs/{}", blob.digest);
+        let sized = Artifact {
+            size: Some(layer.size),
+            ..artifact.clone()
+        };
+        Ok((url, sized, blob))
+    }
+}
+
+/// The layer the plan's sha256 names; a manifest without it is the wrong artifact.
+fn layer_for<'m>(
+    manifest: &'m Manifest,
+    artifact: &Artifact,
+) -> Result<&'m Descriptor, FetchError> {
+    let wanted = format!("sha256:{}", artifact.sha256);
+    if let Some(layer) = manifest.layers.iter().find(|l| l.digest == wanted) {
+        return Ok(layer);
+    }
+    let actual = match manifest.layers.as_slice() {
+        [only] => only
+            .digest
+            .strip_prefix("sha256:")
+            .unwrap_or(&only.digest)
+            .to_owned(),
+        layers => format!("none of the manifest's {} layers", layers.len()),
+    };
+    Err(FetchError::HashMismatch {
+        artifact: artifact.name.clone(),
+        expected: artifact.sha256.clone(),
+        actual,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_challenges_are_read_with_quoted_commas() {
+        let params = bearer_params(
+            r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push""#,
+        )
+        .unwrap();
+        assert_eq!(
+            params,
+            [
+                ("realm".into(), "https://auth.example/token".into()),
+                ("service".into(), "registry.example".into()),
+                ("scope".into(), "repository:a/b:pull,push".into()),
+            ]
+        );
+        assert!(bearer_params(r#"Basic realm="x""#).is_none());
+    }
+
+    #[test]
+    fn tokens_come_from_either_field() {
+        assert_eq!(token_of(br#"{"token":"t1"}"#).as_deref(), Some("t1"));
+        assert_eq!(
+            token_of(br#"{"access_token":"t2","expires_in":60}"#).as_deref(),
+            Some("t2")
+        );
+        assert_eq!(token_of(br#"{"token":""}"#), None);
+        assert_eq!(token_of(b"not json"), None);
+    }
+
+    #[test]
+    fn the_layer_is_chosen_by_the_plans_sha256() {
+        let manifest: Manifest = serde_json::from_str(&format!(
+            r#"{{"schemaVersion":2,"layers":[{{"digest":"sha256:{}","size":3}},{{"digest":"sha256:{}","size":5}}]}}"#,
+            "a".repeat(64),
+            "b".repeat(64)
+        ))
+        .unwrap();
+        let mut artifact: Artifact = serde_json::from_value(serde_json::json!({
+            "name": "k", "type": "Sysext", "url": "oci://r.example/k@sha256:x", "sha256": "b".repeat(64),
+        }))
+        .unwrap();
+        assert_eq!(layer_for(&manifest, &artifact).unwrap().size, 5);
+        artifact.sha256 = "c".repeat(64);
+        let e = layer_for(&manifest, &artifact).unwrap_err();
+        assert!(
+            e.to_string().contains("none of the manifest's 2 layers"),
+            "{e}"
+        );
+    }
+}

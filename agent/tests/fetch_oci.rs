@@ -1,0 +1,189 @@
+//! The real fetcher against a real OCI registry (go-containerregistry's, `crane registry
+//! serve` on loopback) holding files the real `crane` pushed as artifacts: fetched by the
+//! manifest digest, resumed from what an earlier process left, and refused when the plan's
+//! sha256, size or the reference's digest do not match what the registry holds.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use inplace_agent::fetch::{FetchError, Fetcher, HttpFetcher, partial_names};
+use inplace_agent::settings::{DownloadSettings, Policy};
+use inplace_proto::{Artifact, ArtifactType, Reason};
+use inplace_tests::registry::{Pushed, Registry};
+
+fn fetcher(registry: &Registry) -> HttpFetcher {
+    let settings = DownloadSettings {
+        attempts: 3,
+        connect_timeout: Duration::from_secs(10),
+        stall_timeout: Duration::from_secs(30),
+        min_speed: 0,
+        artifact_deadline: Duration::from_secs(300),
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(100),
+    };
+    let policy = Policy {
+        // A registry on the node's own network, reached over plain http as its owner wrote.
+        allowed_url_prefixes: vec![
+            format!("http://{}/v2/sysext/", registry.host())
+                .parse()
+                .unwrap(),
+        ],
+        allow_http: true,
+        allowed_target_dirs: vec![],
+        allowed_config_roots: vec![],
+        allowed_units: vec![],
+        max_artifact_size: 64 << 20,
+        reserved_disk_space: 0,
+        allow_remote_health_checks: false,
+        require_signatures: false,
+        trusted_keys_dir: "/etc/inplace/keys".into(),
+    };
+    HttpFetcher::new(&settings, &policy).unwrap()
+}
+
+fn artifact(registry: &Registry, pushed: &Pushed) -> Artifact {
+    Artifact {
+        name: "kubernetes".into(),
+        kind: ArtifactType::Sysext,
+        url: format!(
+            "oci://{}/sysext/kubernetes@sha256:{}",
+            registry.host(),
+            pushed.manifest_digest
+        ),
+        sha256: pushed.sha256.clone(),
+        signature_url: None,
+        size: None,
+        path: None,
+        members: vec![],
+        max_extracted_size: None,
+    }
+}
+
+/// Bytes that compress badly, so nothing along the way can shortcut them.
+fn image(len: usize) -> Vec<u8> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+async fn pushed(len: usize) -> (Registry, Pushed, Vec<u8>) {
+    let registry = Registry::start().await.unwrap();
+    let file = image(len);
+    let pushed = tokio::task::block_in_place(|| {
+        registry.push_file("sysext/kubernetes", "v1.31.2", "kubernetes.raw", &file)
+    })
+    .unwrap();
+    (registry, pushed, file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_crane_pushed_is_fetched_by_its_manifest_digest_and_resumed() {
+    let (registry, pushed, file) = pushed(3 << 20).await;
+    let fetcher = fetcher(&registry);
+    let artifact = artifact(&registry, &pushed);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = fetcher.fetch(&artifact, dir.path(), &|_| {}).await.unwrap();
+    assert!(
+        std::fs::read(&path).unwrap() == file,
+        "the fetched bytes are the pushed file"
+    );
+
+    // What a killed agent left: the first half and the blob's validator (its digest).
+    let dir = tempfile::tempdir().unwrap();
+    let [data, validator] = partial_names(&artifact);
+    let half = file.len() / 2;
+    std::fs::write(dir.path().join(&data), &file[..half]).unwrap();
+    std::fs::write(
+        dir.path().join(&validator),
+        format!("sha256:{}", pushed.sha256),
+    )
+    .unwrap();
+    let seen = Mutex::new(Vec::new());
+    let path = fetcher
+        .fetch(&artifact, dir.path(), &|done| {
+            seen.lock().unwrap().push(done)
+        })
+        .await
+        .unwrap();
+    assert!(
+        std::fs::read(&path).unwrap() == file,
+        "the resumed file is whole"
+    );
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(seen.first(), Some(&(half as u64)), "it resumed at the half");
+    assert!(
+        seen.windows(2).all(|w| w[0] <= w[1]),
+        "never started again from zero: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_registry_does_not_hold_is_refused_naming_it() {
+    let (registry, pushed, _) = pushed(64 << 10).await;
+    let fetcher = fetcher(&registry);
+    let dir = tempfile::tempdir().unwrap();
+
+    // The plan's sha256 is not the file the manifest holds.
+    let mut wrong_sha = artifact(&registry, &pushed);
+    wrong_sha.sha256 = "0".repeat(64);
+    let e = fetcher
+        .fetch(&wrong_sha, dir.path(), &|_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), Reason::HashMismatch, "{e}");
+    assert!(
+        matches!(&e, FetchError::HashMismatch { actual, .. } if *actual == pushed.sha256),
+        "{e}"
+    );
+
+    // The plan's size is not the layer's.
+    let mut wrong_size = artifact(&registry, &pushed);
+    wrong_size.size = Some(pushed.size + 1);
+    let e = fetcher
+        .fetch(&wrong_size, dir.path(), &|_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), Reason::SizeMismatch, "{e}");
+
+    // A digest the registry has no manifest for.
+    let mut wrong_digest = artifact(&registry, &pushed);
+    wrong_digest.url = format!(
+        "oci://{}/sysext/kubernetes@sha256:{}",
+        registry.host(),
+        "1".repeat(64)
+    );
+    let e = fetcher
+        .fetch(&wrong_digest, dir.path(), &|_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), Reason::DownloadFailed, "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains(&registry.host()),
+        "names the registry: {text}"
+    );
+    assert!(text.contains("HTTP 404"), "{text}");
+
+    // A repository outside the node's prefixes is not reached at all.
+    let mut elsewhere = artifact(&registry, &pushed);
+    elsewhere.url = elsewhere.url.replace("/sysext/", "/private/");
+    let e = fetcher
+        .fetch(&elsewhere, dir.path(), &|_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), Reason::PolicyDenied, "{e}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+}

@@ -1,0 +1,175 @@
+//! A real OCI registry on loopback: go-containerregistry's, as `crane registry serve` runs
+//! it (built from the module pinned in `tests/tools`), and files pushed to it by the real
+//! `crane` as OCI artifacts, the way `oras push` and sysext publishers store a file: an image
+//! manifest with an empty config and the file as its one layer, uncompressed.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
+
+use crate::tools::{KillOnDrop, run_ok, tool};
+
+/// How long a loaded machine may take to start a server.
+const PATIENCE: Duration = Duration::from_secs(180);
+
+/// The media type of a sysext image layer pushed here.
+pub const SYSEXT_LAYER_TYPE: &str = "application/vnd.inplace.sysext.layer.v1.raw";
+
+/// A loopback address nothing listens on yet.
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+}
+
+/// The status line of `GET path` (None while nothing listens).
+async fn http_status(addr: &SocketAddr, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.ok()?;
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .map(str::to_owned)
+}
+
+/// Waits until `GET path` on `addr` answers 200; `what` names the server in the panic.
+pub async fn wait_http_ok(addr: &SocketAddr, path: &str, what: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let status = http_status(addr, path).await;
+        if status.as_deref().is_some_and(|s| s.contains(" 200 ")) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never answered 200 on {path}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A registry on loopback, stopped when dropped.
+pub struct Registry {
+    _server: KillOnDrop,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+/// A file pushed as an artifact.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    /// The manifest's digest, 64 hex digits (what `crane push` printed).
+    pub manifest_digest: String,
+    /// The file's sha256 (its layer's digest), 64 hex digits.
+    pub sha256: String,
+    /// The file's size.
+    pub size: u64,
+}
+
+impl Registry {
+    /// Starts a registry and waits until it answers.
+    pub async fn start() -> anyhow::Result<Registry> {
+        let addr = free_addr();
+        let child = Command::new(tool("crane")?)
+            .args(["registry", "serve", "--address", &addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting crane registry serve")?;
+        let server = KillOnDrop(child);
+        wait_http_ok(&addr, "/v2/", "the registry").await;
+        Ok(Registry {
+            _server: server,
+            addr,
+        })
+    }
+
+    /// `127.0.0.1:PORT`, as references name it.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Pushes `file` (titled `title`) to `repository:tag` with `crane push`: an OCI image
+    /// layout with an empty config and the file as its one layer.
+    pub fn push_file(
+        &self,
+        repository: &str,
+        tag: &str,
+        title: &str,
+        file: &[u8],
+    ) -> anyhow::Result<Pushed> {
+        let layout = tempfile::tempdir()?;
+        let pushed = write_layout(layout.path(), title, file)?;
+        let target = format!("{}/{repository}:{tag}", self.host());
+        let printed = run_ok(
+            Command::new(tool("crane")?)
+                .arg("push")
+                .arg(layout.path())
+                .arg(&target),
+        );
+        let expected = format!(
+            "{}/{repository}@sha256:{}",
+            self.host(),
+            pushed.manifest_digest
+        );
+        if printed.trim() != expected {
+            bail!("crane push printed {printed:?}, expected {expected}");
+        }
+        Ok(pushed)
+    }
+}
+
+/// Writes an OCI image layout holding one artifact manifest for `file`.
+fn write_layout(dir: &Path, title: &str, file: &[u8]) -> anyhow::Result<Pushed> {
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs)?;
+    let put = |bytes: &[u8]| -> anyhow::Result<String> {
+        let digest = hex::encode(Sha256::digest(bytes));
+        std::fs::write(blobs.join(&digest), bytes)?;
+        Ok(digest)
+    };
+    let config = b"{}";
+    let config_digest = put(config)?;
+    let sha256 = put(file)?;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": SYSEXT_LAYER_TYPE,
+        "config": {
+            "mediaType": "application/vnd.oci.empty.v1+json",
+            "digest": format!("sha256:{config_digest}"),
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": SYSEXT_LAYER_TYPE,
+            "digest": format!("sha256:{sha256}"),
+            "size": file.len(),
+            "annotations": {"org.opencontainers.image.title": title},
+        }],
+    }))?;
+    let manifest_digest = put(&manifest)?;
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": format!("sha256:{manifest_digest}"),
+            "size": manifest.len(),
+        }],
+    });
+    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index)?)?;
+    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    Ok(Pushed {
+        manifest_digest,
+        sha256,
+        size: file.len() as u64,
+    })
+}
