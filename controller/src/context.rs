@@ -13,6 +13,7 @@ use kube::runtime::reflector::Store;
 
 use crate::alert_gate::{AlertSource, PrometheusSettings};
 use crate::api_server_version::ApiServerVersion;
+use crate::cache_readiness::CachesReady;
 use crate::kured_lock::KuredSettings;
 use crate::metrics::Metrics;
 use crate::plans::RecentWrites;
@@ -71,6 +72,9 @@ pub struct Context {
     pub releases: Store<NodeRelease>,
     /// Every NodeRollout.
     pub rollouts: Store<NodeRollout>,
+    /// Open once the Node, plan and release caches listed everything (a reconcile waits
+    /// for it: an empty cache would look like "no nodes").
+    pub caches_ready: CachesReady,
     /// Plans written but maybe not in the cache yet.
     pub writes: RecentWrites,
     /// The status each rollout was last given by this replica (newer than the cache; it

@@ -6,6 +6,7 @@
 
 pub mod alert_gate;
 pub mod api_server_version;
+pub mod cache_readiness;
 pub mod context;
 pub mod decision;
 pub mod error;

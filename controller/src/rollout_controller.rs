@@ -123,9 +123,7 @@ pub fn rollouts_for_release(
 /// activation fails with [`Error::TeardownWaiting`] so the finalizer stays.
 pub async fn reconcile(rollout: Arc<NodeRollout>, ctx: Arc<Context>) -> Result<Action> {
     // An empty cache would look like "no nodes": wait for the first full list.
-    let _ = ctx.nodes.wait_until_ready().await;
-    let _ = ctx.plans.wait_until_ready().await;
-    let _ = ctx.releases.wait_until_ready().await;
+    ctx.caches_ready.wait().await;
 
     let name = rollout.name_any();
     let api: Api<NodeRollout> = Api::all(ctx.client.clone());

@@ -20,6 +20,7 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use crate::alert_gate::{AlertSource, Prometheus};
+use crate::cache_readiness::CachesReady;
 use crate::context::{Context, ReconcileSettings};
 use crate::leader::{LeaderElector, LeaseSettings};
 use crate::metrics::Metrics;
@@ -235,6 +236,7 @@ pub async fn run_controllers(
         ) as Arc<dyn AlertSource>),
         None => None,
     };
+    let caches_ready = CachesReady::of(&nodes, &plans, &releases);
     let ctx = Arc::new(Context {
         client: client.clone(),
         eviction_client,
@@ -242,6 +244,7 @@ pub async fn run_controllers(
         metrics,
         nodes,
         plans: plans.clone(),
+        caches_ready,
         releases,
         rollouts: rollouts.clone(),
         writes: RecentWrites::default(),

@@ -59,13 +59,7 @@ fn free_addr() -> std::net::SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_one_leader_and_a_clean_handover() {
-    // On the emulator for now: on the real kube-apiserver this case timed out in 4 of 7
-    // full runs of this file (replica-b never counted the node created after the handover;
-    // alone it passes). Cause not found: see docs/development/testing.md.
-    let api = TestApi::start_emulator(inplace_api_emulator::EmulatorConfig::default())
-        .await
-        .unwrap();
-    let (api, client) = prepare(api).await;
+    let (api, client) = cluster().await;
     let _fleet = fleet(&api, &client, SimConfig::default());
     create_node(&client, "worker-1", &[]).await;
     create_release(&client, "rel", "v1").await;
