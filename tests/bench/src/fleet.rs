@@ -188,6 +188,20 @@ fn rows_from(stdout: &str, time: &str, n: u64, api: Api) -> Result<Vec<Row>> {
             "s",
         ));
     }
+    rows.extend(cost_rows(stdout, time, api, load, &row));
+    Ok(rows)
+}
+
+/// The rows of what the rollout cost: the controller's CPU, requests, writes and memory, the
+/// agents' writes, the bed's memory, the load and the reconcile latency.
+fn cost_rows(
+    stdout: &str,
+    time: &str,
+    api: Api,
+    load: Option<String>,
+    row: &dyn Fn(String, String, &str) -> Row,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
     if let Some(l) = line(stdout, "controller CPU:") {
         let per = number_after(l, "=").unwrap_or(f64::NAN);
         rows.push(
@@ -269,7 +283,7 @@ fn rows_from(stdout: &str, time: &str, n: u64, api: Api) -> Result<Vec<Row>> {
             "",
         ));
     }
-    Ok(rows)
+    rows
 }
 
 #[cfg(test)]

@@ -307,6 +307,10 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
     result
 }
 
+/// How to read the agent's memory and context switches on a node, for the footprint rows.
+const PROC_REPRODUCE: &str =
+    "grep -E 'VmRSS|VmHWM|ctxt' /proc/$(systemctl show -p MainPID --value inplace-agent)/status";
+
 #[allow(clippy::too_many_arguments)]
 async fn measure(
     o: &Opts,
@@ -320,11 +324,26 @@ async fn measure(
     v2: &SysextImage,
     port: u16,
 ) -> Result<Vec<Row>> {
-    let name = node.name().to_owned();
     install_agent(node, emulator, agent_bin, &server.url("/")).await?;
-    let mut rows = Vec::new();
+    first_install(node, api, server, v1, port).await?;
+    let agent = Agent::find(node).await?;
+    let mut rows = footprint_rows(o, node, &agent, binary_size).await?;
+    let phases = swap_rows(node, api, server, &agent, v2, port, &mut rows).await?;
+    rows.push(plan_overhead_row(&phases, v2)?);
+    rows.extend(floor_rows(o, node, port).await?);
+    rows.extend(reboot_rows(node, port).await?);
+    Ok(rows)
+}
 
-    // v1: first install.
+/// v1 installed by a plan, then enabled for boot.
+async fn first_install(
+    node: &Node,
+    api: &kube::Api<NodeUpdatePlan>,
+    server: &ArtifactServer,
+    v1: &SysextImage,
+    port: u16,
+) -> Result<()> {
+    let name = node.name().to_owned();
     let p1 = plan(&name, &server.url("/v1/kubernetes.raw"), v1, port)?;
     let r1 = inplace_proto::revision_of(&p1.spec.content);
     let t1 = Instant::now();
@@ -346,9 +365,17 @@ async fn measure(
         && ln -sf /etc/systemd/system/inplace-agent.service /etc/systemd/system/multi-user.target.wants/inplace-agent.service \
         && systemctl daemon-reload")
         .await?;
+    Ok(())
+}
 
-    // (2) idle footprint.
-    let agent = Agent::find(node).await?;
+/// (2) The agent's idle footprint.
+async fn footprint_rows(
+    o: &Opts,
+    node: &Node,
+    agent: &Agent,
+    binary_size: u64,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let s0 = agent.status(node).await?;
     let c0 = cpu_ticks_text(&agent.stat(node).await?).context("stat")?;
@@ -370,14 +397,13 @@ async fn measure(
         - status_field_text(&s0, "nonvoluntary_ctxt_switches").unwrap_or(0);
     let ticks_per_s = 100.0; // USER_HZ on Linux
     let cpu_s = (c1 - c0) as f64 / ticks_per_s;
-    let proc_reproduce = "grep -E 'VmRSS|VmHWM|ctxt' /proc/$(systemctl show -p MainPID --value inplace-agent)/status";
     rows.push(
         Row::reference(
             "2 footprint",
             "agent idle RSS (VmRSS, after v1 committed; of it anonymous / file-backed)",
             rss_split(&s1),
             "MiB",
-            proc_reproduce,
+            PROC_REPRODUCE,
         )
         .target("≤ 10 MiB", rss_kib <= 10 * 1024),
     );
@@ -395,7 +421,7 @@ async fn measure(
             format!("agent context switches over {idle:.0} idle s (voluntary + involuntary)"),
             format!("{vol} + {nonvol} ({per_s:.2}/s)"),
             "switches",
-            proc_reproduce,
+            PROC_REPRODUCE,
         )
         .target(
             "no periodic wake-ups beyond the watch (≤ 1 switch/s)",
@@ -409,8 +435,21 @@ async fn measure(
         "MiB",
         "cargo build --profile node -p inplace-agent && stat -c %s target/node/inplace-agent",
     ));
+    Ok(rows)
+}
 
-    // (3) the in-place swap v1 → v2, probed from the host every 10 ms.
+/// (3) The in-place swap v1 → v2, probed from the host every 10 ms; returns the plan's
+/// phase timeline.
+async fn swap_rows(
+    node: &Node,
+    api: &kube::Api<NodeUpdatePlan>,
+    server: &ArtifactServer,
+    agent: &Agent,
+    v2: &SysextImage,
+    port: u16,
+    rows: &mut Vec<Row>,
+) -> Result<Vec<(Phase, Duration)>> {
+    let name = node.name().to_owned();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let probe = spawn_probe(port, stop_rx);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -470,11 +509,14 @@ async fn measure(
             "agent peak RSS (VmHWM) after two updates",
             format!("{:.1}", kib as f64 / 1024.0),
             "MiB",
-            proc_reproduce,
+            PROC_REPRODUCE,
         ));
     }
+    Ok(phases)
+}
 
-    // (5) Plan → Succeeded overhead.
+/// (5) Plan → Succeeded overhead.
+fn plan_overhead_row(phases: &[(Phase, Duration)], v2: &SysextImage) -> Result<Row> {
     let at = |p: Phase| phases.iter().find(|(x, _)| *x == p).map(|(_, d)| *d);
     let total = at(Phase::Succeeded).context("no Succeeded")?.as_secs_f64();
     let download = match at(Phase::Downloading) {
@@ -494,8 +536,7 @@ async fn measure(
         .map(|(p, d)| format!("{p:?} {:.2}", d.as_secs_f64()))
         .collect::<Vec<_>>()
         .join(", ");
-    rows.push(
-        Row::reference(
+    Ok(Row::reference(
             "5 plan",
             format!(
                 "Plan applied → Succeeded minus download ({download:.2} s, {:.1} MiB) minus health window ({HEALTH_WINDOW_S} s); phases seen at: {timeline}",
@@ -505,10 +546,11 @@ async fn measure(
             "s",
             "kubectl get nodeupdateplan NODE -w -o custom-columns=PHASE:.status.phase  # timestamps from the watch",
         )
-        .target("small next to the health window (< 1 s)", overhead < 1.0),
-    );
+        .target("small next to the health window (< 1 s)", overhead < 1.0))
+}
 
-    // Floors: restart systemd-sysext alone; restart the kubelet alone.
+/// Floors: restart systemd-sysext alone; restart the kubelet alone.
+async fn floor_rows(o: &Opts, node: &Node, port: u16) -> Result<Vec<Row>> {
     let mut sysext = Vec::new();
     let mut kubelet = Vec::new();
     for _ in 0..o.reps.max(3) {
@@ -522,21 +564,27 @@ async fn measure(
         wait_healthy(port, Duration::from_secs(30)).await?;
         kubelet.push(started.elapsed().as_secs_f64());
     }
-    rows.push(Row::reference(
-        "3 swap",
-        "floor: systemctl restart systemd-sysext (one squashfs image), median",
-        format!("{:.3}", median(sysext)),
-        "s",
-        "hyperfine -r 5 'systemctl restart systemd-sysext'  # inside the node",
-    ));
-    rows.push(Row::reference(
-        "3 swap",
-        "floor: systemctl restart kubelet → /healthz 200, median",
-        format!("{:.3}", median(kubelet)),
-        "s",
-        "systemctl restart kubelet; until curl -sf http://127.0.0.1:PORT/healthz; do sleep 0.01; done",
-    ));
+    Ok(vec![
+        Row::reference(
+            "3 swap",
+            "floor: systemctl restart systemd-sysext (one squashfs image), median",
+            format!("{:.3}", median(sysext)),
+            "s",
+            "hyperfine -r 5 'systemctl restart systemd-sysext'  # inside the node",
+        ),
+        Row::reference(
+            "3 swap",
+            "floor: systemctl restart kubelet → /healthz 200, median",
+            format!("{:.3}", median(kubelet)),
+            "s",
+            "systemctl restart kubelet; until curl -sf http://127.0.0.1:PORT/healthz; do sleep 0.01; done",
+        ),
+    ])
+}
 
+/// The same node rebooted until its kubelet is healthy, and the agent's footprint after it.
+async fn reboot_rows(node: &mut Node, port: u16) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
     // Flatcar + kured: a reboot of the same node until the same kubelet is healthy. A failed
     // reboot costs this row only; the rows above are already measured.
     // The host's page cache is dropped first, as a machine's is by a reboot: the node boots

@@ -78,6 +78,9 @@ fn secs(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64())
 }
 
+/// How to reproduce the in-place rows.
+const REPRODUCE: &str = "cargo run -p inplace-tests --bin inplace-testbed -- cluster --dir DIR --nodes 1 --kubelet v1.36.1; docs/usage/quickstart.md § Update every kubelet in place";
+
 /// The real-node rows.
 pub async fn run(o: &Opts) -> Result<Vec<Row>> {
     let (agent, controller) = workspace_binaries().await?;
@@ -96,7 +99,6 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
     cluster.kubectl(&["rollout", "status", "deployment/web", "--timeout=300s"])?;
     let client = cluster.client().await?;
     let name = cluster.nodes[0].name().to_owned();
-    let reproduce = "cargo run -p inplace-tests --bin inplace-testbed -- cluster --dir DIR --nodes 1 --kubelet v1.36.1; docs/usage/quickstart.md § Update every kubelet in place";
 
     // In place: the rollout to TO, from the plan's activation to the Node Ready on TO.
     let before = running_containers(&cluster, "app=web").await?;
@@ -158,8 +160,44 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let drain = drain_started.elapsed();
-    let replace_time = join + drain;
 
+    Ok(rows(&Measured {
+        swap,
+        active_to_ready,
+        swap_disrupted,
+        reboot,
+        reboot_time,
+        reboot_disrupted: before.len(),
+        join,
+        drain,
+    }))
+}
+
+/// What [`run`] measured on its node.
+struct Measured {
+    swap: Gaps,
+    active_to_ready: Duration,
+    swap_disrupted: usize,
+    reboot: Gaps,
+    reboot_time: Duration,
+    reboot_disrupted: usize,
+    join: Duration,
+    drain: Duration,
+}
+
+/// The rows of `m`, with the ratios to the in-place swap.
+fn rows(m: &Measured) -> Vec<Row> {
+    let Measured {
+        swap,
+        active_to_ready,
+        swap_disrupted,
+        reboot,
+        reboot_time,
+        reboot_disrupted,
+        join,
+        drain,
+    } = m;
+    let replace_time = *join + *drain;
     let in_place = active_to_ready.as_secs_f64().max(0.001);
     let ratio = |d: Duration| format!("{:.1}", d.as_secs_f64() / in_place);
     let reboot_how = "systemctl reboot in the node";
@@ -167,35 +205,35 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
     let row = |name: &str, value: String, unit: &str, how: &str| {
         Row::reference("6 real node", name, value, unit, how)
     };
-    Ok(vec![
+    vec![
         row(
             &format!("in-place kubelet swap {FROM} → {TO}: /healthz unanswered"),
             secs(swap.healthz),
             "s",
-            reproduce,
+            REPRODUCE,
         ),
         row(
             "in-place kubelet swap: Node not Ready",
             secs(swap.not_ready),
             "s",
-            reproduce,
+            REPRODUCE,
         ),
         row(
             "in-place kubelet swap: plan Active → Node Ready on the new kubelet",
-            secs(active_to_ready),
+            secs(*active_to_ready),
             "s",
-            reproduce,
+            REPRODUCE,
         ),
         row(
             "in-place kubelet swap: Pods disrupted (containers changed)",
             swap_disrupted.to_string(),
             "Pods",
-            reproduce,
+            REPRODUCE,
         )
-        .target("0", swap_disrupted == 0),
+        .target("0", *swap_disrupted == 0),
         row(
             "reboot: to the kubelet healthy and the Pod running again",
-            secs(reboot_time),
+            secs(*reboot_time),
             "s",
             reboot_how,
         ),
@@ -207,19 +245,24 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
         ),
         row(
             "reboot: Pods disrupted",
-            before.len().to_string(),
+            reboot_disrupted.to_string(),
             "Pods",
             reboot_how,
         ),
         row(
             "replace: a fresh node boot → Ready, then drain until the Pod runs on it",
-            format!("{} + {} = {}", secs(join), secs(drain), secs(replace_time)),
+            format!(
+                "{} + {} = {}",
+                secs(*join),
+                secs(*drain),
+                secs(replace_time)
+            ),
             "s",
             replace_how,
         ),
         row(
             "reboot ÷ in-place (plan Active → Ready)",
-            ratio(reboot_time),
+            ratio(*reboot_time),
             "×",
             reboot_how,
         ),
@@ -229,5 +272,5 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
             "×",
             replace_how,
         ),
-    ])
+    ]
 }
