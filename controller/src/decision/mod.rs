@@ -31,15 +31,6 @@ use inplace_proto::reason::rollout_condition;
 use inplace_proto::{DesiredState, NodeRolloutStatus};
 use k8s_openapi::jiff::Timestamp;
 
-// The table tests (`tests.rs`, `use super::*`) name these, as they did before the phases
-// moved out of this file.
-#[cfg(test)]
-use inplace_proto::{
-    Disruption, NodeCounts, NodeRolloutSpec, Phase, Steering, rollout_slots::activation_slots,
-};
-#[cfg(test)]
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-
 mod actions;
 mod autoscaler;
 mod classify;

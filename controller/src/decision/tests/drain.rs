@@ -206,3 +206,132 @@ fn each_pass_carries_the_pod_selector_and_the_grace_period() {
     let error = drain_pass_options(&s, &n, t(100)).unwrap_err();
     assert!(error.starts_with("spec.drain.podSelector"), "{error}");
 }
+
+#[test]
+fn drain_grant_cordons_first_and_keeps_the_plan_staged() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Drain;
+    let d = decide(&input(&s, vec![staged(node("a"))]));
+    let actions = without_scale_down(&d);
+    assert_eq!(actions.len(), 2, "{:?}", d.actions);
+    let NodeAction::ApplyPlan { intent, .. } = actions[0] else {
+        panic!()
+    };
+    assert!(intent.cordoned && intent.granted_at.is_some());
+    assert_eq!(intent.desired_state, DesiredState::Staged);
+    assert_eq!(*actions[1], NodeAction::Cordon { node: "a".into() });
+    assert_eq!(d.status.nodes.updating, 1);
+}
+
+#[test]
+fn drain_in_progress_waits_and_asks_to_be_looked_at_again() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Drain;
+    let mut n = draining("a", 90);
+    n.drain = Some(DrainProgress {
+        remaining: 2,
+        blocked: vec![
+            "default/web-0: Cannot evict pod as it would violate the pod's disruption budget"
+                .into(),
+        ],
+    });
+    let d = decide(&input(&s, vec![n, staged(node("b"))]));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(d.requeue_after, Some(DRAIN_RETRY));
+    assert!(has_event(&d, "EvictionBlocked"));
+    assert_eq!(d.status.nodes.updating, 1);
+}
+
+#[test]
+fn drained_node_is_activated() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Drain;
+    let mut n = draining("a", 90);
+    n.drain = Some(DrainProgress::default());
+    let d = decide(&input(&s, vec![n]));
+    let a = applies(&d);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].1.desired_state, DesiredState::Active);
+    assert!(a[0].1.cordoned);
+    assert!(has_event(&d, "Drained"));
+}
+
+#[test]
+fn drain_timeout_fails_the_node_uncordons_it_and_counts_against_max_failures() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.disruption = Disruption::Drain;
+    let mut n = draining("a", 30); // 70 s ago, timeout 60 s
+    n.drain = Some(DrainProgress {
+        remaining: 1,
+        blocked: vec!["default/web-0: blocked by PodDisruptionBudget web".into()],
+    });
+    let d = decide(&input(&s, vec![n, staged(node("b"))]));
+    assert_eq!(d.actions[0], NodeAction::Uncordon { node: "a".into() });
+    let a = applies(&d);
+    assert_eq!(a.len(), 1);
+    let timed_out = a[0].1.drain_timeout.as_ref().unwrap();
+    assert!(!timed_out.skipped, "onTimeout: Halt is the default");
+    let message = &timed_out.message;
+    assert!(message.contains("PodDisruptionBudget web"), "{message}");
+    assert!(!a[0].1.cordoned);
+    assert_eq!(d.status.failed_nodes[0].reason, "DrainTimeout");
+    assert_eq!(condition(&d, "Halted").status, "True", "maxFailures 0");
+    assert!(granted(&d).is_empty());
+    assert!(has_event(&d, "DrainTimeout"));
+
+    // With room for one failure, the slot goes to the next node.
+    s.max_failures = 1;
+    let mut n = draining("a", 30);
+    n.drain = Some(DrainProgress {
+        remaining: 1,
+        blocked: vec![],
+    });
+    let d = decide(&input(&s, vec![n, staged(node("b"))]));
+    assert_eq!(granted(&d), ["b"]);
+}
+
+#[test]
+fn a_recorded_drain_timeout_stays_a_failure() {
+    let mut s = spec(IntOrString::Int(1), 1);
+    s.disruption = Disruption::Drain;
+    let mut n = staged(node("a"));
+    let p = n.plan.as_mut().unwrap();
+    p.granted_at = Some(t(0));
+    p.drain_timeout = Some(DrainTimedOut {
+        message: "not drained".into(),
+        skipped: false,
+    });
+    assert!(!needs_drain_pass(
+        &s,
+        &ReleaseState::Valid {
+            revision: REV.into()
+        },
+        &n
+    ));
+    let d = decide(&input(&s, vec![n]));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.status.nodes.failed, 1);
+}
+
+#[test]
+fn drain_pass_only_for_cordoned_slot_holders_waiting_to_activate() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    let valid = ReleaseState::Valid {
+        revision: REV.into(),
+    };
+    let n = draining("a", 0);
+    assert!(!needs_drain_pass(&s, &valid, &n), "disruption None");
+    s.disruption = Disruption::Drain;
+    assert!(needs_drain_pass(&s, &valid, &n));
+    assert!(!needs_drain_pass(&s, &ReleaseState::Missing, &n));
+    let mut uncordoned = n.clone();
+    uncordoned.unschedulable = false;
+    assert!(!needs_drain_pass(&s, &valid, &uncordoned));
+    let mut active = n.clone();
+    active.plan.as_mut().unwrap().desired_state = DesiredState::Active;
+    assert!(!needs_drain_pass(&s, &valid, &active));
+    assert!(!needs_drain_pass(&s, &valid, &staged(node("b"))), "no slot");
+    let mut theirs = n.clone();
+    theirs.ownership = Ownership::Other { owner: "x".into() };
+    assert!(!needs_drain_pass(&s, &valid, &theirs));
+}
