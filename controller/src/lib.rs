@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod node_readiness;
 pub mod plan_watch;
 pub mod plans;
+pub mod preview;
 pub mod release_controller;
 pub mod release_fetch;
 pub mod release_import;

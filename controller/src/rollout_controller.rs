@@ -24,7 +24,8 @@ use crate::context::Context;
 use crate::decision::kured::{KuredWrite, lock_write};
 use crate::decision::{
     Decision, DecisionMemo, KubernetesVersions, NodeOrder, ReleaseState, RolloutInput,
-    ScaleDownMark, decide_with_memo, drain_pass_options, needs_drain_pass, rollout_drains,
+    ScaleDownMark, asks_api_server, decide_with_memo, drain_pass_options, needs_drain_pass,
+    rollout_drains,
 };
 use crate::error::{Error, Result};
 use crate::kured_lock::KuredRead;
@@ -70,9 +71,9 @@ async fn kubernetes_versions(
     ctx: &Context,
 ) -> Result<KubernetesVersions> {
     let release = release.and_then(|r| r.spec.content.kubernetes_version.clone());
-    let api_server = match &release {
-        Some(_) if !spec.allow_version_skew => Some(ctx.api_server_version.get(&ctx.client).await?),
-        _ => None,
+    let api_server = match asks_api_server(spec, release.as_deref()) {
+        true => Some(ctx.api_server_version.get(&ctx.client).await?),
+        false => None,
     };
     Ok(KubernetesVersions {
         release,

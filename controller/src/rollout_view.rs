@@ -13,15 +13,15 @@ use inplace_proto::{NodeRollout, NodeRolloutSpec, Steering};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::decision::kured::KuredView;
 use crate::decision::{
-    CONTROL_PLANE_LABEL, DecisionMemo, NodeView, ReleaseState, ScaleDownMark, activation_order,
-    resolve_ownership,
+    CONTROL_PLANE_LABEL, DecisionMemo, NodeView, PlanView, ReleaseState, ScaleDownMark,
+    activation_order, resolve_ownership,
 };
 use crate::error::{Error, Result};
 use crate::plans::plan_owner;
@@ -198,7 +198,7 @@ impl RolloutView {
         let key = ViewKey {
             uid: rollout.metadata.uid.clone(),
             generation: rollout.metadata.generation,
-            rollouts: rollouts_by_age(&ctx.rollouts),
+            rollouts: rollouts_by_age(ctx.rollouts.state().iter().map(AsRef::as_ref)),
         };
         let builder = ViewBuilder::new(rollout, &key.rollouts)?;
         if pending.everything || self.key.as_ref() != Some(&key) {
@@ -332,8 +332,9 @@ enum Change {
     Order,
 }
 
-/// Builds one node's view for one rollout.
-struct ViewBuilder<'a> {
+/// Builds one node's view for one rollout: the round's (from the watch caches) and the
+/// preview's (from listed objects, `preview.rs`).
+pub(crate) struct ViewBuilder<'a> {
     name: String,
     spec: &'a NodeRolloutSpec,
     selector: Selector,
@@ -342,7 +343,11 @@ struct ViewBuilder<'a> {
 }
 
 impl<'a> ViewBuilder<'a> {
-    fn new(rollout: &'a NodeRollout, rollouts: &'a [(String, Selector)]) -> Result<Self> {
+    /// A builder for `rollout`, given every rollout's selector, oldest first.
+    pub(crate) fn new(
+        rollout: &'a NodeRollout,
+        rollouts: &'a [(String, Selector)],
+    ) -> Result<Self> {
         let selector = Selector::try_from(rollout.spec.node_selector.clone())
             .map_err(|e| Error::Selector(e.to_string()))?;
         Ok(ViewBuilder {
@@ -357,8 +362,7 @@ impl<'a> ViewBuilder<'a> {
     /// The node as the decision sees it, and its uid; `None` when the rollout does not
     /// select it.
     fn build(&self, node: &Node, ctx: &Context) -> Result<Option<(NodeView, String)>> {
-        let labels = node.labels();
-        if !self.selector.matches(labels) {
+        if !self.selects(node) {
             return Ok(None);
         }
         ctx.metrics.built_node_view();
@@ -370,6 +374,23 @@ impl<'a> ViewBuilder<'a> {
             None if plan.is_some() => Some(self.name.clone()),
             None => None,
         };
+        self.view(node, plan, label).map(Some)
+    }
+
+    /// Whether the rollout's selector picks `node`.
+    pub(crate) fn selects(&self, node: &Node) -> bool {
+        self.selector.matches(node.labels())
+    }
+
+    /// The view of a node the rollout selects, given its plan's view and the plan's owner
+    /// label, and the node's uid.
+    pub(crate) fn view(
+        &self,
+        node: &Node,
+        plan: Option<PlanView>,
+        label: Option<String>,
+    ) -> Result<(NodeView, String)> {
+        let labels = node.labels();
         let claimants: Vec<&str> = self
             .rollouts
             .iter()
@@ -392,7 +413,7 @@ impl<'a> ViewBuilder<'a> {
             topology: topology_group(self.spec, labels),
             unschedulable: unschedulable(node),
             readiness: crate::node_readiness::readiness(node),
-            name: node_name,
+            name: node.name_any(),
             ownership,
             plan,
             drain: None,
@@ -401,16 +422,17 @@ impl<'a> ViewBuilder<'a> {
             kubelet_version: crate::node_readiness::kubelet_version(node),
             version: 0,
         };
-        Ok(Some((view, uid)))
+        Ok((view, uid))
     }
 }
 
 /// Every rollout with its selector, oldest first (ties by name): the order in which
 /// rollouts claim nodes nobody owns yet.
-fn rollouts_by_age(rollouts: &Store<NodeRollout>) -> Vec<(String, Selector)> {
+pub(crate) fn rollouts_by_age<'a>(
+    rollouts: impl IntoIterator<Item = &'a NodeRollout>,
+) -> Vec<(String, Selector)> {
     let mut all: Vec<(Option<Timestamp>, String, Selector)> = rollouts
-        .state()
-        .iter()
+        .into_iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
         .filter_map(|r| {
             let selector = Selector::try_from(r.spec.node_selector.clone()).ok()?;

@@ -1,8 +1,10 @@
 //! `kubectl inplace`: what the fleet's rollouts and plans say, drawn for people.
 //!
 //! [`view`] renders (pure, unit-tested); [`steer`] holds the verbs that change a rollout;
+//! [`preview`] shows what the controller would do with a rollout read from a file;
 //! this module fetches objects and watches them.
 
+pub mod preview;
 pub mod steer;
 pub mod steering_view;
 pub mod view;

@@ -3,12 +3,14 @@
 //! explains one node's plan, its last error and what to do next. `--watch` re-renders on
 //! watch events. `kubectl inplace pause|resume <rollout>` sets the rollout's `spec.paused`;
 //! `kubectl inplace hold|release|skip <node>` set or remove the Node's steering annotations;
-//! `kubectl inplace retry <node>` sets a new retry token on the node's plan.
+//! `kubectl inplace retry <node>` sets a new retry token on the node's plan;
+//! `kubectl inplace preview -f rollout.yaml` shows what a rollout would do, writing nothing.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use kubectl_inplace::preview::{preview_lines, preview_rollout, read_rollout};
 use kubectl_inplace::steer::{NodeSteer, retry_node, set_paused, steer_node};
 use kubectl_inplace::view::Style;
 use kubectl_inplace::{Watched, client, plan, status, watch};
@@ -78,6 +80,14 @@ enum Command {
         /// The Node (its plan has the node's name).
         node: String,
     },
+    /// What the controller would do with a NodeRollout in a file: its nodes, activation
+    /// order in waves, slots, topology groups, held / skipped nodes, the window, the skew
+    /// check and each node's download. Writes nothing, downloads nothing.
+    Preview {
+        /// The NodeRollout (YAML or JSON).
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -126,6 +136,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Skip { node } => return steer(&client, &node, NodeSteer::Skip).await,
         Command::Retry { node } => {
             println!("{}", retry_node(&client, &node).await?);
+            return Ok(());
+        }
+        Command::Preview { file } => {
+            let rollout = read_rollout(&file)?;
+            let (preview, release) = preview_rollout(&client, &rollout).await?;
+            print_lines(&preview_lines(&rollout, release.as_ref(), &preview));
             return Ok(());
         }
     };

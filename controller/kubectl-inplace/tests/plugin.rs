@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kubectl_inplace::view::Style;
 use kubectl_inplace::{Watched, watch};
 use serde_json::{Value, json};
+use support::plugin;
 
 const REV: &str = "abcdef0123456789abcdef0123456789";
 
@@ -97,21 +100,6 @@ async fn fleet(client: &kube::Client) {
                "conditions": ready("RolledBack", "HealthCheckFailed: kubelet.service restarted during the window")}),
     )
     .await;
-}
-
-fn plugin(api: &TestApi, dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let kubeconfig = dir.join("kubeconfig");
-    api.write_admin_kubeconfig(&kubeconfig).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-inplace"))
-        .env("KUBECONFIG", &kubeconfig)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -151,8 +151,8 @@ fn cordon(node: &NodeView) -> NodeAction {
     }
 }
 
-/// The controller-owned fields a plan has after `intent` was applied.
-fn view_of(intent: &PlanIntent) -> PlanView {
+/// The controller-owned fields a plan has after `intent` was applied (and no agent report).
+pub(crate) fn view_of(intent: &PlanIntent) -> PlanView {
     PlanView {
         revision: Some(Arc::clone(&intent.revision)),
         desired_state: intent.desired_state,

@@ -47,6 +47,7 @@ mod steer;
 mod version_skew;
 mod window;
 
+pub(crate) use actions::view_of;
 pub use autoscaler::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION, ScaleDownMark};
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
 pub use drain::{drain_pass_options, needs_drain_pass, rollout_drains};
@@ -56,7 +57,7 @@ pub use input::{
     ReleaseState, RolloutInput,
 };
 pub use memo::DecisionMemo;
-pub use version_skew::SERVER_VERSION_RECHECK;
+pub use version_skew::{SERVER_VERSION_RECHECK, asks_api_server};
 
 /// Label on a plan: the NodeRollout that owns it (a node has one owner).
 pub const ROLLOUT_LABEL: &str = "inplace.dev/rollout";

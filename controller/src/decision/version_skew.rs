@@ -15,11 +15,20 @@ use std::time::Duration;
 use inplace_proto::reason::Reason;
 use inplace_proto::version::{is_downgrade, is_newer_minor, skips_a_minor};
 
+use inplace_proto::NodeRolloutSpec;
+
 use super::{NodeView, RolloutInput};
 
 /// How soon a rollout refused because the API server is older than the release is looked
 /// at again: no watch says when the control plane is upgraded.
 pub const SERVER_VERSION_RECHECK: Duration = Duration::from_secs(60);
+
+/// Whether the guard needs the API server's version: for a release that brings a
+/// Kubernetes version (`release`), unless the rollout allows skew. The rollout's round and
+/// its preview ask `/version` only then.
+pub fn asks_api_server(spec: &NodeRolloutSpec, release: Option<&str>) -> bool {
+    release.is_some() && !spec.allow_version_skew
+}
 
 /// Nodes named in a refusal's message at most; the rest are counted.
 const NAMED_NODES: usize = 10;
