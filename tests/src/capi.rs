@@ -3,8 +3,10 @@
 //! management cluster of the suites, and `hookcheck`, the Go harness that calls the extension
 //! with Cluster API's own types the way Cluster API's runtime client does.
 
+pub mod bed;
 pub mod extension;
 pub mod manager;
+pub mod provider;
 
 use std::path::PathBuf;
 use std::process::Command;

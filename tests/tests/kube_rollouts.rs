@@ -16,7 +16,7 @@ use inplace_tests::docs::shell_block;
 use inplace_tests::install::workspace_binaries;
 use inplace_tests::kube_node::cluster::rollout_manifest;
 use inplace_tests::kube_node::workload::{
-    ReadinessWatch, RunningContainer, Spread, running_containers, web_manifest,
+    self, ReadinessWatch, RunningContainer, running_containers,
 };
 use inplace_tests::kube_node::{self, ClusterOptions, KubeCluster};
 
@@ -50,16 +50,7 @@ async fn start(options: &ClusterOptions) -> KubeCluster {
 }
 
 async fn run_workload(cluster: &KubeCluster) -> BTreeMap<String, RunningContainer> {
-    cluster
-        .apply(
-            "web",
-            &web_manifest("default", cluster.nodes.len(), Spread::OnePerNode),
-        )
-        .unwrap();
-    cluster
-        .kubectl(&["rollout", "status", "deployment/web", "--timeout=300s"])
-        .unwrap();
-    running_containers(cluster, "app=web").await.unwrap()
+    workload::run_workload(cluster).await.unwrap()
 }
 
 /// The same containers, processes and Pods, never restarted; the nodes `Ready` on `version`
@@ -69,21 +60,9 @@ async fn assert_pods_kept(
     before: &BTreeMap<String, RunningContainer>,
     version: &str,
 ) {
-    let after = running_containers(cluster, "app=web").await.unwrap();
-    assert_eq!(
-        before, &after,
-        "the Pods' containers changed through the kubelet swap"
-    );
-    assert!(after.values().all(|c| c.restarts == "0"), "{after:?}");
-    let nodes = cluster.kubectl(&["get", "nodes"]).unwrap();
-    eprintln!("{nodes}");
-    for node in &cluster.nodes {
-        let line = nodes.lines().find(|l| l.starts_with(node.name())).unwrap();
-        assert!(
-            line.contains(" Ready ") && line.trim_end().ends_with(version),
-            "{line}"
-        );
-    }
+    workload::check_pods_kept(cluster, before, version)
+        .await
+        .unwrap();
 }
 
 fn assert_readiness_bounded(watch: &ReadinessWatch) {

@@ -64,10 +64,13 @@ pub struct KubeletPorts {
 /// (`nodefs.available<10%`) the kubelet evicted the test Pods ("must evict pod(s) to reclaim
 /// ephemeral-storage") once the host's disk was 90 % full, and image garbage collection at
 /// 85 % would remove the imported images no registry can give back. Both only at 1 % / 100 %.
-pub fn kubelet_config(ports: KubeletPorts) -> String {
+/// The Node registers with [`provider_id`] of `node`, as a cloud's nodes do: Cluster API links
+/// a Machine to its Node by it.
+pub fn kubelet_config(node: &str, ports: KubeletPorts) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
+providerID: {provider_id}
 address: 127.0.0.1
 port: {api}
 healthzBindAddress: 127.0.0.1
@@ -97,7 +100,14 @@ imageGCLowThresholdPercent: 99
 "#,
         api = ports.api,
         healthz = ports.healthz,
+        provider_id = provider_id(node),
     )
+}
+
+/// The `spec.providerID` of the bed's node `node` (the scheme names the bed, as `aws://` or
+/// `gce://` name a cloud).
+pub fn provider_id(node: &str) -> String {
+    format!("inplace-testbed:///{node}")
 }
 
 /// Runs before containerd: makes the node's v1 cgroup controllers writable (systemd-nspawn

@@ -81,7 +81,7 @@ impl KubeNodeConfig {
             ),
             NodeFile::new(
                 config::KUBELET_CONFIG_PATH,
-                config::kubelet_config(self.ports),
+                config::kubelet_config(&self.name, self.ports),
                 0o644,
             ),
             NodeFile::new(

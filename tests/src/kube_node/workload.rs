@@ -93,6 +93,48 @@ spec:
     )
 }
 
+/// Applies [`web_manifest`] with one Pod per node of `cluster`, waits for the rollout, and
+/// returns its containers.
+pub async fn run_workload(cluster: &KubeCluster) -> Result<BTreeMap<String, RunningContainer>> {
+    cluster.apply(
+        "web",
+        &web_manifest("default", cluster.nodes.len(), Spread::OnePerNode),
+    )?;
+    cluster.kubectl(&["rollout", "status", "deployment/web", "--timeout=300s"])?;
+    running_containers(cluster, "app=web").await
+}
+
+/// Checks that the workload of [`run_workload`] still runs in the containers of `before`
+/// (the same Pods, containers and processes, never restarted) and that every node is `Ready`
+/// on kubelet `version` in `kubectl get nodes` (printed).
+pub async fn check_pods_kept(
+    cluster: &KubeCluster,
+    before: &BTreeMap<String, RunningContainer>,
+    version: &str,
+) -> Result<()> {
+    let after = running_containers(cluster, "app=web").await?;
+    if before != &after {
+        return Err(Error::Invalid(format!(
+            "the Pods' containers changed through the kubelet swap:\nbefore {before:?}\nafter {after:?}"
+        )));
+    }
+    if let Some((pod, _)) = after.iter().find(|(_, c)| c.restarts != "0") {
+        return Err(Error::Invalid(format!("{pod} restarted: {after:?}")));
+    }
+    let nodes = cluster.kubectl(&["get", "nodes"])?;
+    eprintln!("{nodes}");
+    for node in &cluster.nodes {
+        let line = nodes.lines().find(|l| l.starts_with(node.name()));
+        if !line.is_some_and(|l| l.contains(" Ready ") && l.trim_end().ends_with(version)) {
+            return Err(Error::Invalid(format!(
+                "node {} is not Ready on {version}:\n{nodes}",
+                node.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// One running container of a Pod, as the API server and its node's containerd report it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunningContainer {

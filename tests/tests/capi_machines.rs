@@ -1,0 +1,295 @@
+//! Cluster API's own controllers drive the in-place update: a MachineDeployment of Machines on
+//! real-kubelet nodes (the bed's providers map each Machine to a booted node), and a user's
+//! `kubectl patch` of its version. Cluster API's MachineDeployment, MachineSet and Machine
+//! controllers ask the extension (`CanUpdateMachineSet`), move the Machines to the new
+//! MachineSet and call `UpdateMachine` until it is done; the agents swap the kubelets. The
+//! Machines are the same ones, on the same Nodes, and the workload's containers never stop.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use inplace_tests::capi::bed::{CapiBed, PATIENCE, cluster_manifest};
+use inplace_tests::install::workspace_binaries;
+use inplace_tests::kube_node::workload::{check_pods_kept, run_workload};
+use inplace_tests::kube_node::{ClusterOptions, KubeCluster};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+
+/// Nodes (and Machines) of the MachineDeployment.
+const NODES: usize = 3;
+
+async fn cluster(work: &std::path::Path, prefix: &str, kubelet: &str) -> KubeCluster {
+    let (agent, _) = workspace_binaries().await.unwrap();
+    let options = ClusterOptions {
+        dir: work.join("cluster"),
+        nodes: NODES,
+        name_prefix: prefix.to_owned(),
+        kubelet: kubelet.to_owned(),
+        agent,
+        // Plans are written by the extension, not by the standalone controller.
+        controller: None,
+        kubelet_path: None,
+    };
+    KubeCluster::start(&options, &|step| eprintln!("bed: {step}"))
+        .await
+        .unwrap()
+}
+
+/// Cluster API's Machines as the API server has them.
+async fn machines(cluster: &KubeCluster) -> Vec<DynamicObject> {
+    machine_api(&cluster.client().await.unwrap())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+fn machine_api(client: &kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+/// A v1beta2 condition's status, reason and message.
+fn condition(object: &Value, kind: &str) -> Option<(String, String, String)> {
+    let found = object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?;
+    let text = |field: &str| found[field].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// Each Machine's name → (UID, Node), once every Machine of the MachineDeployment has its
+/// Node.
+fn identities(machines: &[DynamicObject]) -> Option<BTreeMap<String, (String, String)>> {
+    let found: BTreeMap<String, (String, String)> = machines
+        .iter()
+        .filter_map(|m| {
+            let node = m.data["status"]["nodeRef"]["name"].as_str()?;
+            Some((
+                m.metadata.name.clone()?,
+                (m.metadata.uid.clone()?, node.to_owned()),
+            ))
+        })
+        .collect();
+    (found.len() == NODES && machines.len() == NODES).then_some(found)
+}
+
+/// Polls `check` every second until it says done; the error names `what` with the last
+/// state and the bed's logs.
+async fn wait_for<F, Fut>(what: &str, bed: &CapiBed, cluster: &KubeCluster, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let started = Instant::now();
+    let deadline = started + PATIENCE;
+    let mut shown = Instant::now();
+    loop {
+        let last = match check().await {
+            Ok(()) => return,
+            Err(last) => last,
+        };
+        if shown.elapsed() > Duration::from_secs(60) {
+            eprintln!(
+                "{:.0} s waiting for {what}: {last}",
+                started.elapsed().as_secs_f64()
+            );
+            shown = Instant::now();
+        }
+        if Instant::now() > deadline {
+            let described = cluster
+                .kubectl(&["describe", "machinedeployments,machinesets,machines"])
+                .unwrap_or_default();
+            panic!(
+                "{what} not within {PATIENCE:?}; last: {last}\n{described}\n{}\n{}",
+                bed.diagnostics(),
+                cluster.agent_journals().await
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// What the Machines showed while watched: every Machine UID that existed, and every message
+/// of a Machine's `Updating` condition while it was `True`; until dropped.
+struct MachineWatch {
+    seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default, Clone)]
+struct Seen {
+    uids: BTreeSet<String>,
+    updating: BTreeSet<String>,
+}
+
+impl MachineWatch {
+    fn start(client: kube::Client) -> MachineWatch {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            let api = machine_api(&client);
+            loop {
+                if let Ok(list) = api.list(&ListParams::default()).await {
+                    let mut seen = record.lock().unwrap();
+                    for machine in list.items {
+                        seen.uids.extend(machine.metadata.uid.clone());
+                        if let Some((status, _, message)) = condition(&machine.data, "Updating")
+                            && status == "True"
+                        {
+                            seen.updating.insert(message);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        MachineWatch { seen, task }
+    }
+
+    fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for MachineWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The MachineDeployment `workers` at `version` with every Machine there, up to date and
+/// available, and no rollout going on.
+fn rolled_out(deployment: &Value, version: &str) -> Result<(), String> {
+    let status = &deployment["status"];
+    let replicas = serde_json::json!(NODES);
+    let done = deployment["spec"]["template"]["spec"]["version"] == version
+        && status["observedGeneration"] == deployment["metadata"]["generation"]
+        && status["replicas"] == replicas
+        && status["upToDateReplicas"] == replicas
+        && status["availableReplicas"] == replicas
+        && condition(deployment, "RollingOut").is_some_and(|(s, _, _)| s == "False");
+    if done {
+        Ok(())
+    } else {
+        Err(format!("MachineDeployment status {status}"))
+    }
+}
+
+/// The user's path: a MachineDeployment of three Machines on real nodes at kubelet v1.36.1,
+/// a Deployment with a PodDisruptionBudget on them, and `kubectl patch` of the
+/// MachineDeployment's version to v1.36.3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
+    let work = tempfile::tempdir().unwrap();
+    let cluster = cluster(work.path(), "capi", "v1.36.1").await;
+    let bed = CapiBed::start(&cluster.api).await.unwrap();
+    cluster
+        .apply("release", &cluster.release_manifest("v1.36.3").unwrap())
+        .unwrap();
+    cluster
+        .apply("capi", &cluster_manifest(NODES, "v1.36.1", "v1.36.3"))
+        .unwrap();
+    let started = Instant::now();
+    wait_for(
+        "the MachineDeployment's Machines on their Nodes",
+        &bed,
+        &cluster,
+        || async {
+            let deployment =
+                cluster.kubectl(&["get", "machinedeployment", "workers", "-o", "json"]);
+            let deployment: Value = serde_json::from_str(&deployment.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            identities(&machines(&cluster).await).ok_or("Machines without Nodes".to_owned())?;
+            rolled_out(&deployment, "v1.36.1")
+        },
+    )
+    .await;
+    eprintln!(
+        "{NODES} Machines Running on their Nodes {:.0} s after the apply",
+        started.elapsed().as_secs_f64()
+    );
+    let before_machines = identities(&machines(&cluster).await).unwrap();
+    let nodes: BTreeSet<&str> = before_machines.values().map(|(_, n)| n.as_str()).collect();
+    let bed_nodes: BTreeSet<&str> = cluster.nodes.iter().map(|n| n.name()).collect();
+    assert_eq!(nodes, bed_nodes, "one Machine per node of the bed");
+    let before = run_workload(&cluster).await.unwrap();
+    eprintln!(
+        "{}",
+        cluster.kubectl(&["get", "machines", "-o", "wide"]).unwrap()
+    );
+
+    let watch = MachineWatch::start(cluster.client().await.unwrap());
+    let started = Instant::now();
+    cluster
+        .kubectl(&[
+            "patch",
+            "machinedeployment",
+            "workers",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"version":"v1.36.3"}}}}"#,
+        ])
+        .unwrap();
+    wait_for("the rollout to v1.36.3", &bed, &cluster, || async {
+        let deployment = cluster.kubectl(&["get", "machinedeployment", "workers", "-o", "json"]);
+        let deployment: Value = serde_json::from_str(&deployment.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        rolled_out(&deployment, "v1.36.3")?;
+        for machine in machines(&cluster).await {
+            let name = machine.metadata.name.clone().unwrap_or_default();
+            let version = &machine.data["status"]["nodeInfo"]["kubeletVersion"];
+            let up_to_date = condition(&machine.data, "UpToDate");
+            let updating = condition(&machine.data, "Updating");
+            if version != "v1.36.3"
+                || up_to_date.as_ref().is_none_or(|(s, _, _)| s != "True")
+                || updating.as_ref().is_some_and(|(s, _, _)| s != "False")
+            {
+                return Err(format!(
+                    "Machine {name}: kubelet {version}, UpToDate {up_to_date:?}, Updating {updating:?}"
+                ));
+            }
+        }
+        Ok(())
+    })
+    .await;
+    eprintln!(
+        "{NODES} Machines updated in place {:.0} s after the patch",
+        started.elapsed().as_secs_f64()
+    );
+    eprintln!(
+        "{}",
+        cluster.kubectl(&["get", "machines", "-o", "wide"]).unwrap()
+    );
+
+    let after_machines = identities(&machines(&cluster).await).unwrap();
+    assert_eq!(
+        before_machines, after_machines,
+        "the same Machines (names, UIDs) on the same Nodes, none created"
+    );
+    let seen = watch.seen();
+    let uids: BTreeSet<String> = after_machines
+        .values()
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    assert_eq!(
+        seen.uids, uids,
+        "no Machine created (nor deleted) during the rollout"
+    );
+    eprintln!("Updating messages seen: {:#?}", seen.updating);
+    assert!(
+        seen.updating
+            .iter()
+            .any(|m| m.starts_with("In-place update in progress: node ")),
+        "the extension's progress in the Machines' Updating condition: {:?}",
+        seen.updating
+    );
+    check_pods_kept(&cluster, &before, "v1.36.3").await.unwrap();
+    let status = bed.manager.stop().await.unwrap();
+    assert!(status.success(), "capi-manager exited {status}");
+}
