@@ -18,9 +18,9 @@ use inplace_agent::{status, watch};
 use inplace_api_emulator::{AuthzMode, EmulatorConfig, OutageKind};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::plans;
 use inplace_tests::test_api::{TestApi, packaging};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::await_condition;
 
 /// Generous: the machine running the tests may be loaded; nothing here measures speed.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -82,28 +82,9 @@ async fn start_on(bed: &Bed, test_api: TestApi) -> Running {
 }
 
 async fn wait_for(admin: &kube::Api<NodeUpdatePlan>, name: &str, phase: Phase, revision: &str) {
-    let revision = revision.to_owned();
-    let cond = move |plan: Option<&NodeUpdatePlan>| {
-        plan.and_then(|p| p.status.as_ref()).is_some_and(|s| {
-            s.phase == Some(phase) && s.target_revision.as_deref() == Some(revision.as_str())
-        })
-    };
-    // The test's own watch may break too (outages, cut watches): watch again until the
-    // deadline.
-    let found = tokio::time::timeout(PATIENCE, async {
-        loop {
-            if let Ok(Some(_)) = await_condition(admin.clone(), name, cond.clone()).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    let now = admin.get(name).await.ok().and_then(|p| p.status);
-    assert!(
-        found.is_ok(),
-        "{name} never reached {phase:?}; status now: {now:?}"
-    );
+    if let Err(unmet) = plans::wait_phase(admin, name, phase, revision, PATIENCE).await {
+        panic!("{name} never reached {phase:?}: {unmet}");
+    }
 }
 
 fn revision(plan: &NodeUpdatePlan) -> String {

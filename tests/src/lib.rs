@@ -31,6 +31,7 @@ pub mod kube_node;
 pub mod metrics_guide;
 pub mod module_maps;
 pub mod nspawn;
+pub mod plans;
 pub mod prereq;
 pub mod registry;
 pub mod sysext;

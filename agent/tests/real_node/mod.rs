@@ -18,11 +18,12 @@
 #![allow(dead_code)] // each suite uses a part
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::nspawn::{Node, NodeOptions};
+use inplace_tests::plans::{self, Seen};
 use inplace_tests::test_api::TestApi;
 use kube::api::{Patch, PatchParams, PostParams};
 
@@ -122,29 +123,20 @@ impl AgentNode {
     /// seeing `Succeeded` for that revision on the way fails at once: an unhealthy revision
     /// must never be reported successful, not even for a moment.
     pub async fn wait_final(&self, want: Phase, revision: &str, label: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Ok(plan) = self.api.get(self.name()).await
-                && let Some(status) = plan.status.as_ref()
-                && status.target_revision.as_deref() == Some(revision)
-            {
-                if want == Phase::RolledBack && status.phase == Some(Phase::Succeeded) {
-                    panic!(
-                        "{label}: an unhealthy revision was reported Succeeded\n{}",
-                        self.diagnostics().await
-                    );
-                }
-                if status.phase == Some(want) {
-                    return;
-                }
+        let check = |status: &inplace_proto::NodeUpdatePlanStatus| {
+            if want == Phase::RolledBack && plans::reports(status, Phase::Succeeded, revision) {
+                Seen::Wrong("an unhealthy revision was reported Succeeded".to_owned())
+            } else if plans::reports(status, want, revision) {
+                Seen::Done(())
+            } else {
+                Seen::Wait
             }
-            if Instant::now() > deadline {
-                panic!(
-                    "{label}: never reached {want:?}\n{}",
-                    self.diagnostics().await
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if let Err(unmet) = plans::wait_status(&self.api, self.name(), PATIENCE, check).await {
+            panic!(
+                "{label}: never reached {want:?}: {unmet}\n{}",
+                self.diagnostics().await
+            );
         }
     }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use inplace_proto::NodeUpdatePlan;
 use inplace_tests::nspawn::Node;
+use inplace_tests::plans::{Seen, wait_status};
 use inplace_tests::test_api::TestApi;
 
 /// How long any one step may take on a loaded machine.
@@ -131,22 +132,20 @@ pub fn refused_plan(node: &str) -> NodeUpdatePlan {
 }
 
 pub async fn wait_reported(api: &kube::Api<NodeUpdatePlan>, node: &Node, revision: &str) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let status = api.get(node.name()).await.ok().and_then(|p| p.status);
-        if let Some(status) = &status
-            && status.target_revision.as_deref() == Some(revision)
+    let denied = |status: &inplace_proto::NodeUpdatePlanStatus| {
+        if status.target_revision.as_deref() == Some(revision)
             && status.conditions.iter().any(|c| c.reason == "PolicyDenied")
         {
-            return;
+            Seen::Done(())
+        } else {
+            Seen::Wait
         }
-        if tokio::time::Instant::now() > deadline {
-            let journal = node
-                .journal("inplace-agent.service", 80)
-                .await
-                .unwrap_or_default();
-            panic!("the packaged agent never reported PolicyDenied; status: {status:?}\n{journal}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    if let Err(unmet) = wait_status(api, node.name(), PATIENCE, denied).await {
+        let journal = node
+            .journal("inplace-agent.service", 80)
+            .await
+            .unwrap_or_default();
+        panic!("the packaged agent never reported PolicyDenied: {unmet}\n{journal}");
     }
 }

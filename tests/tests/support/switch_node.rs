@@ -3,7 +3,6 @@
 //! as the controller writes them, the waits and the checks of what runs.
 
 use std::path::Path;
-use std::time::Duration;
 
 use inplace_proto::{NodeUpdatePlan, Phase, UpdateContent};
 use inplace_tests::agent_images::{ReleaseKey, sha256_hex};
@@ -177,16 +176,9 @@ pub async fn wait_phase(
     phase: Phase,
 ) -> inplace_proto::NodeUpdatePlanStatus {
     // The confirm timeout, the guard's restore and a restart on a loaded machine.
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let status = plans.get(node.name()).await.ok().and_then(|p| p.status);
-        if let Some(status) = &status
-            && status.target_revision.as_deref() == Some(revision)
-            && status.phase == Some(phase)
-        {
-            return status.clone();
-        }
-        if tokio::time::Instant::now() > deadline {
+    match inplace_tests::plans::wait_phase(plans, node.name(), phase, revision, PATIENCE).await {
+        Ok(status) => status,
+        Err(unmet) => {
             let agent = node
                 .journal("inplace-agent.service", 80)
                 .await
@@ -195,9 +187,8 @@ pub async fn wait_phase(
                 .journal("inplace-agent-guard.service", 40)
                 .await
                 .unwrap_or_default();
-            panic!("the plan never reached {phase:?}; status: {status:?}\n{agent}\n{guard}");
+            panic!("the plan never reached {phase:?}: {unmet}\n{agent}\n{guard}");
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
