@@ -139,10 +139,11 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> NodeUpda
 /// but a person's steering and the autoscaler's scale-down, all of the status but the
 /// `Ready` condition and the kubelet's version): it needs the name, uid, labels,
 /// `spec.unschedulable`, the `inplace.dev/hold` and `inplace.dev/skip` annotations, the
-/// scale-down annotation and inplace's mark of it (`decision/autoscaler.rs`), readiness
+/// scale-down annotation and inplace's mark of it (`decision/autoscaler.rs`), FLUO's
+/// `reboot-needed` and `reboot-ok` (`decision/fluo.rs`), readiness
 /// (the health gate) and the kubelet's version (the skew guard).
 pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
-    use crate::decision::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION};
+    use crate::decision::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION, fluo};
     use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
     node.metadata.managed_fields = None;
     node.metadata.annotations = node
@@ -156,6 +157,8 @@ pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
                     SKIP_ANNOTATION,
                     SCALE_DOWN_DISABLED_ANNOTATION,
                     SCALE_DOWN_MARK_ANNOTATION,
+                    fluo::REBOOT_NEEDED,
+                    fluo::REBOOT_OK,
                 ]
                 .contains(&k.as_str())
             });

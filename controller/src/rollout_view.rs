@@ -18,6 +18,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
+use crate::decision::fluo;
 use crate::decision::kured::KuredView;
 use crate::decision::{
     CONTROL_PLANE_LABEL, DecisionMemo, NodeView, PlanView, ReleaseState, ScaleDownMark,
@@ -420,6 +421,8 @@ impl<'a> ViewBuilder<'a> {
             steering: Steering::of(node.metadata.annotations.as_ref()),
             scale_down: ScaleDownMark::of(node.metadata.annotations.as_ref()),
             kubelet_version: crate::node_readiness::kubelet_version(node),
+            rebooted_by: fluo::rebooting(labels, node.metadata.annotations.as_ref())
+                .then_some(fluo::FLUO),
             version: 0,
         };
         Ok((view, uid))

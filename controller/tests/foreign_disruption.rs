@@ -2,7 +2,8 @@
 //! (`support::sim_agent`): a node a person cordoned occupies the only slot, so no
 //! activation starts until it is uncordoned; and a node activating carries the cluster
 //! autoscaler's scale-down-disabled annotation, removed once it is done — unless someone
-//! else set it (docs/usage/standalone-rollouts.md § Sharing the fleet).
+//! else set it; a node Flatcar's update operator reboots takes the slot too
+//! (docs/usage/standalone-rollouts.md § Sharing the fleet).
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
@@ -109,4 +110,63 @@ async fn a_node_a_person_cordoned_takes_the_slot_and_activating_nodes_keep_the_a
         (Some("true".to_owned()), None),
         "someone else's annotation stays"
     );
+}
+
+/// Flatcar's update operator in the same budget: a node whose reboot FLUO allowed
+/// (`reboot-ok` and `reboot-needed` both "true", as FLUO v0.10.0-rc2's operator and agent
+/// write them: `pkg/operator/operator.go` `stillRebootingSelector`) takes the only slot,
+/// even with `countForeignDisruption: false`; when its agent comes back (`reboot-needed`
+/// "false") the rollout goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_flatcars_update_operator_reboots_takes_the_slot() {
+    use inplace_controller::decision::fluo::{REBOOT_NEEDED, REBOOT_OK};
+    let bed = Bed::start().await;
+    let _fleet = bed.fleet(SimConfig::default());
+    for name in ["worker-1", "worker-2"] {
+        create_node(&bed.client, name, &[]).await;
+    }
+    let fluo = |needed: &str| {
+        Patch::Merge(
+            json!({"metadata": {"annotations": {REBOOT_OK: "true", REBOOT_NEEDED: needed}}}),
+        )
+    };
+    bed.nodes()
+        .patch("worker-2", &Default::default(), &fluo("true"))
+        .await
+        .unwrap();
+    create_release(&bed.client, "rel", "v1").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 1, "countForeignDisruption": false}),
+    )
+    .await;
+    rollout_when(
+        &bed.client,
+        "ro",
+        "the slot used by worker-2's reboot",
+        |r| {
+            r.status.as_ref().is_some_and(|s| s.nodes.staged == 2)
+                && condition(r, "Progressing").is_some_and(|(_, _, m)| {
+                    m.contains(
+                        "1 slot used by others: worker-2 rebooting under Flatcar's update operator",
+                    )
+                })
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        bed.granted().await.is_empty(),
+        "no grant while FLUO reboots worker-2"
+    );
+    bed.nodes()
+        .patch("worker-2", &Default::default(), &fluo("false"))
+        .await
+        .unwrap();
+    rollout_when(&bed.client, "ro", "Complete=True", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    assert_eq!(bed.granted().await, ["worker-1", "worker-2"]);
 }

@@ -12,8 +12,9 @@
 //!   ([`CORDONED_ANNOTATION`](super::CORDONED_ANNOTATION)): a cordon inplace made is its
 //!   own, never counted twice;
 //! - or not `Ready` (the condition False, Unknown or missing);
-//! - or the node kured's reboot lock is held for (`kured.rs`), whether or not the rollout
-//!   counts the others above: a node kured is about to reboot is down.
+//! - or the node kured's reboot lock is held for (`kured.rs`), or Flatcar's update
+//!   operator is rebooting (`fluo.rs`), whether or not the rollout counts the others above:
+//!   a node being rebooted is down.
 //!
 //! A node this rollout is activating is its own slot whatever its condition says: a kubelet
 //! restarting under the update is not someone else's disruption. A Staged node others took
@@ -33,7 +34,8 @@ pub(super) fn foreign_disruptions(
     soaking: &[usize],
     kured_holder: Option<&str>,
 ) -> Vec<(usize, ForeignDisruption)> {
-    if !spec.count_foreign_disruption && kured_holder.is_none() {
+    let reboots = owned.iter().any(|n| n.rebooted_by.is_some());
+    if !spec.count_foreign_disruption && kured_holder.is_none() && !reboots {
         return Vec::new();
     }
     // A failed node's trouble is the rollout's own, bounded by maxFailures and the halt.
@@ -57,7 +59,7 @@ pub(super) fn foreign_disruptions(
 }
 
 /// What someone else did to `node`, if anything: cordon and readiness only when the rollout
-/// counts them (`count`), kured's lock always.
+/// counts them (`count`), kured's lock and another tool's reboot always.
 fn disrupted_by_others(
     node: &NodeView,
     count: bool,
@@ -71,7 +73,11 @@ fn disrupted_by_others(
     };
     let kured =
         (kured_holder == Some(node.name.as_str())).then_some("held by kured's lock".to_owned());
-    let seen: Vec<String> = [cordoned, not_ready, kured].into_iter().flatten().collect();
+    let rebooting = node.rebooted_by.map(|who| format!("rebooting under {who}"));
+    let seen: Vec<String> = [cordoned, not_ready, kured, rebooting]
+        .into_iter()
+        .flatten()
+        .collect();
     if seen.is_empty() {
         return None;
     }

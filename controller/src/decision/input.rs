@@ -144,6 +144,9 @@ pub struct NodeView {
     /// `status.nodeInfo.kubeletVersion`, as its kubelet reports it (the skew guard,
     /// `version_skew.rs`); `None` when it reports none.
     pub kubelet_version: Option<String>,
+    /// Another tool that is rebooting the node (`fluo.rs`): it is down, and uses a slot
+    /// (`foreign.rs`) whether or not the rollout counts others' disruption.
+    pub rebooted_by: Option<&'static str>,
     /// Which version of the node's view this is: the rollout's kept view gives every view
     /// it builds a number it never gave before (`rollout_view.rs`), so the same number
     /// means the same node and view, and the decision reuses what it found for it last

@@ -55,6 +55,7 @@ pub(super) fn node(name: &str) -> NodeView {
         steering: Steering::default(),
         scale_down: Default::default(),
         kubelet_version: None,
+        rebooted_by: None,
         version: 0,
     }
 }

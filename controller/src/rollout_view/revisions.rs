@@ -93,6 +93,7 @@ mod tests {
             steering: Steering::default(),
             scale_down: Default::default(),
             kubelet_version: None,
+            rebooted_by: None,
             version: 0,
         }
     }

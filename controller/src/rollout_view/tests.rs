@@ -13,6 +13,7 @@ fn view_of(name: usize, control_plane: bool) -> (NodeView, String) {
         steering: Steering::default(),
         scale_down: Default::default(),
         kubelet_version: None,
+        rebooted_by: None,
         version: 0,
     };
     (view, format!("uid-{name}"))

@@ -195,3 +195,23 @@ fn counted_unless_the_spec_says_otherwise_and_the_message_names_five() {
         message(&d)
     );
 }
+
+/// A node Flatcar's update operator is rebooting (`fluo.rs`) takes the only slot, even
+/// when the rollout does not count others' cordons and readiness.
+#[test]
+fn a_node_flatcars_update_operator_reboots_takes_the_only_slot() {
+    let mut s = spec(IntOrString::Int(1), 0);
+    s.count_foreign_disruption = false;
+    let mut rebooting = staged(node("worker-1"));
+    rebooting.rebooted_by = Some(super::super::fluo::FLUO);
+    let nodes = vec![rebooting, staged(node("worker-2"))];
+    let d = decide(&input(&s, nodes.clone()));
+    assert!(granted(&d).is_empty(), "{:?}", d.actions);
+    assert_eq!(
+        foreign(&d),
+        [("worker-1", "rebooting under Flatcar's update operator")]
+    );
+    let mut back = nodes;
+    back[0].rebooted_by = None;
+    assert_eq!(granted(&decide(&input(&s, back))), ["worker-1"]);
+}
