@@ -389,3 +389,74 @@ fn release_from_sha256sums(args: FromSha256sums) -> anyhow::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--kured-daemonset` names kured's DaemonSet as NAMESPACE/NAME; the annotation and
+    /// TTL flags come along; anything else is refused naming the flag and the value.
+    #[test]
+    fn kured_daemonset_is_namespace_slash_name() {
+        let ttl: inplace_proto::Duration = "2h".parse().unwrap();
+        let settings =
+            kured_settings("kube-system/kured", "my.example/lock".into(), Some(ttl)).unwrap();
+        assert_eq!(
+            (settings.namespace.as_str(), settings.name.as_str()),
+            ("kube-system", "kured")
+        );
+        assert_eq!(settings.annotation, "my.example/lock");
+        assert_eq!(settings.ttl, SignedDuration::from_hours(2));
+        let untimed = kured_settings("kube-system/kured", "a".into(), None).unwrap();
+        assert_eq!(
+            untimed.ttl,
+            SignedDuration::ZERO,
+            "unset: a lock without TTL"
+        );
+        for bad in ["kured", "/kured", "kube-system/", ""] {
+            let error = kured_settings(bad, "a".into(), None)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                error,
+                format!(
+                    "--kured-daemonset {bad:?}: expected NAMESPACE/NAME, e.g. kube-system/kured"
+                )
+            );
+        }
+    }
+
+    /// The flags as the controller's command line reads them.
+    #[test]
+    fn run_reads_the_kured_flags() {
+        let cli = Cli::try_parse_from([
+            "inplace-controller",
+            "run",
+            "--kured-daemonset",
+            "kube-system/kured",
+            "--kured-lock-ttl",
+            "90m",
+        ])
+        .unwrap();
+        let Command::Run {
+            kured_daemonset,
+            kured_lock_annotation,
+            kured_lock_ttl,
+            ..
+        } = cli.command
+        else {
+            panic!("not run");
+        };
+        assert_eq!(kured_daemonset.as_deref(), Some("kube-system/kured"));
+        assert_eq!(kured_lock_annotation, "weave.works/kured-node-lock");
+        assert_eq!(
+            kured_lock_ttl.map(|t| t.get()),
+            Some(std::time::Duration::from_secs(90 * 60))
+        );
+        let error = Cli::try_parse_from(["inplace-controller", "run", "--kured-lock-ttl", "soon"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("--kured-lock-ttl"), "{error}");
+    }
+}
