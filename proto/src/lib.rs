@@ -38,7 +38,7 @@ pub use release::{NodeRelease, NodeReleaseSpec, NodeReleaseStatus, Unusable};
 pub use revision::revision_of;
 pub use rollout::{
     Disruption, DrainSpec, ForeignDisruption, NodeCounts, NodeFailure, NodeRollout,
-    NodeRolloutSpec, NodeRolloutStatus, OnDrainTimeout, TopologySpread,
+    NodeRolloutSpec, NodeRolloutStatus, OnDrainTimeout, StagingSpec, TopologySpread,
 };
 pub use steering::Steering;
 pub use validate::{FieldError, Problems};

@@ -49,7 +49,7 @@ pub struct NodeRolloutSpec {
 
     /// How many nodes may be activating at once: a number, or a percentage of the selected
     /// nodes rounded down (at least 1), as Kubernetes rounds `maxUnavailable`. Staging is
-    /// not limited.
+    /// limited by `staging.maxConcurrent` only.
     #[serde(default = "default_max_unavailable")]
     // maxLength bounds the CEL cost estimate of the rule below (an unbounded string is sized
     // at ~3M characters by the API server's estimator); "100%" is the longest valid value.
@@ -139,6 +139,27 @@ pub struct NodeRolloutSpec {
     /// listed in `status.foreignDisruptions`. Default: true.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub count_foreign_disruption: bool,
+
+    /// How the release is staged (downloaded) on the selected nodes. Unset: every node at
+    /// once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staging: Option<StagingSpec>,
+}
+
+/// `spec.staging`: staging in waves an artifact source can serve.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StagingSpec {
+    /// How many nodes may be staging at once (their plan names the revision, their agent has
+    /// not reported `Staged` yet): a number, or a percentage of the selected nodes rounded
+    /// down (at least 1), as `maxUnavailable` is rounded. A node whose staging failed no
+    /// longer counts.
+    // As maxUnavailable: maxLength bounds the CEL cost estimate.
+    #[schemars(extend("maxLength" = 4))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')", "message": "maxConcurrent must be a positive integer or a percentage from 1% to 100%"},
+    ]))]
+    pub max_concurrent: IntOrString,
 }
 
 /// The shape of a label key: an optional DNS-subdomain prefix and `/`, then a name of 1 to 63

@@ -14,6 +14,12 @@ pub fn parse_percent(text: &str) -> Option<u32> {
     (1..=100).contains(&value).then_some(value)
 }
 
+/// The number of nodes that may stage at once out of `total` selected nodes
+/// (`spec.staging.maxConcurrent`), rounded as activation slots are.
+pub fn staging_slots(max_concurrent: &IntOrString, total: usize) -> usize {
+    activation_slots(max_concurrent, total)
+}
+
 /// The number of nodes that may activate at once out of `total` selected nodes.
 /// Invalid values (already refused by validation) count as one slot.
 pub fn activation_slots(max_unavailable: &IntOrString, total: usize) -> usize {

@@ -1,11 +1,13 @@
 //! Phase 4 of the decision: turn each node's state and intent into writes, in activation
 //! order — the cordon recorded on the plan before it is made, the uncordon once the node
 //! is final (never after `RollbackFailed`), the plan applied when it differs, and staging
-//! started for at most [`staging_batch`] nodes per round.
+//! started for at most [`staging_batch`] nodes per round, and only while fewer than
+//! `spec.staging.maxConcurrent` nodes are staging.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use inplace_proto::rollout_slots::staging_slots;
 use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec};
 
 use super::classify::{Classified, keeps_cordon};
@@ -18,7 +20,9 @@ use super::{
 };
 
 /// Pushes every node's writes and their Events; returns whether staging was cut short
-/// by the batch limit (the rollout should then be looked at again at once).
+/// by the batch limit (the rollout should then be looked at again at once). Staging cut
+/// short by `maxConcurrent` waits for the plan watch instead: a node reporting `Staged` (or
+/// failing) frees its place.
 pub(super) fn node_actions(
     spec: &NodeRolloutSpec,
     owned: &[&NodeView],
@@ -27,9 +31,10 @@ pub(super) fn node_actions(
     decision: &mut Decision,
     memo: &mut DecisionMemo,
 ) -> bool {
-    let staging_limit = staging_batch(grants.slots);
+    let batch = staging_batch(grants.slots);
+    let staging_limit = batch.min(staging_room(spec, owned, classified));
     let mut staging_started = 0;
-    let mut staging_deferred = false;
+    let mut batch_full = false;
     for (i, node) in owned.iter().enumerate() {
         if grants.rank[i].is_none() && classified.reused[i] {
             continue;
@@ -53,6 +58,7 @@ pub(super) fn node_actions(
                     .is_none_or(|p| p.revision.as_ref() != Some(&intent.revision));
             if starts_staging && staging_started == staging_limit {
                 deferred = true;
+                batch_full |= staging_started == batch;
             } else {
                 staging_started += usize::from(starts_staging);
                 decision.actions.push(NodeAction::ApplyPlan {
@@ -82,12 +88,33 @@ pub(super) fn node_actions(
             && decision.events.len() == events_before
             && intent.cordoned == cordoned_before
             && !deferred;
-        staging_deferred |= deferred;
         if !quiet {
             memo.forget(i);
         }
     }
-    staging_deferred
+    batch_full
+}
+
+/// How many more nodes may start staging under `spec.staging.maxConcurrent` (unlimited
+/// without it): its count of the owned nodes, less those staging now — their plan names
+/// the revision and their agent has not reported it staged (nor failed).
+fn staging_room(spec: &NodeRolloutSpec, owned: &[&NodeView], classified: &Classified) -> usize {
+    let Some(staging) = &spec.staging else {
+        return usize::MAX;
+    };
+    let allowed = staging_slots(&staging.max_concurrent, owned.len());
+    let staging_now = owned
+        .iter()
+        .zip(classified.states.iter().zip(&classified.intents))
+        .filter(|(node, (state, intent))| {
+            **state == NodeState::Pending
+                && node
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.revision.as_ref() == Some(&intent.revision))
+        })
+        .count();
+    allowed.saturating_sub(staging_now)
 }
 
 /// The cordon (recorded first) or uncordon `node` needs this round, with their Events;

@@ -39,6 +39,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
         max_unavailable_per_topology: None,
         gates: Default::default(),
         count_foreign_disruption: true,
+        staging: None,
     }
 }
 
@@ -255,6 +256,7 @@ mod memo;
 mod outcome;
 mod ownership;
 mod simulation;
+mod staging;
 mod status;
 mod steering;
 mod timing;

@@ -135,6 +135,10 @@ pub struct FleetStats {
     /// Each time a node started activating, every node activating then (itself included):
     /// who was ever unavailable together.
     pub activating_together: Mutex<Vec<BTreeSet<String>>>,
+    /// Nodes that reported `Downloading` and not yet anything else, right now.
+    pub staging_now: AtomicUsize,
+    /// The most nodes ever staging at once (`every_phase` only).
+    pub max_staging: AtomicUsize,
 }
 
 /// A running fleet of simulated agents.
@@ -231,6 +235,11 @@ impl Fleet {
     /// The most nodes ever activating at once.
     pub fn max_activating(&self) -> usize {
         self.stats.max_activating.load(Ordering::SeqCst)
+    }
+
+    /// The most nodes ever staging (between `Downloading` and the next phase) at once.
+    pub fn max_staging(&self) -> usize {
+        self.stats.max_staging.load(Ordering::SeqCst)
     }
 }
 
@@ -414,12 +423,21 @@ async fn drive(
                 stats.activating_now.fetch_sub(1, Ordering::SeqCst);
                 lock(&stats.activating).remove(&node);
             }
+            if was == Some(Phase::Downloading) {
+                stats.staging_now.fetch_sub(1, Ordering::SeqCst);
+            }
             return;
         }
         let before = lock(&shared)
             .local
             .insert(node.clone(), next)
             .and_then(|l| l.phase);
+        if phase == Phase::Downloading && before != Some(Phase::Downloading) {
+            let now = stats.staging_now.fetch_add(1, Ordering::SeqCst) + 1;
+            stats.max_staging.fetch_max(now, Ordering::SeqCst);
+        } else if phase != Phase::Downloading && before == Some(Phase::Downloading) {
+            stats.staging_now.fetch_sub(1, Ordering::SeqCst);
+        }
         if phase == Phase::Activating && before != Some(Phase::Activating) {
             let now = stats.activating_now.fetch_add(1, Ordering::SeqCst) + 1;
             stats.max_activating.fetch_max(now, Ordering::SeqCst);

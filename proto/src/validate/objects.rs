@@ -2,6 +2,8 @@
 //! rollout has (drain settings, label selectors); the field checks they share are in the
 //! parent module.
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
 use super::{Collector, Problems, check_content, check_object_name};
 
 impl crate::NodeRelease {
@@ -59,21 +61,17 @@ impl crate::NodeRolloutSpec {
     /// named from the rollout (`spec.…`): the controller's decision checks it every round,
     /// where only the spec is at hand.
     pub fn validate(&self) -> Result<(), Problems> {
-        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
         let mut out = Collector::default();
         if let Err(message) = check_object_name(&self.release) {
             out.invalid("spec.release", message);
         }
-        match &self.max_unavailable {
-            IntOrString::Int(n) if *n < 1 => {
-                out.invalid("spec.maxUnavailable", format!("{n} must be at least 1"))
-            }
-            IntOrString::String(s) if crate::rollout_slots::parse_percent(s).is_none() => out
-                .invalid(
-                    "spec.maxUnavailable",
-                    format!("{s:?} is not a number or a percentage from 1% to 100%"),
-                ),
-            _ => {}
+        check_count_or_percent(&self.max_unavailable, "spec.maxUnavailable", &mut out);
+        if let Some(staging) = &self.staging {
+            check_count_or_percent(
+                &staging.max_concurrent,
+                "spec.staging.maxConcurrent",
+                &mut out,
+            );
         }
         if self.max_failures < 0 {
             out.invalid("spec.maxFailures", "must not be negative");
@@ -215,4 +213,16 @@ fn is_label_token(text: &str) -> bool {
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && text.starts_with(|c: char| c.is_ascii_alphanumeric())
         && text.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// A count of nodes (at least 1) or a percentage of them (1% to 100%), at `path`.
+fn check_count_or_percent(value: &IntOrString, path: &str, out: &mut Collector) {
+    match value {
+        IntOrString::Int(n) if *n < 1 => out.invalid(path, format!("{n} must be at least 1")),
+        IntOrString::String(s) if crate::rollout_slots::parse_percent(s).is_none() => out.invalid(
+            path,
+            format!("{s:?} is not a number or a percentage from 1% to 100%"),
+        ),
+        _ => {}
+    }
 }
