@@ -13,22 +13,22 @@ use std::time::{Duration, Instant};
 
 use inplace_tests::capi::bed::{CapiBed, PATIENCE, cluster_manifest};
 use inplace_tests::install::workspace_binaries;
-use inplace_tests::kube_node::workload::{check_pods_kept, run_workload};
+use inplace_tests::kube_node::workload::{RunningContainer, check_pods_kept, run_workload};
 use inplace_tests::kube_node::{ClusterOptions, KubeCluster};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-/// Nodes (and Machines) of the MachineDeployment.
+/// Nodes (and Machines) of the MachineDeployment of the user's path.
 const NODES: usize = 3;
 
-async fn cluster(work: &std::path::Path, prefix: &str, kubelet: &str) -> KubeCluster {
+async fn cluster(work: &std::path::Path, prefix: &str, nodes: usize) -> KubeCluster {
     let (agent, _) = workspace_binaries().await.unwrap();
     let options = ClusterOptions {
         dir: work.join("cluster"),
-        nodes: NODES,
+        nodes,
         name_prefix: prefix.to_owned(),
-        kubelet: kubelet.to_owned(),
+        kubelet: "v1.36.1".to_owned(),
         agent,
         // Plans are written by the extension, not by the standalone controller.
         controller: None,
@@ -65,7 +65,10 @@ fn condition(object: &Value, kind: &str) -> Option<(String, String, String)> {
 
 /// Each Machine's name → (UID, Node), once every Machine of the MachineDeployment has its
 /// Node.
-fn identities(machines: &[DynamicObject]) -> Option<BTreeMap<String, (String, String)>> {
+fn identities(
+    machines: &[DynamicObject],
+    count: usize,
+) -> Option<BTreeMap<String, (String, String)>> {
     let found: BTreeMap<String, (String, String)> = machines
         .iter()
         .filter_map(|m| {
@@ -76,7 +79,7 @@ fn identities(machines: &[DynamicObject]) -> Option<BTreeMap<String, (String, St
             ))
         })
         .collect();
-    (found.len() == NODES && machines.len() == NODES).then_some(found)
+    (found.len() == count && machines.len() == count).then_some(found)
 }
 
 /// Polls `check` every second until it says done; the error names `what` with the last
@@ -165,9 +168,9 @@ impl Drop for MachineWatch {
 
 /// The MachineDeployment `workers` at `version` with every Machine there, up to date and
 /// available, and no rollout going on.
-fn rolled_out(deployment: &Value, version: &str) -> Result<(), String> {
+fn rolled_out(deployment: &Value, version: &str, count: usize) -> Result<(), String> {
     let status = &deployment["status"];
-    let replicas = serde_json::json!(NODES);
+    let replicas = serde_json::json!(count);
     let done = deployment["spec"]["template"]["spec"]["version"] == version
         && status["observedGeneration"] == deployment["metadata"]["generation"]
         && status["replicas"] == replicas
@@ -181,67 +184,130 @@ fn rolled_out(deployment: &Value, version: &str) -> Result<(), String> {
     }
 }
 
+/// The MachineDeployment `workers` as `kubectl get -o json` shows it.
+fn deployment(cluster: &KubeCluster) -> Result<Value, String> {
+    let text = cluster
+        .kubectl(&["get", "machinedeployment", "workers", "-o", "json"])
+        .map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// Which NodeRelease for v1.36.3 the management cluster holds.
+enum Release {
+    Working,
+    /// Its kubelet refuses its flags: the agent rolls back.
+    Broken,
+}
+
+/// A running MachineDeployment over the bed's nodes, with the Deployment `web` on them.
+struct Fixture {
+    cluster: KubeCluster,
+    bed: CapiBed,
+    nodes: usize,
+    /// Machine name → (UID, Node) once provisioned.
+    machines: BTreeMap<String, (String, String)>,
+    containers: BTreeMap<String, RunningContainer>,
+    _work: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// `nodes` real nodes on kubelet v1.36.1, Cluster API with the extension, `release` for
+    /// v1.36.3, the MachineDeployment of `nodes` Machines provisioned onto them, and `web`.
+    async fn start(prefix: &str, nodes: usize, release: Release) -> Fixture {
+        let work = tempfile::tempdir().unwrap();
+        let cluster = cluster(work.path(), prefix, nodes).await;
+        let bed = CapiBed::start(&cluster.api).await.unwrap();
+        let manifest = match release {
+            Release::Working => cluster.release_manifest("v1.36.3").unwrap(),
+            Release::Broken => cluster.serve_broken_release("v1.36.3").await.unwrap(),
+        };
+        cluster.apply("release", &manifest).unwrap();
+        cluster
+            .apply("capi", &cluster_manifest(nodes, "v1.36.1", "v1.36.3"))
+            .unwrap();
+        let started = Instant::now();
+        wait_for("the Machines on their Nodes", &bed, &cluster, || async {
+            identities(&machines(&cluster).await, nodes).ok_or("Machines without Nodes")?;
+            rolled_out(&deployment(&cluster)?, "v1.36.1", nodes)
+        })
+        .await;
+        eprintln!(
+            "{nodes} Machines Running on their Nodes {:.0} s after the apply",
+            started.elapsed().as_secs_f64()
+        );
+        let machines = identities(&machines(&cluster).await, nodes).unwrap();
+        let on: BTreeSet<&str> = machines.values().map(|(_, n)| n.as_str()).collect();
+        let bed_nodes: BTreeSet<&str> = cluster.nodes.iter().map(|n| n.name()).collect();
+        assert_eq!(on, bed_nodes, "one Machine per node of the bed");
+        let containers = run_workload(&cluster).await.unwrap();
+        eprintln!(
+            "{}",
+            cluster.kubectl(&["get", "machines", "-o", "wide"]).unwrap()
+        );
+        Fixture {
+            cluster,
+            bed,
+            nodes,
+            machines,
+            containers,
+            _work: work,
+        }
+    }
+
+    /// What a user types: the MachineDeployment's version to v1.36.3.
+    fn bump_version(&self) {
+        self.cluster
+            .kubectl(&[
+                "patch",
+                "machinedeployment",
+                "workers",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"template":{"spec":{"version":"v1.36.3"}}}}"#,
+            ])
+            .unwrap();
+    }
+
+    /// The same Machines (names, UIDs) on the same Nodes as when provisioned.
+    async fn assert_same_machines(&self) {
+        let now = identities(&machines(&self.cluster).await, self.nodes);
+        assert_eq!(
+            Some(&self.machines),
+            now.as_ref(),
+            "the same Machines (names, UIDs) on the same Nodes, none created"
+        );
+    }
+}
+
+/// The first Machine whose `Updating` condition has the reason `InPlaceUpdateFailed`, with the
+/// condition's status.
+fn failed_update(machines: &[DynamicObject]) -> Option<(String, String)> {
+    machines.iter().find_map(|machine| {
+        let (status, reason, message) = condition(&machine.data, "Updating")?;
+        if reason != "InPlaceUpdateFailed" {
+            return None;
+        }
+        assert_eq!(
+            message,
+            "UpdateMachine hook failed: please check controller logs for errors"
+        );
+        Some((machine.metadata.name.clone()?, status))
+    })
+}
+
 /// The user's path: a MachineDeployment of three Machines on real nodes at kubelet v1.36.1,
 /// a Deployment with a PodDisruptionBudget on them, and `kubectl patch` of the
 /// MachineDeployment's version to v1.36.3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
-    let work = tempfile::tempdir().unwrap();
-    let cluster = cluster(work.path(), "capi", "v1.36.1").await;
-    let bed = CapiBed::start(&cluster.api).await.unwrap();
-    cluster
-        .apply("release", &cluster.release_manifest("v1.36.3").unwrap())
-        .unwrap();
-    cluster
-        .apply("capi", &cluster_manifest(NODES, "v1.36.1", "v1.36.3"))
-        .unwrap();
-    let started = Instant::now();
-    wait_for(
-        "the MachineDeployment's Machines on their Nodes",
-        &bed,
-        &cluster,
-        || async {
-            let deployment =
-                cluster.kubectl(&["get", "machinedeployment", "workers", "-o", "json"]);
-            let deployment: Value = serde_json::from_str(&deployment.map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
-            identities(&machines(&cluster).await).ok_or("Machines without Nodes".to_owned())?;
-            rolled_out(&deployment, "v1.36.1")
-        },
-    )
-    .await;
-    eprintln!(
-        "{NODES} Machines Running on their Nodes {:.0} s after the apply",
-        started.elapsed().as_secs_f64()
-    );
-    let before_machines = identities(&machines(&cluster).await).unwrap();
-    let nodes: BTreeSet<&str> = before_machines.values().map(|(_, n)| n.as_str()).collect();
-    let bed_nodes: BTreeSet<&str> = cluster.nodes.iter().map(|n| n.name()).collect();
-    assert_eq!(nodes, bed_nodes, "one Machine per node of the bed");
-    let before = run_workload(&cluster).await.unwrap();
-    eprintln!(
-        "{}",
-        cluster.kubectl(&["get", "machines", "-o", "wide"]).unwrap()
-    );
-
+    let f = Fixture::start("capi", NODES, Release::Working).await;
+    let (cluster, bed) = (&f.cluster, &f.bed);
     let watch = MachineWatch::start(cluster.client().await.unwrap());
     let started = Instant::now();
-    cluster
-        .kubectl(&[
-            "patch",
-            "machinedeployment",
-            "workers",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"template":{"spec":{"version":"v1.36.3"}}}}"#,
-        ])
-        .unwrap();
-    wait_for("the rollout to v1.36.3", &bed, &cluster, || async {
-        let deployment = cluster.kubectl(&["get", "machinedeployment", "workers", "-o", "json"]);
-        let deployment: Value = serde_json::from_str(&deployment.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-        rolled_out(&deployment, "v1.36.3")?;
-        for machine in machines(&cluster).await {
+    f.bump_version();
+    wait_for("the rollout to v1.36.3", bed, cluster, || async {
+        rolled_out(&deployment(cluster)?, "v1.36.3", NODES)?;
+        for machine in machines(cluster).await {
             let name = machine.metadata.name.clone().unwrap_or_default();
             let version = &machine.data["status"]["nodeInfo"]["kubeletVersion"];
             let up_to_date = condition(&machine.data, "UpToDate");
@@ -266,17 +332,9 @@ async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
         "{}",
         cluster.kubectl(&["get", "machines", "-o", "wide"]).unwrap()
     );
-
-    let after_machines = identities(&machines(&cluster).await).unwrap();
-    assert_eq!(
-        before_machines, after_machines,
-        "the same Machines (names, UIDs) on the same Nodes, none created"
-    );
+    f.assert_same_machines().await;
     let seen = watch.seen();
-    let uids: BTreeSet<String> = after_machines
-        .values()
-        .map(|(uid, _)| uid.clone())
-        .collect();
+    let uids: BTreeSet<String> = f.machines.values().map(|(uid, _)| uid.clone()).collect();
     assert_eq!(
         seen.uids, uids,
         "no Machine created (nor deleted) during the rollout"
@@ -289,7 +347,72 @@ async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
         "the extension's progress in the Machines' Updating condition: {:?}",
         seen.updating
     );
-    check_pods_kept(&cluster, &before, "v1.36.3").await.unwrap();
-    let status = bed.manager.stop().await.unwrap();
-    assert!(status.success(), "capi-manager exited {status}");
+    check_pods_kept(cluster, &f.containers, "v1.36.3")
+        .await
+        .unwrap();
+}
+
+/// A broken release (its kubelet refuses its flags) through Cluster API: the agent rolls the
+/// node back, the extension answers `Failure`, and Cluster API shows the failed in-place
+/// update on the Machine and a rollout that does not complete; the node is back on v1.36.1
+/// with its Pods' containers, and no Machine is replaced. Two nodes (the first failure is
+/// what is shown; a third node would only repeat it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_release_fails_the_in_place_update_and_capi_shows_it() {
+    let f = Fixture::start("capifail", 2, Release::Broken).await;
+    let (cluster, bed) = (&f.cluster, &f.bed);
+    f.bump_version();
+    wait_for(
+        "a Machine's failed in-place update",
+        bed,
+        cluster,
+        || async {
+            failed_update(&machines(cluster).await)
+                .map(|_| ())
+                .ok_or_else(|| "no Machine with Updating reason InPlaceUpdateFailed".to_owned())
+        },
+    )
+    .await;
+    // Cluster API keeps the update in progress (it does not roll back) and names only the hook.
+    let (failed, status) = failed_update(&machines(cluster).await).unwrap();
+    assert_eq!(status, "True", "Updating of {failed}");
+    let described = cluster.kubectl(&["describe", "machine", &failed]).unwrap();
+    eprintln!("{described}");
+    let node = &f.machines[&failed].1;
+    let plan = cluster
+        .kubectl(&[
+            "get",
+            "nodeupdateplan",
+            node,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])
+        .unwrap();
+    assert_eq!(plan, "RolledBack", "the agent put {node} back");
+    let deployment = deployment(cluster).unwrap();
+    eprintln!("MachineDeployment status: {}", deployment["status"]);
+    let rolling = condition(&deployment, "RollingOut");
+    assert!(
+        rolling.as_ref().is_some_and(|(s, _, _)| s == "True"),
+        "the rollout is not complete: {rolling:?}"
+    );
+    assert_ne!(
+        deployment["status"]["upToDateReplicas"],
+        serde_json::json!(2),
+        "{}",
+        deployment["status"]
+    );
+    // The extension's reason reaches Cluster API's log (its condition names only the hook).
+    let log = bed.manager.log();
+    assert!(
+        log.contains(&format!(
+            "node {node} rolled back from kubelet-v1.36.3-refuses-to-start"
+        )),
+        "{}",
+        bed.diagnostics()
+    );
+    f.assert_same_machines().await;
+    check_pods_kept(cluster, &f.containers, "v1.36.1")
+        .await
+        .unwrap();
 }
