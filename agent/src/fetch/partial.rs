@@ -18,7 +18,8 @@ const BLOCK: usize = 512 << 10;
 /// Blocks waiting for the writer. Two keep the network and the disk both busy; more would
 /// only pile up in memory while the disk is the slower side (as it is for a large artifact
 /// once writeback throttles), so the fetcher's memory stays flat at about
-/// (QUEUED + 2) × BLOCK whatever the artifact's size.
+/// (QUEUED + 2) × BLOCK whatever the artifact's size (the writer and the hasher share
+/// each block, so the slower of them sets the bound).
 const QUEUED: usize = 2;
 
 /// Every this many bytes the writer asks the kernel to start writing back and drop what is
@@ -26,8 +27,10 @@ const QUEUED: usize = 2;
 /// not push the node's working set out of the page cache.
 const WRITEBACK_WINDOW: u64 = 16 << 20;
 
-/// The temporary file and the running hash of what it holds. Writes and hashing happen on
-/// a blocking thread, block by block, while the next block is received.
+/// The temporary file and the running hash of what it holds. While a body streams, writing
+/// and hashing each run on a blocking thread of their own, block by block, while the next
+/// block is received: the three overlap, so a download takes about as long as the slowest
+/// of them rather than the sum of hashing and writing.
 pub(super) struct Sink {
     pub(super) file: std::fs::File,
     pub(super) hasher: Sha256,
@@ -38,10 +41,10 @@ pub(super) struct Sink {
 }
 
 impl Sink {
-    pub(super) fn write_block(&mut self, block: &[u8]) -> std::io::Result<()> {
+    /// Writes `block` (the caller hashes it).
+    fn write_block(&mut self, block: &[u8]) -> std::io::Result<()> {
         use std::io::Write;
         self.file.write_all(block)?;
-        self.hasher.update(block);
         self.len += block.len() as u64;
         if self.len - self.advised >= WRITEBACK_WINDOW {
             // Pages still dirty from the last window are dropped by this call's successor;
@@ -111,9 +114,10 @@ impl Partial {
         self.remember_validator().await
     }
 
-    /// Streams `body` into the sink: the writer thread writes and hashes one block while
-    /// the next is received. Every byte received is in the file when this returns, so a
-    /// retry resumes exactly at `done`.
+    /// Streams `body` into the sink: one thread writes a block and another hashes it while
+    /// the next is received. Every byte received is in the file (and the hash) when this
+    /// returns, so a retry resumes exactly at `done`; after a write error the download is
+    /// given up, so a hash ahead of the file is never used.
     pub(super) async fn stream<B>(
         &mut self,
         body: &mut B,
@@ -126,7 +130,9 @@ impl Partial {
         B: futures::Stream<Item = reqwest::Result<Bytes>> + Unpin,
     {
         let mut sink = self.take_sink()?;
+        let mut hasher = std::mem::take(&mut sink.hasher);
         let (blocks, mut incoming) = tokio::sync::mpsc::channel::<Bytes>(QUEUED);
+        let (to_hash, mut to_hasher) = tokio::sync::mpsc::channel::<Bytes>(QUEUED);
         let writer = tokio::task::spawn_blocking(move || {
             while let Some(block) = incoming.blocking_recv() {
                 if let Err(e) = sink.write_block(&block) {
@@ -135,6 +141,21 @@ impl Partial {
             }
             (sink, Ok(()))
         });
+        let hashing = tokio::task::spawn_blocking(move || {
+            while let Some(block) = to_hasher.blocking_recv() {
+                hasher.update(&block);
+            }
+            hasher
+        });
+        // Both threads get the same block (a shared buffer, not a copy); it is freed when
+        // the slower one is done with it, so memory stays flat at the slower side's queue.
+        let send = |block: Bytes| {
+            let (blocks, to_hash) = (&blocks, &to_hash);
+            async move {
+                let hashed = to_hash.send(block.clone()).await.is_ok();
+                hashed && blocks.send(block).await.is_ok()
+            }
+        };
         let mut pending = BytesMut::with_capacity(BLOCK);
         let mut window = SpeedWindow::new(stall, min_speed);
         let end = loop {
@@ -152,17 +173,18 @@ impl Partial {
             }
             self.done += chunk.len() as u64;
             pending.extend_from_slice(&chunk);
-            if pending.len() >= BLOCK && blocks.send(pending.split().freeze()).await.is_err() {
+            if pending.len() >= BLOCK && !send(pending.split().freeze()).await {
                 // The writer stopped on an error; it is returned below.
                 break BodyEnd::Complete;
             }
             progress(self.done);
         };
         if !pending.is_empty() {
-            let _ = blocks.send(pending.freeze()).await;
+            let _ = send(pending.freeze()).await;
         }
-        drop(blocks);
-        let (sink, written) = writer.await.map_err(std::io::Error::other)?;
+        drop((blocks, to_hash));
+        let (mut sink, written) = writer.await.map_err(std::io::Error::other)?;
+        sink.hasher = hashing.await.map_err(std::io::Error::other)?;
         self.done = sink.len;
         self.sink = Some(sink);
         written.map(|()| end)
