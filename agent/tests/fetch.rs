@@ -131,7 +131,15 @@ fn fetcher_with_limit(base: &str, attempts: u32, max_artifact_size: u64) -> Http
 }
 
 fn fetcher_with(base: &str, attempts: u32, max_artifact_size: u64, min_speed: u64) -> HttpFetcher {
-    let settings = DownloadSettings {
+    fetcher_from(
+        base,
+        &quick_settings(attempts, min_speed),
+        max_artifact_size,
+    )
+}
+
+fn quick_settings(attempts: u32, min_speed: u64) -> DownloadSettings {
+    DownloadSettings {
         attempts,
         connect_timeout: Duration::from_secs(5),
         stall_timeout: Duration::from_millis(500),
@@ -139,12 +147,16 @@ fn fetcher_with(base: &str, attempts: u32, max_artifact_size: u64, min_speed: u6
         artifact_deadline: Duration::from_secs(60),
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(20),
-    };
-    fetcher_from(base, &settings, max_artifact_size)
+    }
 }
 
 fn fetcher_from(base: &str, settings: &DownloadSettings, max_artifact_size: u64) -> HttpFetcher {
-    let policy = Policy {
+    HttpFetcher::new(settings, &fetcher_policy(base, max_artifact_size)).unwrap()
+}
+
+/// Artifacts under `{base}/ok/`, plain http allowed.
+fn fetcher_policy(base: &str, max_artifact_size: u64) -> Policy {
+    Policy {
         allowed_url_prefixes: vec![format!("{base}/ok/").parse().unwrap()],
         allow_http: true,
         allowed_target_dirs: vec![],
@@ -155,8 +167,7 @@ fn fetcher_from(base: &str, settings: &DownloadSettings, max_artifact_size: u64)
         allow_remote_health_checks: false,
         require_signatures: false,
         trusted_keys_dir: "/etc/inplace/keys".into(),
-    };
-    HttpFetcher::new(settings, &policy).unwrap()
+    }
 }
 
 fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
@@ -927,4 +938,63 @@ async fn a_complete_partial_left_by_a_killed_process_is_verified_without_a_reque
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 1, "downloaded again");
     assert!(!seen[0].contains("range:"), "{}", seen[0]);
+}
+
+/// A registry that asks for a token (401 + `Bearer` challenge) before it serves anything:
+/// the fetcher gets one from the named token service and repeats the request with it.
+#[tokio::test]
+async fn a_registry_artifact_is_fetched_through_the_bearer_token_flow() {
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"layers":[{{"digest":"sha256:{}","size":{}}}]}}"#,
+        hex::encode(Sha256::digest(BODY)),
+        BODY.len()
+    );
+    let manifest_digest = hex::encode(Sha256::digest(manifest.as_bytes()));
+    let served = manifest.clone();
+    let (base, seen) = serve(Arc::new(move |_, head: &str| {
+        let host = head
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").or_else(|| l.strip_prefix("Host: ")))
+            .unwrap_or_default()
+            .to_owned();
+        let path = head.split_whitespace().nth(1).unwrap_or_default();
+        if path.starts_with("/token?") {
+            return reply("200 OK", br#"{"token":"T1"}"#);
+        }
+        if !head.to_ascii_lowercase().contains("authorization: bearer t1") {
+            let challenge = format!(
+                r#"Bearer realm="http://{host}/token",service="reg",scope="repository:sysext/k:pull""#
+            );
+            return reply("401 Unauthorized", b"").header("WWW-Authenticate", &challenge);
+        }
+        if path.contains("/manifests/") {
+            reply("200 OK", served.as_bytes())
+        } else {
+            reply("200 OK", BODY)
+        }
+    }))
+    .await;
+    let mut policy = fetcher_policy(&base, 1 << 20);
+    policy.allowed_url_prefixes = vec![format!("{base}/").parse().unwrap()];
+    let f = HttpFetcher::new(&quick_settings(2, 0), &policy).unwrap();
+    let mut a = artifact(&base, BODY, None);
+    a.url = format!(
+        "oci://{}/sysext/k@sha256:{manifest_digest}",
+        base.trim_start_matches("http://")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(&f, &a, dir.path()).await.unwrap(), BODY);
+    let seen = seen.lock().unwrap();
+    let token_request = seen.iter().find(|h| h.contains("/token?")).unwrap();
+    assert!(
+        token_request.contains("service=reg")
+            && token_request.contains("scope=repository%3Asysext%2Fk%3Apull"),
+        "{token_request}"
+    );
+    let blob = seen.iter().rfind(|h| h.contains("/blobs/sha256:")).unwrap();
+    assert!(
+        blob.to_ascii_lowercase()
+            .contains("authorization: bearer t1"),
+        "{blob}"
+    );
 }
