@@ -81,6 +81,29 @@ pub enum Step {
     /// from which image to which (docs/design/agent-self-update.md). Journaled before the
     /// guard is armed.
     SwitchingAgent,
+    /// A revision activated by a reboot: its links are swapped and the reboot is asked
+    /// for (`reboot` names the boot it was asked from); it takes effect at the next boot.
+    Rebooting,
+    /// Rolling back a revision the node booted into: the prior links are restored and the
+    /// reboot into them is asked for (`reboot` names the boot it was asked from).
+    RebootingBack,
+}
+
+/// The reboot a step asked for, by the boot it was asked from: a restart in the same boot
+/// has yet to see it, a restart in another boot runs what it brought.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Reboot {
+    /// `/proc/sys/kernel/random/boot_id` of the boot that asked for it.
+    pub from_boot: String,
+}
+
+impl Reboot {
+    /// Whether the node has booted since (`now` is this boot's ID; unknown counts as
+    /// booted: the checks after the boot still decide, and a reboot loop is worse).
+    pub fn happened(&self, now: Option<&str>) -> bool {
+        now != Some(self.from_boot.as_str())
+    }
 }
 
 /// Why a revision failed.
@@ -148,6 +171,11 @@ pub struct InFlight {
     /// The agent switch (set with `Step::SwitchingAgent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     switch: Option<Switch>,
+    /// The reboot asked for (set with `Step::Rebooting`, kept while the node verifies the
+    /// boot and rolls it back: a rollback then needs a reboot too; set again with
+    /// `Step::RebootingBack`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reboot: Option<Reboot>,
 }
 
 impl InFlight {
@@ -194,6 +222,11 @@ impl InFlight {
     /// The agent switch, when this revision is one.
     pub fn switch(&self) -> Option<&Switch> {
         self.switch.as_ref()
+    }
+
+    /// The reboot asked for, when the revision is activated (or rolled back) by one.
+    pub fn reboot(&self) -> Option<&Reboot> {
+        self.reboot.as_ref()
     }
 
     /// The paths activation removes: recorded in `before` but not linked by this revision
@@ -263,12 +296,16 @@ impl FailedRevision {
 /// | [`verifying`](Self::verifying) | `Activating` | `Verifying` |
 /// | [`commit`](Self::commit) | `Verifying` | nothing in flight, committed |
 /// | [`rolling_back`](Self::rolling_back) | `Activating`, `Verifying`, `RollingBack` | `RollingBack` |
-/// | [`rolled_back`](Self::rolled_back) | `RollingBack` | nothing in flight, denied if it failed |
-/// | [`rollback_failed`](Self::rollback_failed) | `RollingBack` | nothing in flight, denied if it failed, degraded |
+/// | [`rolled_back`](Self::rolled_back) | `RollingBack`, `RebootingBack` | nothing in flight, denied if it failed |
+/// | [`rollback_failed`](Self::rollback_failed) | `RollingBack`, `RebootingBack` | nothing in flight, denied if it failed, degraded |
 /// | [`begin_switch`](Self::begin_switch) | `Staged` | `SwitchingAgent` |
 /// | [`restart_switch`](Self::restart_switch) | `SwitchingAgent` | `SwitchingAgent` (next attempt) |
 /// | [`confirm_switch`](Self::confirm_switch) | `SwitchingAgent` | nothing in flight, `agent` recorded (`committed` untouched) |
 /// | [`switch_failed`](Self::switch_failed) | `SwitchingAgent` | nothing in flight, revision denied as rolled back |
+/// | [`rebooting`](Self::rebooting) | `Activating` | `Rebooting` (the boot it is asked from) |
+/// | [`rebooted`](Self::rebooted) | `Rebooting` | `Verifying` (the reboot kept) |
+/// | [`reboot_refused`](Self::reboot_refused) | `Rebooting` | `RollingBack` (the reboot forgotten) |
+/// | [`rebooting_back`](Self::rebooting_back) | `RollingBack` | `RebootingBack` (the boot it is asked from) |
 /// | [`honour_retry`](Self::honour_retry) | any | (same step, the revision no longer denied) |
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -482,6 +519,7 @@ async fn run_blocking<T: Send + 'static>(
     })
 }
 
+mod reboot;
 mod switch;
 mod transitions;
 

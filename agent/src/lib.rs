@@ -34,6 +34,7 @@ pub mod metrics_server;
 pub mod notify;
 pub mod policy;
 pub mod policy_table;
+pub mod power;
 pub mod registry;
 pub mod self_update;
 pub mod settings;

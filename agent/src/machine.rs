@@ -100,6 +100,8 @@ pub enum Action {
     RollBack(RollbackCause),
     /// An agent switch is in flight: take its next step (`self_update::resume::resolve`).
     ResumeSwitch,
+    /// A reboot was journaled: verify the boot it brought, or ask for it (again).
+    ResumeReboot,
 }
 
 /// The next action. Pure: the same inputs always give the same action.
@@ -109,19 +111,14 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
     }
     if let Some(flight) = journal.in_flight() {
         match flight.step() {
-            Step::RollingBack => {
+            Step::RollingBack | Step::RebootingBack => {
                 return Action::RollBack(match flight.failure() {
                     Some(failure) => RollbackCause::Failed(failure.clone()),
                     None => RollbackCause::Superseded,
                 });
             }
             Step::Activating | Step::Verifying => {
-                let still_wanted = plan.is_some_and(|p| {
-                    p.revision == flight.revision()
-                        && p.problems.is_none()
-                        && p.desired == DesiredState::Active
-                });
-                if !still_wanted {
+                if !still_wanted(plan, flight.revision()) {
                     return Action::RollBack(RollbackCause::Superseded);
                 }
                 let attempts = journal.attempts(flight.revision()).unwrap_or(0);
@@ -139,6 +136,9 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
             // Whatever the plan says now: the switch is finished (confirmed, rolled back
             // or given up) before anything else, by the old agent or the new one.
             Step::SwitchingAgent => return Action::ResumeSwitch,
+            // Whatever the plan says: the links are swapped and the reboot asked for; the
+            // boot that follows is verified first (or it is asked for again).
+            Step::Rebooting => return Action::ResumeReboot,
             Step::Staging | Step::Staged => {}
         }
     }
@@ -162,6 +162,14 @@ pub fn decide(plan: Option<&PlanView>, journal: &Journal, max_attempts: u32) -> 
     Action::Stage {
         activate: plan.desired == DesiredState::Active,
     }
+}
+
+/// Whether the plan still asks to activate `revision` (valid, `desiredState: Active`); a
+/// half-activated revision it no longer asks for is rolled back (superseded).
+pub fn still_wanted(plan: Option<&PlanView>, revision: &str) -> bool {
+    plan.is_some_and(|p| {
+        p.revision == revision && p.problems.is_none() && p.desired == DesiredState::Active
+    })
 }
 
 /// The refusal of a plan that would lower the Kubernetes version the node runs committed,
@@ -455,6 +463,32 @@ mod tests {
                 }
                 other => panic!("{other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_journaled_reboot_is_seen_through_and_its_rollback_finished_whatever_the_plan() {
+        let p = plan("a", DesiredState::Active);
+        let mut j = in_flight(&p, Step::Activating);
+        j.rebooting("boot-1").unwrap();
+        for view in [None, Some(&p), Some(&plan("b", DesiredState::Active))] {
+            assert_eq!(decide(view, &j, 1), Action::ResumeReboot);
+        }
+        // Booted: verified like any activation (superseded when the plan moved on).
+        j.rebooted().unwrap();
+        assert_eq!(decide(Some(&p), &j, 3), Action::ResumeActivation);
+        assert_eq!(
+            decide(None, &j, 3),
+            Action::RollBack(RollbackCause::Superseded)
+        );
+        j.rolling_back(Some(failure(Reason::HealthCheckFailed)))
+            .unwrap();
+        j.rebooting_back("boot-2").unwrap();
+        for view in [None, Some(&p)] {
+            assert_eq!(
+                decide(view, &j, 3),
+                Action::RollBack(RollbackCause::Failed(failure(Reason::HealthCheckFailed)))
+            );
         }
     }
 

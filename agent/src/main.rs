@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 use inplace_agent::fetch::HttpFetcher;
 use inplace_agent::health::RealProbes;
 use inplace_agent::metrics_server::{self, Endpoints};
+use inplace_agent::power::Logind;
 use inplace_agent::self_update::host::RunningAgent;
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::systemd::DbusSystemd;
@@ -255,6 +256,11 @@ async fn run(config: &Path) -> anyhow::Result<()> {
             Arc::new(move |line: &str| notifier.status(line))
         },
         running: RunningAgent::this_process(),
+        power: Arc::new(
+            Logind::connect()
+                .await
+                .context("connecting to logind over D-Bus")?,
+        ),
     };
     let endpoints = if settings.metrics.enabled {
         Some(Endpoints::bind(&settings.metrics).await?)

@@ -304,6 +304,7 @@ mod tests {
                 vec![]
             },
             max_extracted_size: None,
+            activation: None,
         }
     }
 

@@ -34,6 +34,7 @@ fn with_config(bed: &Bed, image: &str, path: &Path, bytes: &str) -> NodeUpdatePl
         path: Some(path.display().to_string()),
         members: vec![],
         max_extracted_size: None,
+        activation: None,
     });
     plan
 }

@@ -181,6 +181,7 @@ fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
         path: None,
         members: vec![],
         max_extracted_size: None,
+        activation: None,
     }
 }
 

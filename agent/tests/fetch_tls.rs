@@ -105,6 +105,7 @@ fn artifact(base: &str) -> Artifact {
         path: None,
         members: vec![],
         max_extracted_size: None,
+        activation: None,
     }
 }
 

@@ -386,6 +386,7 @@ async fn status_lines_name_every_phase_with_download_progress() {
         status: bed.status.clone(),
         notify: Arc::new(move |line: &str| sink.lock().unwrap().push(line.to_owned())),
         running: bed.running.clone(),
+        power: bed.power.clone(),
     };
     let mut agent = inplace_agent::update::Agent::open(bed.settings.clone(), host)
         .await

@@ -424,11 +424,13 @@ pub fn build_release(
             path: None,
             members: Vec::new(),
             max_extracted_size: None,
+            activation: None,
         }],
         agent: None,
         activation: Activation {
             restart_units: vec![KUBELET_UNIT.to_owned()],
             daemon_reload: None,
+            mode: None,
         },
     };
     let release = NodeRelease::new(

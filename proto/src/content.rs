@@ -30,6 +30,7 @@ pub const ARTIFACT_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$";
     {"rule": "has(self.agent) || (has(self.artifacts) && size(self.artifacts) > 0)", "message": "at least one artifact is required (or agent)", "fieldPath": ".artifacts", "reason": "FieldValueRequired"},
     {"rule": "!has(self.agent) || !has(self.artifacts) || size(self.artifacts) == 0", "message": "a release with agent carries no other artifact", "fieldPath": ".artifacts", "reason": "FieldValueForbidden"},
     {"rule": "!has(self.agent) || !has(self.activation) || !has(self.activation.restartUnits) || size(self.activation.restartUnits) == 0", "message": "a release with agent restarts no unit: the agent restarts itself", "fieldPath": ".activation.restartUnits", "reason": "FieldValueForbidden"},
+    {"rule": "!has(self.agent) || !has(self.activation) || !has(self.activation.mode) || self.activation.mode != 'Reboot'", "message": "a release with agent is not activated by a reboot: the agent restarts itself", "fieldPath": ".activation.mode", "reason": "FieldValueForbidden"},
     {"rule": "!has(self.agent) || !has(self.healthChecks) || ((!has(self.healthChecks.units) || size(self.healthChecks.units) == 0) && (!has(self.healthChecks.http) || size(self.healthChecks.http) == 0) && (!has(self.healthChecks.nodeKubeletVersion) || !self.healthChecks.nodeKubeletVersion) && (!has(self.healthChecks.nodeReady) || !self.healthChecks.nodeReady))", "message": "a release with agent has no health checks: the new agent confirms itself", "fieldPath": ".healthChecks", "reason": "FieldValueForbidden"},
 ]))]
 pub struct UpdateContent {
@@ -159,6 +160,12 @@ pub struct Artifact {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<i64>", range(min = 1))]
     pub max_extracted_size: Option<u64>,
+
+    /// `Reboot` when this artifact takes effect only at the next boot (a kernel, an OS
+    /// image, a sysext that says it needs one): then the whole release is activated by one
+    /// reboot of the node, as if `activation.mode` said `Reboot`. Default `Restart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<ActivationMode>,
 }
 
 impl Artifact {
@@ -228,6 +235,24 @@ pub struct Activation {
     /// or a Config artifact below `/etc/systemd/system/` or `/etc/systemd/user/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon_reload: Option<bool>,
+
+    /// `Restart` (the default): after the swap, extensions are refreshed and `restartUnits`
+    /// restarted. `Reboot`: after the swap the node reboots once, through logind, in its
+    /// slot (a blocking shutdown inhibitor makes it wait); the health checks run after the
+    /// boot, and a failure swaps the links back and reboots again into the previous
+    /// revision. One artifact with `activation: Reboot` makes the whole release `Reboot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ActivationMode>,
+}
+
+/// How a revision takes effect.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ActivationMode {
+    /// Refresh extensions, reload and restart the named units.
+    #[default]
+    Restart,
+    /// Reboot the node once.
+    Reboot,
 }
 
 /// A systemd unit name such as `kubelet.service`.
@@ -321,6 +346,16 @@ impl UpdateContent {
                     .as_deref()
                     .is_some_and(|p| UNIT_CONFIG_DIRS.iter().any(|d| p.starts_with(d)))
         })
+    }
+
+    /// Whether the revision is activated by a reboot: the release says so, or one of its
+    /// artifacts does.
+    pub fn reboots(&self) -> bool {
+        self.activation.mode == Some(ActivationMode::Reboot)
+            || self
+                .artifacts
+                .iter()
+                .any(|a| a.activation == Some(ActivationMode::Reboot))
     }
 
     /// Whether to run daemon-reload on activation (explicit, or implied by a Sysext or a

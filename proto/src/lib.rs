@@ -23,8 +23,8 @@ pub mod version;
 
 pub use condition::{ConditionUpdate, set_condition};
 pub use content::{
-    Activation, AgentImage, ArchiveMember, Artifact, ArtifactType, HealthChecks, HttpCheck,
-    UpdateContent,
+    Activation, ActivationMode, AgentImage, ArchiveMember, Artifact, ArtifactType, HealthChecks,
+    HttpCheck, UpdateContent,
 };
 pub use duration::Duration;
 pub use gates::RolloutGates;

@@ -114,6 +114,15 @@ reasons! {
     UnitFailed,
     /// A health check failed or did not pass within the timeout; rolled back.
     HealthCheckFailed,
+    /// A revision activated by a reboot (`activation.mode: Reboot`): its links are swapped
+    /// and logind was asked to reboot the node; the checks run after the boot.
+    Rebooting,
+    /// The reboot waits: a blocking shutdown inhibitor is held (the message names who holds
+    /// it and why); the links are unchanged, or swapped and journaled, until it is released.
+    RebootInhibited,
+    /// logind refused the reboot with no inhibitor to explain it, or the node came back
+    /// from its reboot without the revision's files in place; rolled back.
+    RebootFailed,
     /// The new revision failed and the node runs the previous one again, verified healthy.
     RolledBack,
     /// The rollback itself failed; the node needs a person and nothing more is done.

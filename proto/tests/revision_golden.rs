@@ -37,7 +37,7 @@ const PINNED: &[(&str, &str, &str)] = &[
     (
         "proto/tests/revision_golden/every_field.yaml",
         "every-field",
-        "c11b5074e662",
+        "2dd49d449462",
     ),
     (
         "proto/tests/revision_golden/agent_every_field.yaml",

@@ -25,6 +25,7 @@ fn flight(rev: &str) -> InFlight {
         failure: None,
         started_at: Utc::now(),
         switch: None,
+        reboot: None,
     }
 }
 

@@ -71,6 +71,7 @@ impl Journal {
             failure: None,
             started_at: at,
             switch: None,
+            reboot: None,
         });
         Ok(())
     }
@@ -173,13 +174,14 @@ impl Journal {
         Ok(flight)
     }
 
-    /// `RollingBack` → nothing in flight: what ran before is restored and healthy. A
+    /// `RollingBack`/`RebootingBack` → nothing in flight: what ran before is restored (and
+    /// booted) and healthy. A
     /// revision that failed is denied (and shown as rolled back). Returns it.
     pub fn rolled_back(&mut self, at: DateTime<Utc>) -> Result<InFlight, TransitionError> {
         self.end_rollback("rolled_back", at, true)
     }
 
-    /// `RollingBack` → nothing in flight, the node degraded: the rollback itself failed
+    /// `RollingBack`/`RebootingBack` → nothing in flight, the node degraded: the rollback itself failed
     /// (`degraded` says how). A revision that failed is denied. Returns it.
     pub fn rollback_failed(
         &mut self,
@@ -197,7 +199,7 @@ impl Journal {
         at: DateTime<Utc>,
         restored: bool,
     ) -> Result<InFlight, TransitionError> {
-        let flight = self.take_flight(transition, &[Step::RollingBack])?;
+        let flight = self.take_flight(transition, &[Step::RollingBack, Step::RebootingBack])?;
         self.attempts.remove(&flight.revision);
         if let Some(failure) = &flight.failure {
             self.remember_failed(&flight.revision, failure.clone(), at, restored);

@@ -28,6 +28,7 @@ pub fn as_artifact(agent: &AgentImage) -> Artifact {
         path: None,
         members: Vec::new(),
         max_extracted_size: None,
+        activation: None,
     }
 }
 

@@ -25,7 +25,17 @@ impl Agent {
         };
         let revision = flight.revision().to_owned();
         let resumed = matches!(flight.step(), Step::Activating | Step::Verifying);
+        let booted = flight.step() == Step::Verifying && flight.reboot().is_some();
         let flight_links = flight.links().to_vec();
+        if booted {
+            // The reboot did the activation; a restart interrupted the checks after it.
+            self.journal.count_attempt()?;
+            self.save().await?;
+            return self.verify_boot(view).await;
+        }
+        if !resumed && view.content.reboots() && !self.may_reboot(view).await? {
+            return Ok(());
+        }
         self.journal.count_attempt()?;
 
         // Re-verify what is staged: a file may have changed since (or a crash hit).
@@ -48,6 +58,11 @@ impl Agent {
         self.save().await?;
         self.report(Some(view), Report::activating(&revision));
         self.failpoint("activate.begin");
+        if view.content.reboots() {
+            return self
+                .activate_by_reboot(view, &flight_links, &removals)
+                .await;
+        }
 
         if let Err(failure) = self
             .switch_to(&flight_links, &removals, &view.content)
@@ -111,6 +126,15 @@ impl Agent {
     ) -> Result<Result<(), Failure>, AgentError> {
         self.journal.verifying()?;
         self.save().await?;
+        Ok(self.check_health(view, revision).await)
+    }
+
+    /// The plan's health checks for the whole window, reported as they go.
+    pub(super) async fn check_health(
+        &self,
+        view: &PlanView,
+        revision: &str,
+    ) -> Result<(), Failure> {
         self.report(
             Some(view),
             Report::verifying(format!("verifying revision {revision}")),
@@ -128,18 +152,18 @@ impl Agent {
                 self.report(Some(view), Report::verifying(line));
             }
         };
-        Ok(health::verify(
+        health::verify(
             &checks,
             self.host.systemd.as_ref(),
             self.host.probes.as_ref(),
             &progress,
         )
-        .await)
+        .await
     }
 
     /// The verified revision becomes the committed one; the revision that falls off (two
     /// stay on disk) has its files and backups collected.
-    async fn commit(&mut self, view: &PlanView) -> Result<(), AgentError> {
+    pub(super) async fn commit(&mut self, view: &PlanView) -> Result<(), AgentError> {
         let revision = view.revision.clone();
         self.failpoint("commit.before");
         let dropped = self.journal.commit(Utc::now())?;
@@ -168,6 +192,9 @@ impl Agent {
         if self.journal.in_flight().is_none() {
             return Ok(());
         }
+        if self.journal.step() == Some(Step::RebootingBack) {
+            return self.finish_reboot_back(view).await;
+        }
         let failure = match cause {
             RollbackCause::Failed(f) => Some(f),
             RollbackCause::Superseded => None,
@@ -177,39 +204,49 @@ impl Agent {
         self.failpoint("rollback.begin");
         // Report only about the revision the plan asks for.
         let view = view.filter(|v| v.revision == flight.revision());
-        let why = failure.as_ref().map_or_else(
-            || "the plan changed".to_owned(),
-            |f| format!("{}: {}", f.reason, f.message),
-        );
+        let why = why_rolled_back(failure.as_ref());
         tracing::warn!(revision = %flight.revision(), %why, "rolling back");
         self.report(
             view,
             Report::rolling_back(flight.revision(), failure.as_ref(), &why),
         );
+        if flight.reboot().is_some() {
+            // The node booted into it: only a reboot brings back what ran before.
+            return self.reboot_back(view, &flight, &why).await;
+        }
         match self.restore(&flight).await {
             Ok(()) => self.rolled_back(view, &flight, &why).await,
-            Err(rollback) => {
-                let degraded = Failure {
-                    reason: Reason::RollbackFailed,
-                    message: format!(
-                        "rollback of revision {} failed: {}; it was rolled back because {why}",
-                        flight.revision(),
-                        rollback.message
-                    ),
-                };
-                tracing::error!(message = %degraded.message, "rollback failed; node degraded");
-                self.journal.rollback_failed(degraded.clone(), Utc::now())?;
-                self.save().await?;
-                self.report(view, Report::rollback_failed(degraded));
-                Ok(())
-            }
+            Err(rollback) => self.rollback_failed(view, &flight, &why, rollback).await,
         }
+    }
+
+    /// The rollback of `flight` (rolled back because `why`) failed: the node is degraded.
+    pub(super) async fn rollback_failed(
+        &mut self,
+        view: Option<&PlanView>,
+        flight: &InFlight,
+        why: &str,
+        rollback: Failure,
+    ) -> Result<(), AgentError> {
+        let degraded = Failure {
+            reason: Reason::RollbackFailed,
+            message: format!(
+                "rollback of revision {} failed: {}; it was rolled back because {why}",
+                flight.revision(),
+                rollback.message
+            ),
+        };
+        tracing::error!(message = %degraded.message, "rollback failed; node degraded");
+        self.journal.rollback_failed(degraded.clone(), Utc::now())?;
+        self.save().await?;
+        self.report(view, Report::rollback_failed(degraded));
+        Ok(())
     }
 
     /// What ran before runs again: the journal says so, `flight`'s files and backups are
     /// collected, and a failed revision is reported rolled back (a superseded one is not
     /// reported: the plan has moved on).
-    async fn rolled_back(
+    pub(super) async fn rolled_back(
         &mut self,
         view: Option<&PlanView>,
         flight: &InFlight,
@@ -226,6 +263,14 @@ impl Agent {
         }
         Ok(())
     }
+}
+
+/// Why a revision is rolled back, for the reports (`None`: the plan moved on).
+pub(super) fn why_rolled_back(failure: Option<&Failure>) -> String {
+    failure.map_or_else(
+        || "the plan changed".to_owned(),
+        |f| format!("{}: {}", f.reason, f.message),
+    )
 }
 
 /// The failure of the first staged file that no longer matches its sha256, if any.

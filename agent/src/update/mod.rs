@@ -18,6 +18,7 @@
 mod activation;
 mod agent_switch;
 mod collect;
+mod reboot;
 mod report;
 mod staging;
 mod swap;
@@ -31,6 +32,7 @@ use crate::health::Probes;
 use crate::journal::{Failure, Journal, JournalError, JournalFile, Step, TransitionError};
 use crate::machine::{self, Action, PlanView, RollbackCause};
 use crate::metrics::AgentMetrics;
+use crate::power::Power;
 use crate::self_update::admission::{Admission, Installation};
 use crate::self_update::host::RunningAgent;
 use crate::settings::Settings;
@@ -67,6 +69,8 @@ pub struct Host {
     pub notify: Arc<dyn Fn(&str) + Send + Sync>,
     /// This agent's build version and binary (an agent switch needs both).
     pub running: RunningAgent,
+    /// logind (reboots, inhibitors) and this boot's ID.
+    pub power: Arc<dyn Power>,
 }
 
 /// The agent's coordinator.
@@ -116,7 +120,7 @@ impl Agent {
             // Looked at with each plan that carries spec.agent (`look_at_guard`).
             guard_missing: None,
         };
-        let boot_id = crate::self_update::deadline::read_boot_id();
+        let boot_id = host.power.boot_id();
         let agent = Agent {
             settings,
             host,
@@ -139,13 +143,17 @@ impl Agent {
 
     /// Follows the plan channel fed by `watch::run`: acts on every new plan state, until
     /// the channel closes. Before the first complete list nothing is done, except that an
-    /// interrupted rollback is finished (it does not depend on the plan).
+    /// interrupted rollback (or rollback by reboot) is finished (it does not depend on the
+    /// plan).
     pub async fn follow(
         &mut self,
         mut plans: tokio::sync::watch::Receiver<crate::watch::PlanState>,
     ) -> Result<(), AgentError> {
         self.plans = Some(plans.clone());
-        if self.journal.step() == Some(Step::RollingBack) {
+        if matches!(
+            self.journal.step(),
+            Some(Step::RollingBack | Step::RebootingBack)
+        ) {
             self.handle(None).await?;
         }
         loop {
@@ -288,10 +296,12 @@ impl Agent {
                 let ended = self.journal.in_flight().is_none();
                 return Ok(ended && view.is_some_and(|v| Some(&v.revision) != switching.as_ref()));
             }
+            Action::ResumeReboot => return self.resume_reboot(view).await,
             Action::RollBack(cause) => {
                 let superseded = cause == RollbackCause::Superseded;
                 self.roll_back(view, cause).await?;
-                return Ok(superseded);
+                // Not while a reboot back is pending: the next boot ends the rollback.
+                return Ok(superseded && self.journal.in_flight().is_none());
             }
         }
         Ok(false)
@@ -319,6 +329,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::ResumeActivation => "ResumeActivation",
         Action::RollBack(_) => "RollBack",
         Action::ResumeSwitch => "ResumeSwitch",
+        Action::ResumeReboot => "ResumeReboot",
     }
 }
 

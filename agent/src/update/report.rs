@@ -198,6 +198,38 @@ impl Report {
         )
     }
 
+    /// A reboot (`back`: into the previous revision) waits for `blocking` inhibitors.
+    pub(super) fn reboot_inhibited(revision: &str, blocking: &str, back: bool) -> Self {
+        let (phase, what) = if back {
+            (Phase::RollingBack, "the reboot back from revision")
+        } else {
+            (Phase::Activating, "the reboot into revision")
+        };
+        Report::new(
+            phase,
+            Reason::RebootInhibited,
+            format!("{what} {revision} waits: a shutdown inhibitor blocks it: {blocking}"),
+        )
+    }
+
+    /// logind accepted the reboot (`back`: into the previous revision); the agent that
+    /// starts after it verifies the boot.
+    pub(super) fn rebooting(revision: &str, back: bool) -> Self {
+        if back {
+            Report::new(
+                Phase::RollingBack,
+                Reason::Rebooting,
+                format!("rebooting into the previous revision: revision {revision} is rolled back"),
+            )
+        } else {
+            Report::new(
+                Phase::Activating,
+                Reason::Rebooting,
+                format!("rebooting into revision {revision}; its checks run after the boot"),
+            )
+        }
+    }
+
     /// The rollback failed: the node is degraded.
     pub(super) fn rollback_failed(degraded: Failure) -> Self {
         Report {

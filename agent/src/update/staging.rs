@@ -40,7 +40,7 @@ struct Job<'a> {
 }
 
 /// Returns when the plan on `plans` no longer asks for `revision`; never without a channel.
-async fn moved_on(
+pub(super) async fn moved_on(
     plans: Option<&mut tokio::sync::watch::Receiver<crate::watch::PlanState>>,
     revision: &str,
 ) {

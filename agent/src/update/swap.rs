@@ -24,6 +24,20 @@ impl Agent {
         removals: &[PathBuf],
         content: &UpdateContent,
     ) -> Result<(), Failure> {
+        self.swap_links(targets, removals).await?;
+        let extensions = &self.settings.paths.extensions_dir;
+        let sysext_touched = targets.iter().any(|l| l.path.starts_with(extensions))
+            || removals.iter().any(|p| p.starts_with(extensions));
+        self.refresh(content, sysext_touched, "activate").await
+    }
+
+    /// Points every link at its target and removes the links the revision dropped; nothing
+    /// that runs is told (a reboot activation stops here). Idempotent.
+    pub(super) async fn swap_links(
+        &self,
+        targets: &[Link],
+        removals: &[PathBuf],
+    ) -> Result<(), Failure> {
         let swaps = targets.to_vec();
         let dropped = removals.to_vec();
         let lock = self.settings.paths.lock_file.clone();
@@ -46,11 +60,7 @@ impl Agent {
         .map_err(|e| Failure {
             reason: Reason::StagingFailed,
             message: format!("cannot swap links: {e}"),
-        })?;
-        let extensions = &self.settings.paths.extensions_dir;
-        let sysext_touched = targets.iter().any(|l| l.path.starts_with(extensions))
-            || removals.iter().any(|p| p.starts_with(extensions));
-        self.refresh(content, sysext_touched, "activate").await
+        })
     }
 
     /// Refreshes sysext (when `sysext_touched`), proves `content`'s extensions merged,
@@ -71,24 +81,8 @@ impl Agent {
                     "refreshing extensions (systemd-sysext refresh): {e}; see journalctl -u {SYSEXT_REFRESH_UNIT}"
                 ),
             })?;
-            for artifact in content
-                .artifacts
-                .iter()
-                .filter(|a| a.kind == ArtifactType::Sysext)
-            {
-                let release = store::extension_release(&self.settings.paths, &artifact.name);
-                let present = tokio::fs::try_exists(&release).await.unwrap_or(false);
-                if !present {
-                    return Err(Failure {
-                        reason: Reason::ExtensionNotMerged,
-                        message: format!(
-                            "extension {} is not merged after systemd-sysext refresh: {} is missing (image incompatible with this host?)",
-                            artifact.name,
-                            release.display()
-                        ),
-                    });
-                }
-            }
+            self.extensions_merged(content, "systemd-sysext refresh")
+                .await?;
             self.failpoint(&format!("{stage}.sysext_refreshed"));
         }
         if content.daemon_reload() {
@@ -123,10 +117,22 @@ impl Agent {
     /// `flight` restarted and verifies what runs now: the committed revision, or on a
     /// first install whatever ran before.
     pub(super) async fn restore(&self, flight: &InFlight) -> Result<(), Failure> {
-        let before = flight.before().to_vec();
-        let sysext_touched = before
+        self.restore_links(flight).await?;
+        let sysext_touched = flight
+            .before()
             .iter()
             .any(|b| b.path.starts_with(&self.settings.paths.extensions_dir));
+        // What runs now is the committed revision (or, on a first install, whatever ran
+        // before): restart the units the failed revision restarted, then check them.
+        let content = self.previous_content(flight);
+        self.refresh(&content, sysext_touched, "rollback").await?;
+        self.check_previous(flight).await
+    }
+
+    /// Every managed path back to what it held before `flight`, in reverse order; nothing
+    /// that runs is told (a rollback by reboot stops here).
+    pub(super) async fn restore_links(&self, flight: &InFlight) -> Result<(), Failure> {
+        let before = flight.before().to_vec();
         let lock = self.settings.paths.lock_file.clone();
         blocking(move || {
             for b in before.iter().rev() {
@@ -139,9 +145,12 @@ impl Agent {
         .map_err(|e| Failure {
             reason: Reason::RollbackFailed,
             message: format!("cannot restore links: {e}"),
-        })?;
-        // What runs now is the committed revision (or, on a first install, whatever ran
-        // before): restart the units the failed revision restarted, then check them.
+        })
+    }
+
+    /// What runs after a rollback of `flight`: the committed revision's content (on a first
+    /// install, `flight`'s without artifacts), restarting what `flight` restarted.
+    fn previous_content(&self, flight: &InFlight) -> UpdateContent {
         let committed = self.journal.committed().map(|c| c.content());
         let mut content = committed.cloned().unwrap_or_else(|| UpdateContent {
             artifacts: Vec::new(),
@@ -150,7 +159,13 @@ impl Agent {
         content.activation.restart_units = flight.content().activation.restart_units.clone();
         content.activation.daemon_reload =
             Some(flight.content().daemon_reload() || content.daemon_reload());
-        self.refresh(&content, sysext_touched, "rollback").await?;
+        content
+    }
+
+    /// The previous revision's health checks, after `flight` was rolled back.
+    pub(super) async fn check_previous(&self, flight: &InFlight) -> Result<(), Failure> {
+        let committed = self.journal.committed().map(|c| c.content());
+        let content = self.previous_content(flight);
         let mut checks = health::Plan::of(
             &content.health_checks,
             content.kubernetes_version.as_deref(),
@@ -171,6 +186,32 @@ impl Agent {
             &progress,
         )
         .await
+    }
+
+    /// Whether `content`'s extensions are merged (after `by`: a refresh, a boot).
+    pub(super) async fn extensions_merged(
+        &self,
+        content: &UpdateContent,
+        by: &str,
+    ) -> Result<(), Failure> {
+        for artifact in content
+            .artifacts
+            .iter()
+            .filter(|a| a.kind == ArtifactType::Sysext)
+        {
+            let release = store::extension_release(&self.settings.paths, &artifact.name);
+            if !tokio::fs::try_exists(&release).await.unwrap_or(false) {
+                return Err(Failure {
+                    reason: Reason::ExtensionNotMerged,
+                    message: format!(
+                        "extension {} is not merged after {by}: {} is missing (image incompatible with this host?)",
+                        artifact.name,
+                        release.display()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The first managed path that no longer points at the committed revision's file (or

@@ -14,6 +14,8 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
+pub mod power;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,6 +35,8 @@ use sha2::{Digest, Sha256};
 use std::io::Cursor;
 
 pub const NODE: &str = "worker-1";
+
+use power::FakePower;
 
 pub struct FakeFetcher {
     pub objects: Mutex<HashMap<String, Vec<u8>>>,
@@ -329,6 +333,8 @@ pub struct Bed {
     pub running: RunningAgent,
     /// Every sd_notify `STATUS=` line, in order.
     pub notified: Arc<Mutex<Vec<String>>>,
+    /// logind and the boot ID.
+    pub power: Arc<FakePower>,
 }
 
 impl Bed {
@@ -373,6 +379,7 @@ lock_file = "{root}/run/lock"
                 exe,
             },
             notified: Arc::default(),
+            power: Arc::default(),
             dir,
             settings,
             fetcher: Arc::new(FakeFetcher {
@@ -401,6 +408,7 @@ lock_file = "{root}/run/lock"
                 Arc::new(move |line: &str| notified.lock().unwrap().push(line.to_owned()))
             },
             running: self.running.clone(),
+            power: self.power.clone(),
         };
         Agent::open(self.settings.clone(), host).await.unwrap()
     }
@@ -495,6 +503,12 @@ lock_file = "{root}/run/lock"
             .find(|c| c.type_ == "Degraded")
             .unwrap();
         (c.status.clone(), c.reason.clone())
+    }
+
+    /// The node reboots: a new boot ID, the linked extensions merged at boot.
+    pub fn boot(&self) {
+        self.power.next_boot();
+        self.systemd.refresh_by_hand();
     }
 
     /// Installs v1 and returns the agent.

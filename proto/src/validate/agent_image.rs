@@ -33,6 +33,12 @@ pub(super) fn check_agent_update(
             "a release with agent restarts no unit: the agent restarts itself",
         );
     }
+    if content.reboots() {
+        out.invalid(
+            format!("{at}.activation.mode"),
+            "a release with agent is not activated by a reboot: the agent restarts itself",
+        );
+    }
     let checks = &content.health_checks;
     if !checks.units.is_empty()
         || !checks.http.is_empty()
@@ -147,6 +153,16 @@ mod tests {
         content.health_checks.node_ready = true;
         let found = problems(&content).expect("nodeReady refused");
         assert!(found.has("spec.healthChecks"), "{found}");
+    }
+
+    #[test]
+    fn an_agent_update_is_not_activated_by_a_reboot() {
+        let mut content = agent_update(image());
+        content.activation.mode = Some(crate::ActivationMode::Reboot);
+        let found = problems(&content).expect("refused");
+        assert!(found.has("spec.activation.mode"), "{found}");
+        content.activation.mode = Some(crate::ActivationMode::Restart);
+        assert_eq!(problems(&content), None);
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         path: None,
         members: vec![],
         max_extracted_size: None,
+        activation: None,
     };
     let started = Instant::now();
     let path = fetcher.fetch(&artifact, dir, &|_| {}).await?;
