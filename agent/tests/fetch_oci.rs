@@ -58,6 +58,7 @@ fn artifact(registry: &Registry, pushed: &Pushed) -> Artifact {
         path: None,
         members: vec![],
         max_extracted_size: None,
+        activation: None,
     }
 }
 
