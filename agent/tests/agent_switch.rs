@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use common::{Bed, Signer, bed_trusting};
 use inplace_agent::journal::Step;
+use inplace_agent::power::Power;
 use inplace_agent::self_update::{self, ClockReading, GuardPaths, Pending, Verdict};
 use inplace_agent::update::Agent;
 use inplace_proto::{NodeUpdatePlan, Phase};
@@ -149,7 +150,8 @@ async fn the_old_agent_arms_and_swaps_and_the_new_one_confirms_without_touching_
         .expect("armed on this boot's clock");
     assert_eq!(
         Some(&boot.boot_id),
-        self_update::deadline::read_boot_id().as_ref()
+        bed.power.boot_id().as_ref(),
+        "armed on the boot the agent opened in"
     );
     assert_eq!(link(&bed), armed.next_image);
     assert_eq!(std::fs::read_to_string(&armed.next_image).unwrap(), NEXT);
