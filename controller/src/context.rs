@@ -11,14 +11,14 @@ use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
-use crate::alert_gate::{AlertSource, PrometheusSettings};
-use crate::api_server_version::ApiServerVersion;
-use crate::cache_readiness::CachesReady;
-use crate::kured_lock::KuredSettings;
 use crate::metrics::Metrics;
-use crate::plans::RecentWrites;
-use crate::rollout_view::RolloutViews;
-use crate::status_pacing::StatusPacer;
+use crate::rollout::alert_gate::{AlertSource, PrometheusSettings};
+use crate::rollout::kured_lock::KuredSettings;
+use crate::rollout::plans::RecentWrites;
+use crate::rollout::status_pacing::StatusPacer;
+use crate::rollout::view::{RolloutViews, Sources};
+use crate::runtime::api_server_version::ApiServerVersion;
+use crate::runtime::cache_readiness::CachesReady;
 
 /// Tunables of the reconcilers.
 #[derive(Debug, Clone)]
@@ -93,6 +93,18 @@ pub struct Context {
 }
 
 impl Context {
+    /// What the rollouts' views are built from.
+    pub fn view_sources(&self) -> Sources<'_> {
+        Sources {
+            nodes: &self.nodes,
+            plans: &self.plans,
+            rollouts: &self.rollouts,
+            writes: &self.writes,
+            feed: &self.views.feed,
+            metrics: &self.metrics,
+        }
+    }
+
     /// The status this replica last wrote for `rollout`, if any.
     pub fn last_status(&self, rollout: &str) -> Option<NodeRolloutStatus> {
         self.written_status

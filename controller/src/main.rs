@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use inplace_controller::alert_gate::PrometheusSettings;
 use inplace_controller::context::ReconcileSettings;
-use inplace_controller::kured_lock::{KURED_RECHECK, KuredSettings};
-use inplace_controller::leader::LeaseSettings;
 use inplace_controller::metrics::Metrics;
-use inplace_controller::run::{Settings, run};
+use inplace_controller::rollout::alert_gate::PrometheusSettings;
+use inplace_controller::rollout::kured_lock::{KURED_RECHECK, KuredSettings};
+use inplace_controller::runtime::leader::LeaseSettings;
+use inplace_controller::runtime::run::{Settings, run};
 use k8s_openapi::jiff::SignedDuration;
 
 /// The controller decodes and drops hundreds of thousands of small objects per large
@@ -348,8 +348,8 @@ fn write_crds(out: Option<PathBuf>) -> anyhow::Result<()> {
 }
 
 fn release_from_sha256sums(args: FromSha256sums) -> anyhow::Result<()> {
-    use inplace_controller::release_fetch::{FetchSettings, MAX_SUMS_BYTES, fetch_text};
-    use inplace_controller::release_import::{self as import, ImportError, ReleaseOptions};
+    use inplace_controller::release::fetch::{FetchSettings, MAX_SUMS_BYTES, fetch_text};
+    use inplace_controller::release::import::{self as import, ImportError, ReleaseOptions};
     // The kind goes first so that scripts can match on it.
     let import_failed = |e: ImportError| anyhow::anyhow!("[{}] {e}", e.kind());
     let url = import::parse_sums_url(&args.url).map_err(import_failed)?;

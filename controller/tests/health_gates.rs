@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use inplace_controller::alert_gate::PrometheusSettings;
+use inplace_controller::rollout::alert_gate::PrometheusSettings;
 use inplace_proto::NodeRollout;
 use serde_json::json;
 use support::prometheus::{Answer, FakePrometheus};

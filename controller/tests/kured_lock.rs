@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use inplace_controller::kured_lock::KuredSettings;
+use inplace_controller::rollout::kured_lock::KuredSettings;
 use inplace_proto::Phase;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::jiff::SignedDuration;
@@ -25,7 +25,7 @@ use serde_json::json;
 use support::sim_agent::SimConfig;
 use support::*;
 
-fn settings() -> inplace_controller::run::Settings {
+fn settings() -> inplace_controller::runtime::run::Settings {
     let mut settings = test_settings();
     settings.reconcile.kured = Some(KuredSettings {
         namespace: "kube-system".into(),

@@ -10,8 +10,8 @@ mod support;
 
 use std::time::Duration;
 
-use inplace_controller::leader::LeaseSettings;
-use inplace_controller::run::Settings;
+use inplace_controller::runtime::leader::LeaseSettings;
+use inplace_controller::runtime::run::Settings;
 use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! A NodeRollout's health gates: what must hold in the cluster before a new activation
 //! starts. Types only; the controller asks Prometheus which alerts fire
-//! (`controller/src/alert_gate.rs`) and judges the answer (`controller/src/decision/health.rs`).
+//! (`controller/src/rollout/alert_gate.rs`) and judges the answer (`controller/src/decision/health.rs`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -1,13 +1,13 @@
 //! `kubectl inplace preview -f rollout.yaml`: what the controller would do with a
 //! NodeRollout, read from a file, against the cluster as it is — nothing written, nothing
-//! downloaded. The decision is the controller's own (`inplace_controller::preview`); this
+//! downloaded. The decision is the controller's own (`inplace_controller::rollout::preview`); this
 //! module reads the file, lists what the decision reads and draws the answer.
 
 use std::path::Path;
 
 use anyhow::Context as _;
 use inplace_controller::decision::asks_api_server;
-use inplace_controller::preview::{Cluster, Preview, preview};
+use inplace_controller::rollout::preview::{Cluster, Preview, preview};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;

@@ -5,7 +5,6 @@
 //! `spec.staging.maxConcurrent` nodes are staging.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use inplace_proto::rollout_slots::staging_slots;
 use inplace_proto::{DesiredState, Disruption, NodeRolloutSpec};
@@ -55,7 +54,7 @@ pub(super) fn node_actions(
                 && decision.actions.len() == actions_before
                 && written
                     .as_ref()
-                    .is_none_or(|p| p.revision.as_ref() != Some(&intent.revision));
+                    .is_none_or(|p| p.intent.revision != intent.revision);
             if starts_staging && staging_started == staging_limit {
                 deferred = true;
                 batch_full |= staging_started == batch;
@@ -111,7 +110,7 @@ fn staging_room(spec: &NodeRolloutSpec, owned: &[&NodeView], classified: &Classi
                 && node
                     .plan
                     .as_ref()
-                    .is_some_and(|p| p.revision.as_ref() == Some(&intent.revision))
+                    .is_some_and(|p| p.intent.revision == intent.revision)
         })
         .count();
     allowed.saturating_sub(staging_now)
@@ -178,16 +177,10 @@ fn cordon(node: &NodeView) -> NodeAction {
     }
 }
 
-/// The controller-owned fields a plan has after `intent` was applied (and no agent report).
+/// The plan as it stands after `intent` was applied (and no agent report).
 pub(crate) fn view_of(intent: &PlanIntent) -> PlanView {
     PlanView {
-        revision: Some(Arc::clone(&intent.revision)),
-        desired_state: intent.desired_state,
-        granted_at: intent.granted_at,
-        ready_since: intent.ready_since,
-        cordoned: intent.cordoned,
-        drain_timeout: intent.drain_timeout.clone(),
-        allow_downgrade: intent.allow_downgrade,
+        intent: intent.clone(),
         retry_pending: false,
         report: PlanReport::default(),
     }
@@ -195,14 +188,5 @@ pub(crate) fn view_of(intent: &PlanIntent) -> PlanView {
 
 /// Whether the plan as it stands differs from what the controller wants it to say.
 fn plan_differs(plan: Option<&PlanView>, intent: &PlanIntent) -> bool {
-    let Some(plan) = plan else {
-        return true;
-    };
-    plan.revision.as_ref() != Some(&intent.revision)
-        || plan.desired_state != intent.desired_state
-        || plan.granted_at != intent.granted_at
-        || plan.ready_since != intent.ready_since
-        || plan.cordoned != intent.cordoned
-        || plan.drain_timeout != intent.drain_timeout
-        || plan.allow_downgrade != intent.allow_downgrade
+    plan.is_none_or(|plan| plan.intent != *intent)
 }

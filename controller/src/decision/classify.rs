@@ -17,7 +17,7 @@ use super::{EventNote, NodeState, NodeView, PlanIntent, PlanView, RolloutInput};
 /// it, [`Outcome`]) and the controller's own annotations. `None` when the plan is for
 /// another revision.
 pub(crate) fn classify(plan: &PlanView, revision: &Arc<str>) -> Option<NodeState> {
-    if plan.revision.as_ref() != Some(revision) {
+    if plan.intent.revision != *revision {
         return None;
     }
     let report = &plan.report;
@@ -25,7 +25,7 @@ pub(crate) fn classify(plan: &PlanView, revision: &Arc<str>) -> Option<NodeState
     if outcome == Outcome::Reached {
         return Some(NodeState::Succeeded);
     }
-    if let Some(timed_out) = &plan.drain_timeout {
+    if let Some(timed_out) = &plan.intent.drain_timeout {
         return Some(timed_out.state());
     }
     if let Outcome::Failed(phase) = outcome {
@@ -45,7 +45,7 @@ pub(crate) fn classify(plan: &PlanView, revision: &Arc<str>) -> Option<NodeState
                 .unwrap_or_else(|| format!("the agent reports {phase:?}")),
         });
     }
-    if plan.granted_at.is_some() {
+    if plan.intent.granted_at.is_some() {
         return Some(NodeState::Updating);
     }
     if outcome == Outcome::Working(Phase::Staged) {
@@ -198,14 +198,14 @@ fn intent_for(
     plan: Option<&PlanView>,
     revision: &Arc<str>,
 ) -> PlanIntent {
-    let current = plan.filter(|p| p.revision.as_ref() == Some(revision));
+    let current = plan.filter(|p| p.intent.revision == *revision);
     PlanIntent {
         revision: Arc::clone(revision),
-        desired_state: current.map_or(DesiredState::Staged, |p| p.desired_state),
-        granted_at: current.and_then(|p| p.granted_at),
-        ready_since: current.and_then(|p| p.ready_since),
-        cordoned: plan.is_some_and(|p| p.cordoned),
-        drain_timeout: current.and_then(|p| p.drain_timeout.clone()),
+        desired_state: current.map_or(DesiredState::Staged, |p| p.intent.desired_state),
+        granted_at: current.and_then(|p| p.intent.granted_at),
+        ready_since: current.and_then(|p| p.intent.ready_since),
+        cordoned: plan.is_some_and(|p| p.intent.cordoned),
+        drain_timeout: current.and_then(|p| p.intent.drain_timeout.clone()),
         allow_downgrade: input.spec.allow_downgrade,
     }
 }

@@ -53,10 +53,10 @@ pub fn needs_drain_pass(spec: &NodeRolloutSpec, release: &ReleaseState, node: &N
     rollout_drains(spec)
         && node.ownership == Ownership::Ours
         && node.unschedulable
-        && plan.revision.as_ref() == Some(revision)
-        && plan.granted_at.is_some()
-        && plan.drain_timeout.is_none()
-        && plan.desired_state == DesiredState::Staged
+        && plan.intent.revision == *revision
+        && plan.intent.granted_at.is_some()
+        && plan.intent.drain_timeout.is_none()
+        && plan.intent.desired_state == DesiredState::Staged
         && !node.steering.hold
         && !node.steering.skip
         && !matches!(classify(plan, revision), Some(NodeState::Failed { .. }))
@@ -77,7 +77,7 @@ pub fn drain_pass_options(
         .map(Selector::try_from)
         .transpose()
         .map_err(|e| format!("spec.drain.podSelector: {e}"))?;
-    let granted_at = node.plan.as_ref().and_then(|p| p.granted_at);
+    let granted_at = node.plan.as_ref().and_then(|p| p.intent.granted_at);
     Ok(DrainOptions {
         keep,
         grace_period_seconds: spec

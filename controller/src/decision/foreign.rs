@@ -65,7 +65,7 @@ fn disrupted_by_others(
     count: bool,
     kured_holder: Option<&str>,
 ) -> Option<ForeignDisruption> {
-    let our_cordon = node.plan.as_ref().is_some_and(|p| p.cordoned);
+    let our_cordon = node.plan.as_ref().is_some_and(|p| p.intent.cordoned);
     let cordoned = (count && node.unschedulable && !our_cordon).then_some("cordoned".to_owned());
     let not_ready = match &node.readiness {
         Readiness::NotReady { why } if count => Some(format!("NotReady ({why})")),

@@ -6,7 +6,7 @@
 //!   one is touched, whatever `maxFailures` says, because the agent's own health checks
 //!   passed on it;
 //! - no alert listed in `spec.gates.alerts` may fire. Prometheus is asked by the I/O side
-//!   (`alert_gate.rs`); the decision gets its answer, or why there is none, and an answer
+//!   (`rollout/alert_gate.rs`); the decision gets its answer, or why there is none, and an answer
 //!   it does not have (no Prometheus configured, down, too slow, not its JSON) blocks.
 
 use std::collections::BTreeSet;

@@ -1,15 +1,13 @@
 //! What the decision reads: the release, the selected nodes with their plans and the
-//! agent's reports, reduced to plain data by `rollout_view` and `plans`.
+//! agent's reports, reduced to plain data by `rollout::view` and `plans`.
 
 use std::sync::Arc;
 
-use inplace_proto::{
-    AgentReport, DesiredState, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase, Steering,
-};
+use inplace_proto::{AgentReport, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase, Steering};
 use k8s_openapi::jiff::Timestamp;
 
 use super::kured::KuredView;
-use super::{AlertObservation, DrainProgress, Readiness, ScaleDownMark};
+use super::{AlertObservation, DrainProgress, PlanIntent, Readiness, ScaleDownMark};
 
 /// The rollout's release, as far as the rollout is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +22,7 @@ pub enum ReleaseState {
     /// The release is valid and has this revision.
     Valid {
         /// `revision_of(release.spec.content)`, shared with the plans' views that name it
-        /// (`rollout_view::revisions`), so comparing them is a pointer comparison.
+        /// (`rollout::view::revisions`), so comparing them is a pointer comparison.
         revision: Arc<str>,
     },
 }
@@ -81,22 +79,12 @@ impl PlanReport {
 /// agent's report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanView {
-    /// `spec.revision`. Revisions are `Arc<str>` so that the view can share one copy of
-    /// each among all plans (`rollout_view::revisions`): the decision compares every
-    /// node's revisions every round, and `Arc`'s `==` compares the pointers first.
-    pub revision: Option<Arc<str>>,
-    /// `spec.desiredState`.
-    pub desired_state: DesiredState,
-    /// [`GRANTED_ANNOTATION`](super::GRANTED_ANNOTATION).
-    pub granted_at: Option<Timestamp>,
-    /// [`READY_SINCE_ANNOTATION`](super::READY_SINCE_ANNOTATION).
-    pub ready_since: Option<Timestamp>,
-    /// [`CORDONED_ANNOTATION`](super::CORDONED_ANNOTATION).
-    pub cordoned: bool,
-    /// [`DRAIN_TIMEOUT_ANNOTATION`](super::DRAIN_TIMEOUT_ANNOTATION) or [`DRAIN_SKIPPED_ANNOTATION`](super::DRAIN_SKIPPED_ANNOTATION).
-    pub drain_timeout: Option<DrainTimedOut>,
-    /// `spec.allowDowngrade`.
-    pub allow_downgrade: bool,
+    /// The controller-owned part, as the plan says it. A hand-written plan that names no
+    /// `spec.revision` has an empty one here (no release's revision is empty). Revisions
+    /// are `Arc<str>` so that the view can share one copy of each among all plans
+    /// (`rollout::view::revisions`): the decision compares every node's revisions every
+    /// round, and `Arc`'s `==` compares the pointers first.
+    pub intent: PlanIntent,
     /// A person's retry token (`inplace.dev/retry`) the agent has not honoured yet
     /// (`status.retryHonoured` does not show it): `steer::retry`.
     pub retry_pending: bool,
@@ -148,7 +136,7 @@ pub struct NodeView {
     /// (`foreign.rs`) whether or not the rollout counts others' disruption.
     pub rebooted_by: Option<&'static str>,
     /// Which version of the node's view this is: the rollout's kept view gives every view
-    /// it builds a number it never gave before (`rollout_view.rs`), so the same number
+    /// it builds a number it never gave before (`rollout/view.rs`), so the same number
     /// means the same node and view, and the decision reuses what it found for it last
     /// round (`memo.rs`). 0: not numbered, never reused.
     pub version: u64,
@@ -188,7 +176,7 @@ pub enum NodeOrder {
     /// Any order: the decision sorts them.
     Any,
     /// Already in activation order ([`super::activation_order`]), as a rollout's kept
-    /// view holds them (`rollout_view.rs`): the decision does not compare every adjacent
+    /// view holds them (`rollout/view.rs`): the decision does not compare every adjacent
     /// pair of names again to find the order it has (a tenth of the controller's CPU in a
     /// 10,000-node rollout of 100 slots, docs/design/scale-history.md § What the runs found).
     Activation,

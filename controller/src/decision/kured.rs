@@ -16,7 +16,7 @@
 //! under its own holder name ([`holder_id`], never a node's name: kured's daemon on a node
 //! releases, and uncordons, a lock it finds in its node's name when it starts), so no kured
 //! daemon reboots a node meanwhile; while a kured daemon holds it, the rollout grants no
-//! activation (reason `RebootLockHeld`). This module decides; `kured_lock.rs` reads and
+//! activation (reason `RebootLockHeld`). This module decides; `rollout/kured_lock.rs` reads and
 //! writes the DaemonSet.
 
 use inplace_proto::reason::Reason;

@@ -24,7 +24,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::classify::{Classified, NodeClass};
 use super::{NodeState, NodeView, PlanIntent};
 
-/// The memo of one rollout, kept between its rounds (`rollout_view.rs`).
+/// The memo of one rollout, kept between its rounds (`rollout/view.rs`).
 #[derive(Debug, Default)]
 pub struct DecisionMemo {
     basis: Option<Basis>,

@@ -6,7 +6,7 @@
 //! Nothing here performs I/O, so every rule of the rollout — slots never exceeded,
 //! control-plane nodes first and one at a time, pause, halt past `maxFailures`, drain
 //! timeouts, ownership — is unit-tested directly. `docs/design/controller.md` describes the
-//! rules; `rollout_controller` gathers the inputs and carries out the actions.
+//! rules; `rollout::controller` gathers the inputs and carries out the actions.
 //!
 //! A release the skew guard refuses (`version_skew.rs`: a kubelet newer than the API
 //! server, a skipped minor version, a downgrade) touches no node. Otherwise
@@ -110,7 +110,7 @@ pub const STAGING_REQUEUE: StdDuration = StdDuration::ZERO;
 pub use inplace_drain::DrainProgress;
 
 /// The controller-owned part of a plan: what the controller applies.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanIntent {
     /// `spec.revision` (the content is copied from the release alongside). Shared: every
     /// owned node's intent names the same revision, and a round builds one per node.

@@ -72,5 +72,5 @@ pub(super) fn leaves_plan_alone(node: &NodeView, state: &NodeState, revision: &A
         && node
             .plan
             .as_ref()
-            .is_none_or(|p| p.revision.as_ref() != Some(revision))
+            .is_none_or(|p| p.intent.revision != *revision)
 }

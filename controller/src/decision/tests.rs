@@ -79,13 +79,15 @@ fn report(phase: Phase, target: &str, current: Option<&str>) -> PlanReport {
 
 fn plan(desired: DesiredState, report: PlanReport) -> PlanView {
     PlanView {
-        revision: Some(REV.into()),
-        desired_state: desired,
-        granted_at: None,
-        ready_since: None,
-        cordoned: false,
-        drain_timeout: None,
-        allow_downgrade: false,
+        intent: PlanIntent {
+            revision: REV.into(),
+            desired_state: desired,
+            granted_at: None,
+            ready_since: None,
+            cordoned: false,
+            drain_timeout: None,
+            allow_downgrade: false,
+        },
         retry_pending: false,
         report,
     }
@@ -106,7 +108,7 @@ fn activating(mut n: NodeView) -> NodeView {
         DesiredState::Active,
         report(Phase::Activating, REV, Some(OLD)),
     );
-    p.granted_at = Some(t(0));
+    p.intent.granted_at = Some(t(0));
     n.plan = Some(p);
     n
 }
@@ -116,7 +118,7 @@ fn succeeded(mut n: NodeView) -> NodeView {
         DesiredState::Active,
         report(Phase::Succeeded, REV, Some(REV)),
     );
-    p.granted_at = Some(t(0));
+    p.intent.granted_at = Some(t(0));
     n.plan = Some(p);
     n
 }
@@ -126,7 +128,7 @@ fn failed(mut n: NodeView, phase: Phase, reason: &str) -> NodeView {
     r.reason = Some(reason.into());
     r.message = Some(format!("{reason} on {}", n.name));
     let mut p = plan(DesiredState::Active, r);
-    p.granted_at = Some(t(0));
+    p.intent.granted_at = Some(t(0));
     n.plan = Some(p);
     n
 }
@@ -215,8 +217,8 @@ fn draining(name: &str, granted_at: i64) -> NodeView {
         ours: true,
     };
     let p = n.plan.as_mut().unwrap();
-    p.granted_at = Some(t(granted_at));
-    p.cordoned = true;
+    p.intent.granted_at = Some(t(granted_at));
+    p.intent.cordoned = true;
     n
 }
 
@@ -225,12 +227,12 @@ fn carry_out(v: &mut NodeView, action: &NodeAction) {
     match action {
         NodeAction::ApplyPlan { intent, .. } => {
             let p = v.plan.get_or_insert_with(PlanView::default);
-            p.revision = Some(std::sync::Arc::clone(&intent.revision));
-            p.desired_state = intent.desired_state;
-            p.granted_at = intent.granted_at;
-            p.ready_since = intent.ready_since;
-            p.cordoned = intent.cordoned;
-            p.drain_timeout = intent.drain_timeout.clone();
+            p.intent.revision = std::sync::Arc::clone(&intent.revision);
+            p.intent.desired_state = intent.desired_state;
+            p.intent.granted_at = intent.granted_at;
+            p.intent.ready_since = intent.ready_since;
+            p.intent.cordoned = intent.cordoned;
+            p.intent.drain_timeout = intent.drain_timeout.clone();
         }
         NodeAction::Cordon { .. } => v.unschedulable = true,
         NodeAction::Uncordon { .. } => v.unschedulable = false,

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use inplace_controller::context::ReconcileSettings;
 use inplace_controller::metrics::Metrics;
-use inplace_controller::run::{Settings, run};
+use inplace_controller::runtime::run::{Settings, run};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
 use inplace_tests::test_api::{TestApi, packaging};
 use k8s_openapi::api::core::v1::Node;

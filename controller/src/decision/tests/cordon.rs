@@ -28,7 +28,7 @@ fn uncordon_after_success_only_when_we_cordoned() {
     s.disruption = Disruption::Cordon;
     let mut ours = succeeded(node("a"));
     ours.unschedulable = true;
-    ours.plan.as_mut().unwrap().cordoned = true;
+    ours.plan.as_mut().unwrap().intent.cordoned = true;
     let mut theirs = succeeded(node("b"));
     theirs.unschedulable = true;
     let d = decide(&input(&s, vec![ours, theirs]));
@@ -64,13 +64,13 @@ fn rollback_failed_keeps_the_cordon() {
     s.disruption = Disruption::Cordon;
     let mut n = failed(node("a"), Phase::Failed, "RollbackFailed");
     n.unschedulable = true;
-    n.plan.as_mut().unwrap().cordoned = true;
+    n.plan.as_mut().unwrap().intent.cordoned = true;
     let d = decide(&input(&s, vec![n]));
     assert!(d.actions.is_empty(), "{:?}", d.actions);
 
     let mut n = failed(node("a"), Phase::RolledBack, "HealthCheckFailed");
     n.unschedulable = true;
-    n.plan.as_mut().unwrap().cordoned = true;
+    n.plan.as_mut().unwrap().intent.cordoned = true;
     let d = decide(&input(&s, vec![n]));
     assert_eq!(d.actions[0], NodeAction::Uncordon { node: "a".into() });
 }

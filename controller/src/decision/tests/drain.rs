@@ -128,8 +128,8 @@ fn a_recorded_skip_stays_skipped_and_the_rollout_completes_around_it() {
     let s = drain_spec(OnDrainTimeout::Skip, false, 0);
     let mut a = staged(node("a"));
     let p = a.plan.as_mut().unwrap();
-    p.granted_at = Some(t(0));
-    p.drain_timeout = Some(DrainTimedOut {
+    p.intent.granted_at = Some(t(0));
+    p.intent.drain_timeout = Some(DrainTimedOut {
         message: "node a not drained within 60s".into(),
         skipped: true,
     });
@@ -154,7 +154,7 @@ fn a_recorded_skip_stays_skipped_and_the_rollout_completes_around_it() {
     let mut i = input(&s, vec![]);
     i.previous = Some(&previous);
     let mut a = staged(node("a"));
-    a.plan.as_mut().unwrap().drain_timeout = Some(DrainTimedOut {
+    a.plan.as_mut().unwrap().intent.drain_timeout = Some(DrainTimedOut {
         message: "m".into(),
         skipped: true,
     });
@@ -296,8 +296,8 @@ fn a_recorded_drain_timeout_stays_a_failure() {
     s.disruption = Disruption::Drain;
     let mut n = staged(node("a"));
     let p = n.plan.as_mut().unwrap();
-    p.granted_at = Some(t(0));
-    p.drain_timeout = Some(DrainTimedOut {
+    p.intent.granted_at = Some(t(0));
+    p.intent.drain_timeout = Some(DrainTimedOut {
         message: "not drained".into(),
         skipped: false,
     });
@@ -328,7 +328,7 @@ fn drain_pass_only_for_cordoned_slot_holders_waiting_to_activate() {
     uncordoned.unschedulable = false;
     assert!(!needs_drain_pass(&s, &valid, &uncordoned));
     let mut active = n.clone();
-    active.plan.as_mut().unwrap().desired_state = DesiredState::Active;
+    active.plan.as_mut().unwrap().intent.desired_state = DesiredState::Active;
     assert!(!needs_drain_pass(&s, &valid, &active));
     assert!(!needs_drain_pass(&s, &valid, &staged(node("b"))), "no slot");
     let mut theirs = n.clone();

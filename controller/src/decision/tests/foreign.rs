@@ -113,7 +113,7 @@ fn a_cordon_both_inplace_and_a_person_want_is_counted_once() {
     let mut s = spec(IntOrString::Int(1), 0);
     s.disruption = Disruption::Cordon;
     let mut done = cordoned_by_a_person(succeeded(node("worker-1")));
-    done.plan.as_mut().unwrap().cordoned = true;
+    done.plan.as_mut().unwrap().intent.cordoned = true;
     let d = decide(&input(&s, vec![done, staged(node("worker-2"))]));
     assert!(d.status.foreign_disruptions.is_empty());
     assert_eq!(granted(&d), ["worker-2"]);

@@ -39,7 +39,7 @@ fn agent_step(view: &mut NodeView, fails: bool) {
         return;
     };
     let r = &mut plan.report;
-    let next = match (r.phase, plan.desired_state) {
+    let next = match (r.phase, plan.intent.desired_state) {
         (None, _) => Phase::Staged,
         (Some(Phase::Staged), DesiredState::Active) => Phase::Activating,
         (Some(Phase::Activating), _) if fails => Phase::RolledBack,
@@ -47,9 +47,9 @@ fn agent_step(view: &mut NodeView, fails: bool) {
         _ => return,
     };
     r.phase = Some(next);
-    r.target_revision = plan.revision.clone();
+    r.target_revision = Some(plan.intent.revision.clone());
     if next == Phase::Succeeded {
-        r.current_revision = plan.revision.clone();
+        r.current_revision = Some(plan.intent.revision.clone());
     }
 }
 

@@ -13,7 +13,7 @@ fn a_degraded_node_that_runs_the_revision_is_failed_and_stays_cordoned() {
     let mut n = failed(node("a"), Phase::Failed, "RollbackFailed");
     n.unschedulable = true;
     let p = n.plan.as_mut().unwrap();
-    p.cordoned = true;
+    p.intent.cordoned = true;
     p.report.current_revision = Some(REV.into());
     p.report.degraded = true;
     let d = decide(&input(&s, vec![n]));
@@ -46,8 +46,8 @@ fn a_failure_reported_for_an_older_generation_of_the_plan_does_not_count() {
     let s = spec(IntOrString::Int(1), 0);
     let mut n = failed(node("a"), Phase::Failed, "DowngradeDenied");
     let p = n.plan.as_mut().unwrap();
-    p.granted_at = None;
-    p.desired_state = DesiredState::Staged;
+    p.intent.granted_at = None;
+    p.intent.desired_state = DesiredState::Staged;
     p.report.observed_generation = Some(2);
     p.report.plan_generation = Some(3);
     let d = decide(&input(&s, vec![n]));

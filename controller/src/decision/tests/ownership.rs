@@ -68,7 +68,7 @@ fn ownership_resolution() {
 fn a_new_revision_restages_and_drops_the_old_grant() {
     let s = spec(IntOrString::Int(1), 0);
     let mut n = succeeded(node("a"));
-    n.plan.as_mut().unwrap().revision = Some(OLD.into());
+    n.plan.as_mut().unwrap().intent.revision = OLD.into();
     n.plan.as_mut().unwrap().report = report(Phase::Succeeded, OLD, Some(OLD));
     let d = decide(&input(&s, vec![n]));
     let a = applies(&d);
@@ -95,7 +95,7 @@ fn a_node_busy_with_an_old_revision_holds_a_slot() {
         DesiredState::Staged,
         report(Phase::RollingBack, OLD, Some(OLD)),
     );
-    p.revision = Some(REV.into());
+    p.intent.revision = REV.into();
     busy.plan = Some(p);
     let d = decide(&input(&s, vec![busy, staged(node("b"))]));
     assert!(granted(&d).is_empty());

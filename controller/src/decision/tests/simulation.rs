@@ -41,7 +41,7 @@ impl SimPolicy {
     /// Whether `plan` holds a slot at `now` by the timing rules: granted and not past its
     /// deadline while not final, or soaking after success.
     fn holds_slot(&self, plan: &PlanView, now: Timestamp) -> bool {
-        let Some(granted) = plan.granted_at else {
+        let Some(granted) = plan.intent.granted_at else {
             return false;
         };
         let within = |secs: u64, since: Timestamp| {
@@ -51,9 +51,12 @@ impl SimPolicy {
         };
         if plan.report.phase == Some(Phase::Succeeded) {
             let soak = u64::try_from(self.min_ready_seconds).unwrap();
-            return plan.ready_since.is_some_and(|since| within(soak, since));
+            return plan
+                .intent
+                .ready_since
+                .is_some_and(|since| within(soak, since));
         }
-        plan.desired_state == DesiredState::Active
+        plan.intent.desired_state == DesiredState::Active
             && !plan.report.phase.is_some_and(Phase::is_final)
             && self.deadline.is_none_or(|d| within(d, granted))
     }
@@ -119,7 +122,7 @@ fn simulate(
             if n.stalls && r.phase == Some(Phase::Activating) {
                 continue;
             }
-            let next = match (r.phase, plan.desired_state) {
+            let next = match (r.phase, plan.intent.desired_state) {
                 (None, _) => Some(Phase::Downloading),
                 (Some(Phase::Downloading), _) => Some(Phase::Staged),
                 (Some(Phase::Staged), DesiredState::Active) => Some(Phase::Activating),
@@ -130,9 +133,9 @@ fn simulate(
             };
             if let Some(phase) = next {
                 r.phase = Some(phase);
-                r.target_revision = plan.revision.clone();
+                r.target_revision = Some(plan.intent.revision.clone());
                 if phase == Phase::Succeeded {
-                    r.current_revision = plan.revision.clone();
+                    r.current_revision = Some(plan.intent.revision.clone());
                 }
                 if phase == Phase::RolledBack {
                     r.reason = Some("HealthCheckFailed".into());
@@ -204,7 +207,11 @@ fn simulate(
             assert_eq!(activating.len(), 1, "a control-plane node activates alone");
         }
         let workers_started = nodes.iter().any(|n| {
-            !n.view.control_plane && n.view.plan.as_ref().is_some_and(|p| p.granted_at.is_some())
+            !n.view.control_plane
+                && n.view
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.intent.granted_at.is_some())
         });
         let past_deadline = failed_past_deadline(Some(&d.status));
         let cp_unfinished = nodes.iter().any(|n| {

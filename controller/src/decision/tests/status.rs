@@ -33,7 +33,7 @@ fn an_agent_failure_without_a_condition_still_has_a_reason() {
         DesiredState::Active,
         report(Phase::RolledBack, REV, Some(OLD)),
     );
-    p.granted_at = Some(t(0));
+    p.intent.granted_at = Some(t(0));
     n.plan = Some(p);
     let d = decide(&input(&s, vec![n]));
     assert_eq!(d.status.failed_nodes[0].reason, "RolledBack");

@@ -17,8 +17,8 @@ fn draining_granted(name: &str) -> NodeView {
     let mut n = staged(node(name));
     n.unschedulable = true;
     let p = n.plan.as_mut().unwrap();
-    p.granted_at = Some(t(0));
-    p.cordoned = true;
+    p.intent.granted_at = Some(t(0));
+    p.intent.cordoned = true;
     n
 }
 
@@ -223,7 +223,7 @@ fn a_held_node_whose_drain_runs_is_uncordoned_and_its_grant_forgotten() {
 fn a_skipped_node_keeps_its_plan_on_the_revision_it_runs() {
     let s = spec(IntOrString::Int(1), 0);
     let mut on_old = staged(node("a"));
-    on_old.plan.as_mut().unwrap().revision = Some(OLD.into());
+    on_old.plan.as_mut().unwrap().intent.revision = OLD.into();
     let d = decide(&input(&s, vec![skipped(on_old), skipped(node("b"))]));
     assert!(applies(&d).is_empty(), "{:?}", d.actions);
     assert_eq!(d.status.nodes.skipped, 2);
@@ -271,7 +271,7 @@ fn retried(mut n: NodeView) -> NodeView {
 /// A failed node with a drain that timed out (`inplace.dev/drain-timeout`), still cordoned.
 fn drain_timed_out(name: &str) -> NodeView {
     let mut n = draining_granted(name);
-    n.plan.as_mut().unwrap().drain_timeout = Some(DrainTimedOut {
+    n.plan.as_mut().unwrap().intent.drain_timeout = Some(DrainTimedOut {
         message: "pod p left".into(),
         skipped: false,
     });

@@ -156,7 +156,7 @@ fn a_node_past_its_progress_deadline_is_failed_and_its_slot_released() {
         let mut a = activating(node("a"));
         a.unschedulable = true;
         let plan = a.plan.as_mut().unwrap();
-        plan.cordoned = true;
+        plan.intent.cordoned = true;
         let current = (phase == Phase::Succeeded).then_some(REV).or(Some(OLD));
         plan.report = report(phase, REV, current);
         let d = decide(&input(&s, vec![a, staged(node("b"))]));
@@ -222,7 +222,7 @@ fn the_deadline_counts_from_the_grant_annotation() {
     s.progress_deadline = Some(Duration::from_secs(60));
     s.drain_timeout = shorter_than_every_deadline();
     let mut a = activating(node("a"));
-    a.plan.as_mut().unwrap().granted_at = Some(t(50));
+    a.plan.as_mut().unwrap().intent.granted_at = Some(t(50));
     let d = decide(&input(&s, vec![a.clone(), staged(node("b"))]));
     assert!(d.status.failed_nodes.is_empty());
     assert_eq!(d.requeue_after, Some(StdDuration::from_secs(10)));
@@ -236,7 +236,7 @@ fn the_deadline_counts_from_the_grant_annotation() {
 /// waits for one.
 fn soaked_input(s: &NodeRolloutSpec, ready_since: Option<i64>) -> Decision {
     let mut a = succeeded(node("a"));
-    a.plan.as_mut().unwrap().ready_since = ready_since.map(t);
+    a.plan.as_mut().unwrap().intent.ready_since = ready_since.map(t);
     let previous = NodeRolloutStatus {
         active_nodes: vec!["a".into()],
         ..NodeRolloutStatus::default()
@@ -303,7 +303,7 @@ fn a_node_that_ran_the_revision_without_a_grant_does_not_soak() {
     let mut s = spec(IntOrString::Int(1), 0);
     s.min_ready_seconds = 30;
     let mut a = succeeded(node("a"));
-    a.plan.as_mut().unwrap().granted_at = None;
+    a.plan.as_mut().unwrap().intent.granted_at = None;
     let d = decide(&input(&s, vec![a, staged(node("b"))]));
     assert_eq!(granted(&d), vec!["b"]);
 }
@@ -313,7 +313,7 @@ fn a_soaking_control_plane_node_keeps_the_next_one_waiting() {
     let mut s = spec(IntOrString::Int(3), 0);
     s.min_ready_seconds = 30;
     let mut a = succeeded(cp("cp-a"));
-    a.plan.as_mut().unwrap().ready_since = Some(t(90));
+    a.plan.as_mut().unwrap().intent.ready_since = Some(t(90));
     let d = decide(&input(&s, vec![a, staged(cp("cp-b")), staged(node("w"))]));
     assert_eq!(
         grants_at(&d),

@@ -59,7 +59,7 @@ fn a_soaking_node_holds_its_zone() {
     let mut s = spread_spec(3, 1);
     s.min_ready_seconds = 30;
     let mut a = succeeded(in_zone("z1", node("a")));
-    a.plan.as_mut().unwrap().ready_since = Some(t(90));
+    a.plan.as_mut().unwrap().intent.ready_since = Some(t(90));
     let previous = NodeRolloutStatus {
         active_nodes: vec!["a".into()],
         ..NodeRolloutStatus::default()

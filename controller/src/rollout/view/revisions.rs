@@ -40,8 +40,8 @@ impl Revisions {
         let Some(plan) = &mut view.plan else {
             return;
         };
+        self.share(&mut plan.intent.revision);
         for revision in [
-            &mut plan.revision,
             &mut plan.report.target_revision,
             &mut plan.report.current_revision,
         ]
@@ -69,7 +69,7 @@ impl Revisions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::{NodeView, Ownership, PlanReport, PlanView, Readiness};
+    use crate::decision::{NodeView, Ownership, PlanIntent, PlanReport, PlanView, Readiness};
     use inplace_proto::Steering;
 
     fn node(revision: &str, current: &str) -> NodeView {
@@ -81,7 +81,10 @@ mod tests {
             readiness: Readiness::Ready,
             ownership: Ownership::Ours,
             plan: Some(PlanView {
-                revision: Some(revision.into()),
+                intent: PlanIntent {
+                    revision: revision.into(),
+                    ..PlanIntent::default()
+                },
                 report: PlanReport {
                     target_revision: Some(revision.into()),
                     current_revision: Some(current.into()),
@@ -113,7 +116,7 @@ mod tests {
         revisions.share_node(&mut b);
         assert_eq!(a, unshared);
         let (pa, pb) = (a.plan.unwrap(), b.plan.unwrap());
-        assert!(Arc::ptr_eq(pa.revision.as_ref().unwrap(), new));
+        assert!(Arc::ptr_eq(&pa.intent.revision, new));
         assert!(Arc::ptr_eq(
             pa.report.target_revision.as_ref().unwrap(),
             new

@@ -9,15 +9,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use inplace_proto::{NodeRollout, NodeRolloutSpec, Steering};
+use inplace_proto::{NodeRollout, NodeRolloutSpec, NodeUpdatePlan, Steering};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::context::Context;
 use crate::decision::fluo;
 use crate::decision::kured::KuredView;
 use crate::decision::{
@@ -25,7 +24,8 @@ use crate::decision::{
     activation_order, resolve_ownership,
 };
 use crate::error::{Error, Result};
-use crate::plans::plan_owner;
+use crate::metrics::Metrics;
+use crate::rollout::plans::{RecentWrites, plan_owner};
 
 mod revisions;
 use revisions::Revisions;
@@ -35,6 +35,24 @@ use revisions::Revisions;
 #[derive(Debug, Default)]
 pub struct ChangeFeed {
     pending: Mutex<HashMap<String, Pending>>,
+}
+
+/// What a view is built from: the watch caches, the controller's writes not yet in them,
+/// and the feed of what changed (the reconcile's `Context` lends them; the view does not
+/// know the rest of it).
+pub struct Sources<'a> {
+    /// Every Node.
+    pub nodes: &'a Store<Node>,
+    /// Every NodeUpdatePlan.
+    pub plans: &'a Store<NodeUpdatePlan>,
+    /// Every NodeRollout (a node belongs to the oldest that selects it).
+    pub rollouts: &'a Store<NodeRollout>,
+    /// Plans written but maybe not in the cache yet.
+    pub writes: &'a RecentWrites,
+    /// What changed since each rollout's last round.
+    pub feed: &'a ChangeFeed,
+    /// Counts the views built.
+    pub metrics: &'a Metrics,
 }
 
 /// What changed for one rollout since its last round.
@@ -156,7 +174,7 @@ pub struct LastRound {
     /// When the decision asked to be looked at again (a drain, a window, a soak, a
     /// deadline, the next staging batch, or the resync period).
     pub wake_at: Instant,
-    /// When the rollout may decide again ([`crate::round_pacing`]).
+    /// When the rollout may decide again ([`crate::rollout::round_pacing`]).
     pub next_round_at: Instant,
     /// kured's lock as that round read it (`None`: not shared with kured).
     pub kured: Option<KuredView>,
@@ -193,9 +211,9 @@ pub struct Refreshed {
 impl RolloutView {
     /// Brings the view up to date with the caches: every node when the rollouts, this
     /// rollout's spec or a relist call for it, else only the nodes the feed names.
-    pub fn refresh(&mut self, rollout: &NodeRollout, ctx: &Context) -> Result<Refreshed> {
+    pub fn refresh(&mut self, rollout: &NodeRollout, ctx: &Sources) -> Result<Refreshed> {
         let name = rollout.name_any();
-        let pending = ctx.views.feed.take(&name);
+        let pending = ctx.feed.take(&name);
         let key = ViewKey {
             uid: rollout.metadata.uid.clone(),
             generation: rollout.metadata.generation,
@@ -334,7 +352,7 @@ enum Change {
 }
 
 /// Builds one node's view for one rollout: the round's (from the watch caches) and the
-/// preview's (from listed objects, `preview.rs`).
+/// preview's (from listed objects, `rollout/preview.rs`).
 pub(crate) struct ViewBuilder<'a> {
     name: String,
     spec: &'a NodeRolloutSpec,
@@ -362,7 +380,7 @@ impl<'a> ViewBuilder<'a> {
 
     /// The node as the decision sees it, and its uid; `None` when the rollout does not
     /// select it.
-    fn build(&self, node: &Node, ctx: &Context) -> Result<Option<(NodeView, String)>> {
+    fn build(&self, node: &Node, ctx: &Sources) -> Result<Option<(NodeView, String)>> {
         if !self.selects(node) {
             return Ok(None);
         }
@@ -413,14 +431,14 @@ impl<'a> ViewBuilder<'a> {
             control_plane: labels.contains_key(CONTROL_PLANE_LABEL),
             topology: topology_group(self.spec, labels),
             unschedulable: unschedulable(node),
-            readiness: crate::node_readiness::readiness(node),
+            readiness: crate::rollout::node_readiness::readiness(node),
             name: node.name_any(),
             ownership,
             plan,
             drain: None,
             steering: Steering::of(node.metadata.annotations.as_ref()),
             scale_down: ScaleDownMark::of(node.metadata.annotations.as_ref()),
-            kubelet_version: crate::node_readiness::kubelet_version(node),
+            kubelet_version: crate::rollout::node_readiness::kubelet_version(node),
             rebooted_by: fluo::rebooting(labels, node.metadata.annotations.as_ref())
                 .then_some(fluo::FLUO),
             version: 0,

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use url::Url;
 
 use crate::decision::AlertObservation;
-use crate::release_fetch::{build_client, chain};
+use crate::release::fetch::{build_client, chain};
 
 /// The largest answer read: thousands of alerts with their labels and annotations fit
 /// well below it; past it, the gate is unavailable rather than the controller's memory.

@@ -27,13 +27,16 @@ pub fn plan_view(plan: &NodeUpdatePlan) -> PlanView {
     let ready =
         status.and_then(|s| inplace_proto::condition::find(&s.conditions, plan_condition::READY));
     PlanView {
-        revision: plan.spec.revision.as_deref().map(Arc::from),
-        desired_state: plan.spec.desired_state,
-        granted_at: annotation(GRANTED_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
-        ready_since: annotation(READY_SINCE_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
-        cordoned: inplace_drain::cordon::is_recorded(annotations),
-        drain_timeout: drain_timed_out(annotation),
-        allow_downgrade: plan.spec.allow_downgrade,
+        intent: PlanIntent {
+            revision: plan.spec.revision.as_deref().unwrap_or_default().into(),
+            desired_state: plan.spec.desired_state,
+            granted_at: annotation(GRANTED_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()),
+            ready_since: annotation(READY_SINCE_ANNOTATION)
+                .and_then(|t| t.parse::<Timestamp>().ok()),
+            cordoned: inplace_drain::cordon::is_recorded(annotations),
+            drain_timeout: drain_timed_out(annotation),
+            allow_downgrade: plan.spec.allow_downgrade,
+        },
         retry_pending: inplace_proto::steering::pending_retry(
             annotations,
             status.and_then(|s| s.retry_honoured.as_deref()),
@@ -165,7 +168,8 @@ pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
             a
         })
         .filter(|a| !a.is_empty());
-    node.status = crate::node_readiness::keep_readiness_and_kubelet_version(node.status.take());
+    node.status =
+        crate::rollout::node_readiness::keep_readiness_and_kubelet_version(node.status.take());
 }
 
 #[derive(Debug, Clone)]
@@ -182,13 +186,13 @@ const REMEMBER_AT_MOST: std::time::Duration = std::time::Duration::from_secs(60)
 
 /// Whether two views agree on every field the controller writes.
 fn same_controller_fields(a: &PlanView, b: &PlanView) -> bool {
-    a.revision == b.revision
-        && a.desired_state == b.desired_state
-        && a.granted_at == b.granted_at
-        && a.ready_since == b.ready_since
-        && a.cordoned == b.cordoned
-        && a.drain_timeout == b.drain_timeout
-        && a.allow_downgrade == b.allow_downgrade
+    a.intent.revision == b.intent.revision
+        && a.intent.desired_state == b.intent.desired_state
+        && a.intent.granted_at == b.intent.granted_at
+        && a.intent.ready_since == b.intent.ready_since
+        && a.intent.cordoned == b.intent.cordoned
+        && a.intent.drain_timeout == b.intent.drain_timeout
+        && a.intent.allow_downgrade == b.intent.allow_downgrade
 }
 
 /// Plans the controller wrote whose new state the watch cache may not show yet. Without
@@ -314,12 +318,12 @@ mod tests {
         assert!(body.get("status").is_none());
         let plan: NodeUpdatePlan = serde_json::from_value(body).unwrap();
         let view = plan_view(&plan);
-        assert_eq!(view.granted_at, intent().granted_at);
-        assert_eq!(view.ready_since, intent().ready_since);
-        assert!(view.cordoned);
-        assert_eq!(view.desired_state, DesiredState::Active);
+        assert_eq!(view.intent.granted_at, intent().granted_at);
+        assert_eq!(view.intent.ready_since, intent().ready_since);
+        assert!(view.intent.cordoned);
+        assert_eq!(view.intent.desired_state, DesiredState::Active);
         assert!(
-            view.allow_downgrade,
+            view.intent.allow_downgrade,
             "the rollout's allowDowngrade reaches the plan"
         );
         assert_eq!(plan_owner(&plan), Some("ro"));
@@ -401,7 +405,7 @@ mod tests {
         let writes = RecentWrites::default();
         writes.record(&new);
         let seen = writes.view("n1", Some(&old)).unwrap();
-        assert_eq!(seen.desired_state, DesiredState::Active);
+        assert_eq!(seen.intent.desired_state, DesiredState::Active);
         assert_eq!(
             seen.report.phase,
             Some(Phase::Staged),
@@ -411,9 +415,9 @@ mod tests {
         assert!(writes.view("n1", None).is_some());
         // Caught up: the cache wins and the record is dropped.
         let seen = writes.view("n1", Some(&new)).unwrap();
-        assert_eq!(seen.desired_state, DesiredState::Active);
+        assert_eq!(seen.intent.desired_state, DesiredState::Active);
         assert_eq!(
-            writes.view("n1", Some(&old)).unwrap().desired_state,
+            writes.view("n1", Some(&old)).unwrap().intent.desired_state,
             DesiredState::Staged
         );
     }

@@ -19,17 +19,17 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use crate::alert_gate::{AlertSource, Prometheus};
-use crate::cache_readiness::CachesReady;
 use crate::context::{Context, ReconcileSettings};
-use crate::leader::{LeaderElector, LeaseSettings};
 use crate::metrics::Metrics;
-use crate::plan_watch::{WatchedPlan, plan_event};
-use crate::plans::{RecentWrites, plan_owner, slim_node};
-use crate::request_counting::counted_client;
-use crate::rollout_view::RolloutViews;
-use crate::watch_backoff::watch_backoff;
-use crate::{release_controller, rollout_controller};
+use crate::rollout::alert_gate::{AlertSource, Prometheus};
+use crate::rollout::plan_watch::{WatchedPlan, plan_event};
+use crate::rollout::plans::{RecentWrites, plan_owner, slim_node};
+use crate::rollout::view::RolloutViews;
+use crate::runtime::cache_readiness::CachesReady;
+use crate::runtime::leader::{LeaderElector, LeaseSettings};
+use crate::runtime::request_counting::counted_client;
+use crate::runtime::watch_backoff::watch_backoff;
+use crate::{release, rollout};
 
 /// Everything `inplace-controller run` is configured with.
 #[derive(Debug, Clone)]
@@ -259,11 +259,11 @@ pub async fn run_controllers(
     let for_nodes = {
         let rollouts = rollouts.clone();
         let plans = plans.clone();
-        move |node: Node| rollout_controller::rollouts_for_node(&rollouts, &plans, &node)
+        move |node: Node| rollout::controller::rollouts_for_node(&rollouts, &plans, &node)
     };
     let for_releases = {
         let rollouts = rollouts.clone();
-        move |release: NodeRelease| rollout_controller::rollouts_for_release(&rollouts, &release)
+        move |release: NodeRelease| rollout::controller::rollouts_for_release(&rollouts, &release)
     };
     let rollouts_run = rollout_controller
         .trigger_backoff(watch_backoff())
@@ -274,8 +274,8 @@ pub async fn run_controllers(
         .watches_stream(release_events, for_releases)
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(
-            rollout_controller::reconcile,
-            rollout_controller::error_policy,
+            rollout::controller::reconcile,
+            rollout::controller::error_policy,
             ctx.clone(),
         )
         .for_each(|result| async move {
@@ -290,8 +290,8 @@ pub async fn run_controllers(
     .trigger_backoff(watch_backoff())
     .graceful_shutdown_on(stopped(stop.clone()))
     .run(
-        release_controller::reconcile,
-        release_controller::error_policy,
+        release::controller::reconcile,
+        release::controller::error_policy,
         ctx,
     )
     .for_each(|result| async move {

@@ -2,7 +2,7 @@
 //! strictly, pick the one image that matches the wanted extension, version and
 //! architecture, and turn it into a release that passes the API's own validation.
 //!
-//! Everything here is pure; `release_fetch` brings the text.
+//! Everything here is pure; `release::fetch` brings the text.
 
 use std::collections::HashMap;
 use std::fmt;

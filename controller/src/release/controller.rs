@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::plans::FIELD_MANAGER;
+use crate::rollout::plans::FIELD_MANAGER;
 
 /// The controller's name in metrics.
 pub const CONTROLLER: &str = "release";

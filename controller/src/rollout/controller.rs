@@ -1,7 +1,7 @@
 //! The NodeRollout controller: refreshes the rollout's per-node view from the watch caches
-//! (never listing nodes or plans from the API; only what changed, `rollout_view`), and
+//! (never listing nodes or plans from the API; only what changed, `rollout::view`), and
 //! unless nothing the decision reads changed, runs the drain passes the decision needs,
-//! calls [`decide_with_memo`], and carries out what it returns (`rollout_writes`: plan applies,
+//! calls [`decide_with_memo`], and carries out what it returns (`rollout::writes`: plan applies,
 //! cordons, uncordons, the rollout's status) and publishes its Events.
 
 use std::collections::BTreeSet;
@@ -19,7 +19,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::alert_gate::observe_alerts;
 use crate::context::Context;
 use crate::decision::kured::{KuredWrite, lock_write};
 use crate::decision::{
@@ -28,16 +27,17 @@ use crate::decision::{
     rollout_drains,
 };
 use crate::error::{Error, Result};
-use crate::kured_lock::KuredRead;
-use crate::plans::plan_owner;
-use crate::rollout_view::{LastRound, unschedulable};
-use crate::rollout_writes::{
+use crate::rollout::alert_gate::observe_alerts;
+use crate::rollout::kured_lock::KuredRead;
+use crate::rollout::plans::plan_owner;
+use crate::rollout::round_pacing;
+use crate::rollout::teardown::{
+    TEARDOWN_RETRY, TeardownAction, TeardownNode, UNCORDON_FINALIZER, decide_teardown,
+};
+use crate::rollout::view::{LastRound, unschedulable};
+use crate::rollout::writes::{
     by_node, carry_out, forget_cordon, mark_scale_down, run_per_node, set_unschedulable,
     write_owed_status,
-};
-use crate::round_pacing;
-use crate::teardown::{
-    TEARDOWN_RETRY, TeardownAction, TeardownNode, UNCORDON_FINALIZER, decide_teardown,
 };
 use inplace_drain::drain_pass;
 
@@ -188,7 +188,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         ctx.metrics.rollout_round("paced");
         return Ok(Action::requeue(wait));
     }
-    let refreshed = view.refresh(rollout, ctx)?;
+    let refreshed = view.refresh(rollout, &ctx.view_sources())?;
     let refresh_cost = started.elapsed();
     let release_state = view.share_release(release_state(release.as_deref()));
     let kured = match &ctx.settings.kured {
@@ -252,7 +252,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
     if let Some(release) = &release {
         carry_out(&name, release, &view.uids, &decision, ctx).await?;
     }
-    crate::events::publish(rollout, &decision.events, ctx).await;
+    crate::rollout::events::publish(rollout, &decision.events, ctx).await;
     if previous.as_ref() != Some(&decision.status) {
         ctx.status_pacer.with(&name, |p| p.owe());
     }
@@ -357,7 +357,7 @@ async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         }
     })
     .await;
-    crate::events::publish(rollout, &teardown.events, ctx).await;
+    crate::rollout::events::publish(rollout, &teardown.events, ctx).await;
     written?;
     if !teardown.finished() {
         return Err(Error::TeardownWaiting {

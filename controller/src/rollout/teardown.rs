@@ -127,15 +127,15 @@ fn undo_cordon(
     teardown: &mut Teardown,
 ) -> bool {
     let plan = &node.plan;
-    if !plan.cordoned {
+    if !plan.intent.cordoned {
         return false;
     }
     let Some(unschedulable) = node.unschedulable else {
         return false;
     };
-    let state = plan
-        .revision
-        .as_ref()
+    // A hand-written plan names no revision (empty): nothing to classify it by.
+    let state = Some(&plan.intent.revision)
+        .filter(|revision| !revision.is_empty())
         .and_then(|revision| classify(plan, revision))
         .map(|state| past_deadline(plan, state, progress_deadline, now));
     let past_deadline = state.as_ref().is_some_and(|s| {
@@ -144,7 +144,8 @@ fn undo_cordon(
     });
     let activating = !past_deadline
         && (busy_elsewhere(plan)
-            || (state == Some(NodeState::Updating) && plan.desired_state == DesiredState::Active));
+            || (state == Some(NodeState::Updating)
+                && plan.intent.desired_state == DesiredState::Active));
     if activating {
         teardown.waiting.push(node.name.clone());
         teardown.events.push(event(
@@ -204,7 +205,7 @@ fn past_deadline(
     deadline: Option<&ApiDuration>,
     now: Timestamp,
 ) -> NodeState {
-    let (Some(deadline), Some(granted_at)) = (deadline, plan.granted_at) else {
+    let (Some(deadline), Some(granted_at)) = (deadline, plan.intent.granted_at) else {
         return state;
     };
     if state != NodeState::Updating || now < progress_deadline_at(deadline, granted_at) {
@@ -222,7 +223,7 @@ fn past_deadline(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::PlanReport;
+    use crate::decision::{PlanIntent, PlanReport};
     use inplace_proto::Phase;
     use inplace_proto::reason::Reason;
 
@@ -230,13 +231,15 @@ mod tests {
 
     fn plan(desired: DesiredState, phase: Option<Phase>, cordoned: bool) -> PlanView {
         PlanView {
-            revision: Some(REV.into()),
-            desired_state: desired,
-            granted_at: Some("2026-11-25T09:00:00Z".parse().unwrap()),
-            ready_since: None,
-            cordoned,
-            drain_timeout: None,
-            allow_downgrade: false,
+            intent: PlanIntent {
+                revision: REV.into(),
+                desired_state: desired,
+                granted_at: Some("2026-11-25T09:00:00Z".parse().unwrap()),
+                ready_since: None,
+                cordoned,
+                drain_timeout: None,
+                allow_downgrade: false,
+            },
             retry_pending: false,
             report: PlanReport {
                 phase,

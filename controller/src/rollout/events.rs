@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Context;
 use crate::decision::{EventKind, EventNote};
-use crate::release_controller::truncate;
+use crate::release::controller::truncate;
 
 /// How many Events are being written at once.
 const CONCURRENCY: usize = 16;

@@ -1,8 +1,8 @@
 //! The rollout controller's writes: a decision's plan applies, cordons and uncordons and
 //! the autoscaler's scale-down annotation (in order per node, nodes in parallel), a
 //! teardown's forgotten cordons, and the rollout's status (paced,
-//! [`crate::status_pacing`]). Each plan write feeds the rollout's view
-//! ([`crate::rollout_view::ChangeFeed`]) so the next round rebuilds that node.
+//! [`crate::rollout::status_pacing`]). Each plan write feeds the rollout's view
+//! ([`crate::rollout::view::ChangeFeed`]) so the next round rebuilds that node.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use crate::context::Context;
 use crate::decision::{Decision, NodeAction};
 use crate::error::{Error, Result};
-use crate::plan_watch::WatchedPlan;
-use crate::plans::{FIELD_MANAGER, PlanSource, plan_apply_body};
-use crate::status_pacing::StatusWrite;
+use crate::rollout::plan_watch::WatchedPlan;
+use crate::rollout::plans::{FIELD_MANAGER, PlanSource, plan_apply_body};
+use crate::rollout::status_pacing::StatusWrite;
 
 /// Writes the rollout's owed status (`status`, or the one last decided) when its pacing
 /// allows; otherwise returns how soon it may.

@@ -1,7 +1,7 @@
 //! A rollout's preview (`kubectl inplace preview -f rollout.yaml`): what the controller would
 //! do with a NodeRollout, from the objects the cluster holds now, with nothing written and
 //! nothing downloaded. No second decision engine: the preview builds the nodes' views as a
-//! round does (`rollout_view::ViewBuilder`) and runs the rollout's own decision
+//! round does (`rollout::view::ViewBuilder`) and runs the rollout's own decision
 //! ([`decide`]) round after round on a copy of the fleet in memory, carrying out each
 //! round's writes on the copy and letting every agent answer at once (staged, then updated)
 //! — so the waves it shows follow every rule the controller applies (slots, control plane
@@ -26,9 +26,9 @@ use crate::decision::{
     needs_drain_pass, view_of,
 };
 use crate::error::Result;
-use crate::plans::{plan_owner, plan_view};
-use crate::rollout_controller::release_state;
-use crate::rollout_view::{ViewBuilder, rollouts_by_age};
+use crate::rollout::controller::release_state;
+use crate::rollout::plans::{plan_owner, plan_view};
+use crate::rollout::view::{ViewBuilder, rollouts_by_age};
 
 /// What the preview reads: objects listed from the cluster, and the time.
 #[derive(Debug, Clone)]
@@ -276,7 +276,10 @@ fn carry_out(nodes: &mut [NodeView], actions: &[NodeAction]) -> Vec<String> {
         };
         match action {
             NodeAction::ApplyPlan { intent, .. } => {
-                let was_granted = node.plan.as_ref().is_some_and(|p| p.granted_at.is_some());
+                let was_granted = node
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.intent.granted_at.is_some());
                 if intent.granted_at.is_some() && !was_granted {
                     granted.push(node.name.clone());
                 }
@@ -302,10 +305,10 @@ fn agents_answer(nodes: &mut [NodeView], revision: &Arc<str>) -> bool {
         let Some(plan) = node.plan.as_mut() else {
             continue;
         };
-        if plan.revision.as_ref() != Some(revision) {
+        if plan.intent.revision != *revision {
             continue;
         }
-        let report = match plan.desired_state {
+        let report = match plan.intent.desired_state {
             DesiredState::Active => PlanReport {
                 phase: Some(Phase::Succeeded),
                 target_revision: Some(Arc::clone(revision)),
