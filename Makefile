@@ -52,8 +52,9 @@ TOOLS_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/tools/bin
 tools:
 	@$(TIMED) ./tests/tools/build.sh "$(TOOLS_BIN)"
 
-## The controller image from the release build, without a container daemon, into target/images/
-## (IMAGES_DIR overrides): a docker-load-able tarball and an OCI image layout.
+## The controller image from the release build (IMAGE_BINARY=path packs that binary instead),
+## without a container daemon, into target/images/ (IMAGES_DIR overrides): a docker-load-able
+## tarball and an OCI image layout.
 images: tools
 	@$(TIMED) ./scripts/build-image.sh
 
@@ -75,8 +76,11 @@ lint:
 	$(TIMED) $(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(TIMED) $(CARGO) deny --log-level error check bans licenses sources
 
-# images: the suites run the install pages, which push what `make images` wrote (built here,
-# so that no test builds the release itself).
+# images: the suites run the install pages, which push what `make images` wrote. Under `make
+# test` the image packs the debug build the suites run (IMAGE_BINARY, exported, so the pages'
+# own `make images` packs it too): a release build would cost the run 8 CPU-minutes for a
+# binary no test needs optimised (docs/development/testing.md § The install paths).
+unit: export IMAGE_BINARY ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug/inplace-controller
 unit: testbed kube kubelets capi node-tools tools images
 	$(TIMED) $(CARGO) nextest run --workspace --no-fail-fast
 

@@ -9,7 +9,8 @@
 # it was linked against comes along), CA certificates, /etc/passwd and /etc/group with the
 # non-root user 65532 the Deployments run as. Timestamps come from the last commit, so two
 # builds of one commit give the same layer.
-# usage: scripts/build-image.sh [BINARY]   (default: cargo build --release -p inplace-controller)
+# usage: scripts/build-image.sh [BINARY]   (default: $IMAGE_BINARY, else cargo build --release -p
+# inplace-controller; `make test` packs its debug build, see docs/development/testing.md)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,9 +25,8 @@ tools=${INPLACE_TOOLS_BIN_DIR:-$target/tools/bin}
 repository=${IMAGE_REPOSITORY:-localhost/inplace-controller}
 package_field() { sed -n "/^\[workspace.package\]/,/^\[/s/^$1 *= *\"\(.*\)\"/\1/p" Cargo.toml; }
 version=$(package_field version)
-if [[ $# -ge 1 ]]; then
-    binary=$1
-else
+binary=${1:-${IMAGE_BINARY:-}}
+if [[ -z $binary ]]; then
     ${CARGO:-cargo} build --release --locked -p inplace-controller --bin inplace-controller
     binary=$target/release/inplace-controller
 fi
