@@ -592,46 +592,14 @@ async fn respond(
         .await?;
         return Ok(After::KeepAlive);
     }
-    match fault {
-        Some(Fault::Status { code, retry_after }) => {
-            record.status = *code;
-            let extra: Vec<(&str, String)> = retry_after
-                .iter()
-                .map(|v| ("Retry-After", v.clone()))
-                .collect();
-            simple(
-                stream,
-                *code,
-                &format!("injected {code}"),
-                &extra,
-                head_only,
-            )
-            .await?;
-            return Ok(After::KeepAlive);
-        }
-        Some(Fault::Redirect { code, location }) => {
-            record.status = *code;
-            simple(
-                stream,
-                *code,
-                "moved",
-                &[("Location", location.clone())],
-                head_only,
-            )
-            .await?;
-            return Ok(After::KeepAlive);
-        }
-        Some(Fault::CloseWithoutResponse) => return Ok(After::Close),
-        Some(Fault::DelayHeaders(d)) => tokio::time::sleep(*d).await,
-        _ => {}
+    if let Some(after) = answer_fault(stream, fault, record, head_only).await? {
+        return Ok(after);
     }
     let Some(artifact) = artifact else {
         record.status = 404;
         simple(stream, 404, "not found", &[], head_only).await?;
         return Ok(After::KeepAlive);
     };
-    let total = artifact.len();
-
     if let Some(Fault::Endless) = fault {
         record.status = 200;
         let head = format!(
@@ -647,8 +615,78 @@ async fn respond(
         }
         return Ok(After::Close);
     }
+    let total = artifact.len();
+    let Some((status, start, end)) = requested_part(req, artifact, fault) else {
+        record.status = 416;
+        simple(
+            stream,
+            416,
+            "range not satisfiable",
+            &[("Content-Range", format!("bytes */{total}"))],
+            head_only,
+        )
+        .await?;
+        return Ok(After::KeepAlive);
+    };
+    record.status = status;
+    send_part(stream, artifact, fault, (status, start, end), head_only).await
+}
 
-    // Which part of the body to send.
+/// Answers a request the fault decides alone (an injected status, a redirect, a closed
+/// connection), or waits the fault's delay and returns `None` to go on.
+async fn answer_fault(
+    stream: &mut TcpStream,
+    fault: Option<&Fault>,
+    record: &mut RequestRecord,
+    head_only: bool,
+) -> std::io::Result<Option<After>> {
+    match fault {
+        Some(Fault::Status { code, retry_after }) => {
+            record.status = *code;
+            let extra: Vec<(&str, String)> = retry_after
+                .iter()
+                .map(|v| ("Retry-After", v.clone()))
+                .collect();
+            simple(
+                stream,
+                *code,
+                &format!("injected {code}"),
+                &extra,
+                head_only,
+            )
+            .await?;
+            Ok(Some(After::KeepAlive))
+        }
+        Some(Fault::Redirect { code, location }) => {
+            record.status = *code;
+            simple(
+                stream,
+                *code,
+                "moved",
+                &[("Location", location.clone())],
+                head_only,
+            )
+            .await?;
+            Ok(Some(After::KeepAlive))
+        }
+        Some(Fault::CloseWithoutResponse) => Ok(Some(After::Close)),
+        Some(Fault::DelayHeaders(d)) => {
+            tokio::time::sleep(*d).await;
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Which part of the body to send: `(200, 0, len)`, or `(206, start, end)` for a range the
+/// request may use (`If-Range` matches, the fault does not ignore ranges); `None` for a
+/// range outside the body (416).
+fn requested_part(
+    req: &Request,
+    artifact: &Artifact,
+    fault: Option<&Fault>,
+) -> Option<(u16, u64, u64)> {
+    let total = artifact.len();
     let ignore_range = matches!(fault, Some(Fault::IgnoreRange));
     // RFC 9110 13.1.5: a strong comparison (a weak ETag never matches) or the exact date.
     let if_range_ok = match req.header("if-range") {
@@ -663,24 +701,23 @@ async fn respond(
     } else {
         req.header("range").map(|r| parse_range(r, total))
     };
-    let (status, start, end) = match range {
-        None | Some(RangeSpec::Ignored) => (200, 0, total),
-        Some(RangeSpec::Satisfiable(s, e)) => (206, s, e),
-        Some(RangeSpec::Unsatisfiable) => {
-            record.status = 416;
-            simple(
-                stream,
-                416,
-                "range not satisfiable",
-                &[("Content-Range", format!("bytes */{total}"))],
-                head_only,
-            )
-            .await?;
-            return Ok(After::KeepAlive);
-        }
-    };
-    record.status = status;
+    match range {
+        None | Some(RangeSpec::Ignored) => Some((200, 0, total)),
+        Some(RangeSpec::Satisfiable(s, e)) => Some((206, s, e)),
+        Some(RangeSpec::Unsatisfiable) => None,
+    }
+}
 
+/// Sends the head and `start..end` of the body, as the fault bends them (a wrong
+/// Content-Length, a truncation, a reset, a stall, a throttle, junk after the body).
+async fn send_part(
+    stream: &mut TcpStream,
+    artifact: &Artifact,
+    fault: Option<&Fault>,
+    (status, start, end): (u16, u64, u64),
+    head_only: bool,
+) -> std::io::Result<After> {
+    let total = artifact.len();
     let mut headers: Vec<(&str, String)> = vec![
         ("Content-Type", artifact.content_type.clone()),
         ("Accept-Ranges", "bytes".into()),
