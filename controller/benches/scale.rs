@@ -30,7 +30,9 @@ mod sim_agent;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
@@ -162,25 +164,39 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() -> anyhow::Result<()> {
-    let nodes = env_number("INPLACE_BENCH_NODES", 30_000) as usize;
-    let update = Duration::from_millis(env_number("INPLACE_BENCH_UPDATE_MS", 2_000));
-    let download = Duration::from_millis(env_number("INPLACE_BENCH_STAGE_MS", 500));
-    // A count ("30") or a percentage ("10%"): with few slots, a rollout runs many rounds
-    // per node, which is where a decision's pass over the fleet would show.
-    let max_unavailable = match std::env::var("INPLACE_BENCH_MAX_UNAVAILABLE") {
-        Ok(text) => match text.parse::<i32>() {
-            Ok(count) => IntOrString::Int(count),
-            Err(_) => IntOrString::String(text),
-        },
-        Err(_) => IntOrString::String("10%".to_owned()),
-    };
-    println!(
-        "scale bench: {nodes} nodes, maxUnavailable {}, update time T = {update:?}",
-        serde_json::to_string(&max_unavailable)?
-    );
+/// One run's settings, from the environment.
+struct Settings {
+    nodes: usize,
+    /// Every node's update (Activating → Succeeded) takes exactly this long.
+    update: Duration,
+    /// And its download (staging) this long.
+    download: Duration,
+    max_unavailable: IntOrString,
+}
 
+impl Settings {
+    fn from_env() -> Settings {
+        // A count ("30") or a percentage ("10%"): with few slots, a rollout runs many rounds
+        // per node, which is where a decision's pass over the fleet would show.
+        let max_unavailable = match std::env::var("INPLACE_BENCH_MAX_UNAVAILABLE") {
+            Ok(text) => match text.parse::<i32>() {
+                Ok(count) => IntOrString::Int(count),
+                Err(_) => IntOrString::String(text),
+            },
+            Err(_) => IntOrString::String("10%".to_owned()),
+        };
+        Settings {
+            nodes: env_number("INPLACE_BENCH_NODES", 30_000) as usize,
+            update: Duration::from_millis(env_number("INPLACE_BENCH_UPDATE_MS", 2_000)),
+            download: Duration::from_millis(env_number("INPLACE_BENCH_STAGE_MS", 500)),
+            max_unavailable,
+        }
+    }
+}
+
+/// The API the bench runs against: the emulator, or the real server with
+/// `INPLACE_BENCH_API=real`; the CRDs applied.
+async fn start_api() -> anyhow::Result<TestApi> {
     let api = if std::env::var("INPLACE_BENCH_API").is_ok_and(|v| v == "real") {
         println!("API: the real kube-apiserver + etcd (tests/kube)");
         TestApi::Real(ApiServer::start().await?)
@@ -195,8 +211,12 @@ async fn main() -> anyhow::Result<()> {
     let crds =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/crds");
     api.apply_crd_dir(&crds).await?;
-    let client = api.client().await?;
+    Ok(api)
+}
 
+/// Creates `nodes` Ready nodes, 64 at a time; returns the server's write rate while doing
+/// so (what the API-bound lower limit divides by).
+async fn create_nodes(client: &kube::Client, nodes: usize) -> anyhow::Result<f64> {
     let started = Instant::now();
     let node_api: Api<Node> = Api::all(client.clone());
     stream::iter(0..nodes)
@@ -219,47 +239,80 @@ async fn main() -> anyhow::Result<()> {
         .into_iter()
         .collect::<anyhow::Result<Vec<()>>>()?;
     let created_in = started.elapsed();
-    // The server's write rate on this machine now, at the bench's 64 writes in flight:
-    // what the API-bound lower limit below divides by.
     let writes_per_second = nodes as f64 / created_in.as_secs_f64();
     println!(
         "created {nodes} nodes in {created_in:?}: the API server's write rate {writes_per_second:.0} writes/s"
     );
-    let load_start = load_average();
+    Ok(writes_per_second)
+}
 
-    let fleet = Fleet::start(
-        client.clone(),
-        SimConfig {
-            download,
-            activate: update / 2,
-            verify: update - update / 2,
-            every_phase: false,
-            ..SimConfig::default()
-        },
-    );
+/// The real `inplace-controller run` as its own process, measured alone.
+struct Controller {
+    process: KillOnDrop,
+    metrics_addr: String,
+    dir: PathBuf,
+}
 
-    let dir = std::env::temp_dir().join(format!("inplace-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join("kubeconfig");
-    api.write_admin_kubeconfig(&kubeconfig)?;
-    let metrics_addr = {
-        let probe = TcpListener::bind("127.0.0.1:0")?;
-        probe.local_addr()?.to_string()
-    };
-    let controller = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_inplace-controller"))
-            .args(["run", "--no-leader-election", "--no-node-events"])
-            .arg("--metrics-addr")
-            .arg(&metrics_addr)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
-    let pid = controller.0.id();
-    let ticks = ticks_per_second();
+impl Controller {
+    fn start(api: &TestApi) -> anyhow::Result<Controller> {
+        let dir = std::env::temp_dir().join(format!("inplace-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let kubeconfig = dir.join("kubeconfig");
+        api.write_admin_kubeconfig(&kubeconfig)?;
+        let metrics_addr = {
+            let probe = TcpListener::bind("127.0.0.1:0")?;
+            probe.local_addr()?.to_string()
+        };
+        let process = KillOnDrop(
+            Command::new(env!("CARGO_BIN_EXE_inplace-controller"))
+                .args(["run", "--no-leader-election", "--no-node-events"])
+                .arg("--metrics-addr")
+                .arg(&metrics_addr)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .spawn()?,
+        );
+        Ok(Controller {
+            process,
+            metrics_addr,
+            dir,
+        })
+    }
 
+    fn pid(&self) -> u32 {
+        self.process.0.id()
+    }
+
+    async fn metrics(&self) -> String {
+        scrape(&self.metrics_addr).await
+    }
+
+    /// Waits until the controller watches its five streams (nodes, plans, releases twice,
+    /// rollouts): it has listed everything, and what it costs from now on is the rollout's.
+    async fn wait_until_listed(&self) {
+        let listed = Instant::now();
+        while requests_by_verb(&self.metrics().await)
+            .get("watch")
+            .copied()
+            .unwrap_or(0.0)
+            < 5.0
+            && listed.elapsed() < Duration::from_secs(120)
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The release every node updates to, and the rollout over all of them.
+async fn create_release(client: &kube::Client) -> anyhow::Result<()> {
     let release: inplace_proto::NodeRelease = serde_json::from_value(json!({
         "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
         "metadata": {"name": "bench"},
@@ -272,40 +325,32 @@ async fn main() -> anyhow::Result<()> {
     Api::<inplace_proto::NodeRelease>::all(client.clone())
         .create(&PostParams::default(), &release)
         .await?;
-    let rollout: NodeRollout = serde_json::from_value(json!({
+    Ok(())
+}
+
+fn rollout(max_unavailable: &IntOrString) -> anyhow::Result<NodeRollout> {
+    Ok(serde_json::from_value(json!({
         "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
         "metadata": {"name": "bench"},
         "spec": {"release": "bench", "maxUnavailable": max_unavailable,
                  "nodeSelector": {"matchLabels": {"pool": "bench"}}},
-    }))?;
-    let rollouts: Api<NodeRollout> = Api::all(client.clone());
-    // The controller has listed everything once it watches its five streams (nodes, plans,
-    // releases twice, rollouts); its CPU and requests are counted from the rollout's
-    // creation, after that.
-    let listed = Instant::now();
-    while requests_by_verb(&scrape(&metrics_addr).await)
-        .get("watch")
-        .copied()
-        .unwrap_or(0.0)
-        < 5.0
-        && listed.elapsed() < Duration::from_secs(120)
-    {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let cpu_before = cpu_seconds(pid, ticks).unwrap_or(0.0);
-    let bed = bed_processes(&api)?;
-    let bed_before = bed_cpu_seconds(&bed, ticks);
-    let requests_before = requests_by_verb(&scrape(&metrics_addr).await);
-    let rollout_started = Instant::now();
-    rollouts.create(&PostParams::default(), &rollout).await?;
+    }))?)
+}
 
+/// Follows the rollout until `Complete=True`, printing progress every 5 s; the wall time
+/// and the controller's peak memory (KiB) meanwhile.
+async fn follow(
+    rollouts: &Api<NodeRollout>,
+    fleet: &Fleet,
+    pid: u32,
+) -> anyhow::Result<(Duration, u64)> {
+    let started = Instant::now();
     let mut last_print = Instant::now();
     let mut peak_kib = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         peak_kib = peak_kib.max(peak_memory_kib(pid).unwrap_or(0));
-        let r = rollouts.get("bench").await?;
-        let status = r.status.unwrap_or_default();
+        let status = rollouts.get("bench").await?.status.unwrap_or_default();
         let complete = status.nodes.total > 0
             && inplace_proto::condition::is_true(
                 &status.conditions,
@@ -314,172 +359,128 @@ async fn main() -> anyhow::Result<()> {
         if last_print.elapsed() > Duration::from_secs(5) || complete {
             println!(
                 "t={:>6.1}s total={} pending={} staged={} updating={} succeeded={} (agents activating now: {})",
-                rollout_started.elapsed().as_secs_f64(),
+                started.elapsed().as_secs_f64(),
                 status.nodes.total,
                 status.nodes.pending,
                 status.nodes.staged,
                 status.nodes.updating,
                 status.nodes.succeeded,
-                fleet
-                    .stats
-                    .activating_now
-                    .load(std::sync::atomic::Ordering::SeqCst),
+                fleet.stats.activating_now.load(Ordering::SeqCst),
             );
             last_print = Instant::now();
         }
         if complete {
-            break;
+            return Ok((started.elapsed(), peak_kib));
         }
         anyhow::ensure!(
-            rollout_started.elapsed() < Duration::from_secs(3600),
+            started.elapsed() < Duration::from_secs(3600),
             "the rollout did not complete within an hour"
         );
     }
-    let wall = rollout_started.elapsed();
-    let cpu_rollout = cpu_seconds(pid, ticks).unwrap_or(0.0) - cpu_before;
-    let cpu_total = cpu_seconds(pid, ticks).unwrap_or(0.0);
-    let bed_rollout: Vec<(&str, f64)> = bed
-        .iter()
-        .zip(bed_cpu_seconds(&bed, ticks).iter().zip(&bed_before))
-        .map(|((name, _), (after, before))| (*name, after - before))
-        .collect();
-    let metrics = scrape(&metrics_addr).await;
-    peak_kib = peak_kib.max(peak_memory_kib(pid).unwrap_or(0));
-    let load_end = load_average();
-    let requests: BTreeMap<String, f64> = requests_by_verb(&metrics)
-        .into_iter()
-        .map(|(verb, v)| {
-            let before = requests_before.get(&verb).copied().unwrap_or(0.0);
-            (verb, v - before)
-        })
-        .collect();
+}
 
-    let slots = inplace_proto::rollout_slots::activation_slots(&max_unavailable, nodes);
-    let waves = nodes.div_ceil(slots);
-    let ideal = update * waves as u32;
-    let writes: BTreeMap<String, f64> = samples(&metrics, "inplace_controller_api_writes_total")
-        .into_iter()
-        .collect();
-    let controller_writes: f64 = writes.values().sum();
-    let agent_writes = fleet
-        .stats
-        .status_writes
-        .load(std::sync::atomic::Ordering::SeqCst);
-    let buckets = samples(
-        &metrics,
-        "inplace_controller_reconcile_duration_seconds_bucket",
-    );
-    let rollout_buckets: Vec<(f64, f64)> = buckets
-        .iter()
-        .filter(|(l, _)| l.contains("controller=\"rollout\""))
-        .filter_map(|(l, v)| {
-            let le = l.split("le=\"").nth(1)?.trim_end_matches("\"}");
-            Some((le.parse().unwrap_or(f64::INFINITY), *v))
-        })
-        .collect();
-    let sum = samples(
-        &metrics,
-        "inplace_controller_reconcile_duration_seconds_sum",
-    )
-    .into_iter()
-    .find(|(l, _)| l.contains("rollout"))
-    .map_or(0.0, |(_, v)| v);
-    let count = samples(
-        &metrics,
-        "inplace_controller_reconcile_duration_seconds_count",
-    )
-    .into_iter()
-    .find(|(l, _)| l.contains("rollout"))
-    .map_or(0.0, |(_, v)| v);
-    let quantile = |q: f64| {
-        rollout_buckets
-            .iter()
-            .find(|(_, c)| *c >= (count * q).ceil())
-            .map_or(f64::INFINITY, |(le, _)| *le)
-    };
+/// The counters that are read before the rollout and after it: the rollout's share is the
+/// difference.
+struct Counters {
+    controller_cpu: f64,
+    bed_cpu: Vec<f64>,
+    requests: BTreeMap<String, f64>,
+}
 
-    println!("\n== results ({nodes} nodes, {slots} slots, T = {update:?}) ==");
+impl Counters {
+    async fn read(controller: &Controller, bed: &[(&str, u32)], ticks: f64) -> Counters {
+        Counters {
+            controller_cpu: cpu_seconds(controller.pid(), ticks).unwrap_or(0.0),
+            bed_cpu: bed_cpu_seconds(bed, ticks),
+            requests: requests_by_verb(&controller.metrics().await),
+        }
+    }
+}
+
+/// What one rollout cost, for the report.
+struct Run<'a> {
+    settings: &'a Settings,
+    wall: Duration,
+    /// The server's write rate while the nodes were created.
+    writes_per_second: f64,
+    /// The controller's CPU over the rollout, and since it started.
+    cpu_rollout: f64,
+    cpu_total: f64,
+    /// The test bed's processes' CPU over the rollout.
+    bed_rollout: Vec<(&'a str, f64)>,
+    /// The controller's requests over the rollout, by verb.
+    requests: BTreeMap<String, f64>,
+    /// The controller's metrics at the end.
+    metrics: String,
+    peak_kib: u64,
+    agent_writes: usize,
+    max_activating: usize,
+    load: (String, String),
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    let settings = Settings::from_env();
     println!(
-        "wall time to Complete: {:.1}s; ideal ceil(N/slots) x T = {waves} x {:?} = {:.1}s \
-         (+ staging {:?}): ratio {:.2}",
-        wall.as_secs_f64(),
-        update,
-        ideal.as_secs_f64(),
-        download,
-        wall.as_secs_f64() / (ideal + download).as_secs_f64()
+        "scale bench: {} nodes, maxUnavailable {}, update time T = {:?}",
+        settings.nodes,
+        serde_json::to_string(&settings.max_unavailable)?,
+        settings.update
     );
-    let agent_writes_now = fleet
-        .stats
-        .status_writes
-        .load(std::sync::atomic::Ordering::SeqCst) as f64;
-    let plan_and_status_writes =
-        writes.get("{kind=\"plan_apply\"}").copied().unwrap_or(0.0) + agent_writes_now;
-    let api_bound = plan_and_status_writes / writes_per_second;
-    println!(
-        "API-bound lower limit: {plan_and_status_writes} plan and agent status writes / \
-         {writes_per_second:.0} writes/s = {api_bound:.1}s; ideal {:.1}s; wall / max(ideal, API-bound) = {:.2}",
-        (ideal + download).as_secs_f64(),
-        wall.as_secs_f64() / api_bound.max((ideal + download).as_secs_f64())
-    );
-    let bed_total: f64 = bed_rollout.iter().map(|(_, s)| s).sum();
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let bed_bound = bed_total / cores as f64;
-    println!(
-        "test bed CPU: {bed_total:.1}s over the rollout ({}) on {cores} cores: the bed alone \
-         needs {bed_bound:.1}s; wall / max(ideal, API-bound, test bed) = {:.2}; the controller's \
-         share of the rollout's CPU {:.0} %",
-        bed_rollout
-            .iter()
-            .map(|(name, s)| format!("{name} {s:.1}s"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        wall.as_secs_f64()
-            / api_bound
-                .max((ideal + download).as_secs_f64())
-                .max(bed_bound),
-        cpu_rollout / (cpu_rollout + bed_total) * 100.0
-    );
-    println!(
-        "controller CPU: {cpu_rollout:.2}s over the rollout = {:.3}s per 1,000 nodes ({cpu_total:.2}s since start, the initial lists included)",
-        cpu_rollout / nodes as f64 * 1000.0
-    );
-    let total_requests: f64 = requests.values().sum();
-    println!(
-        "controller API requests over the rollout: {total_requests} = {:.2} per node; per node by verb: {}",
-        total_requests / nodes as f64,
-        requests
-            .iter()
-            .map(|(verb, v)| format!("{verb} {:.3}", v / nodes as f64))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    println!("load average at start / end: {load_start} / {load_end}");
-    println!(
-        "most agents activating at once: {} (slots {slots})",
-        fleet.max_activating()
-    );
-    println!(
-        "controller API writes: {controller_writes} = {:.2} per node; by kind: {writes:?}",
-        controller_writes / nodes as f64
-    );
-    println!(
-        "simulated agents' status writes: {agent_writes} = {:.2} per node",
-        agent_writes as f64 / nodes as f64
-    );
-    println!(
-        "controller peak memory (VmHWM): {:.1} MiB",
-        peak_kib as f64 / 1024.0
-    );
-    println!(
-        "rollout reconciles: {count}; latency mean {:.1} ms, p50 <= {} s, p99 <= {} s (histogram buckets)",
-        if count > 0.0 {
-            sum / count * 1000.0
-        } else {
-            0.0
+    let api = start_api().await?;
+    let client = api.client().await?;
+    let writes_per_second = create_nodes(&client, settings.nodes).await?;
+    let load_start = load_average();
+
+    let fleet = Fleet::start(
+        client.clone(),
+        SimConfig {
+            download: settings.download,
+            activate: settings.update / 2,
+            verify: settings.update - settings.update / 2,
+            every_phase: false,
+            ..SimConfig::default()
         },
-        quantile(0.5),
-        quantile(0.99)
     );
+    let controller = Controller::start(&api)?;
+    let ticks = ticks_per_second();
+    create_release(&client).await?;
+    controller.wait_until_listed().await;
+    let bed = bed_processes(&api)?;
+    let before = Counters::read(&controller, &bed, ticks).await;
+    let rollouts: Api<NodeRollout> = Api::all(client.clone());
+    rollouts
+        .create(&PostParams::default(), &rollout(&settings.max_unavailable)?)
+        .await?;
+    let (wall, peak_kib) = follow(&rollouts, &fleet, controller.pid()).await?;
+
+    let after = Counters::read(&controller, &bed, ticks).await;
+    let run = Run {
+        settings: &settings,
+        wall,
+        writes_per_second,
+        cpu_rollout: after.controller_cpu - before.controller_cpu,
+        cpu_total: after.controller_cpu,
+        bed_rollout: bed
+            .iter()
+            .zip(after.bed_cpu.iter().zip(&before.bed_cpu))
+            .map(|((name, _), (after, before))| (*name, after - before))
+            .collect(),
+        requests: after
+            .requests
+            .into_iter()
+            .map(|(verb, v)| {
+                let before = before.requests.get(&verb).copied().unwrap_or(0.0);
+                (verb, v - before)
+            })
+            .collect(),
+        metrics: controller.metrics().await,
+        peak_kib: peak_kib.max(peak_memory_kib(controller.pid()).unwrap_or(0)),
+        agent_writes: fleet.stats.status_writes.load(Ordering::SeqCst),
+        max_activating: fleet.max_activating(),
+        load: (load_start, load_average()),
+    };
+    run.report();
     if let Some(server) = api.real() {
         for (name, pid) in server.processes()? {
             println!(
@@ -488,7 +489,148 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
-    drop(controller);
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+impl Run<'_> {
+    fn report(&self) {
+        let Settings {
+            nodes,
+            update,
+            download,
+            ..
+        } = *self.settings;
+        let slots =
+            inplace_proto::rollout_slots::activation_slots(&self.settings.max_unavailable, nodes);
+        let waves = nodes.div_ceil(slots);
+        let ideal = update * waves as u32 + download;
+        let wall = self.wall.as_secs_f64();
+        println!("\n== results ({nodes} nodes, {slots} slots, T = {update:?}) ==");
+        println!(
+            "wall time to Complete: {wall:.1}s; ideal ceil(N/slots) x T = {waves} x {update:?} = {:.1}s \
+             (+ staging {download:?}): ratio {:.2}",
+            (ideal - download).as_secs_f64(),
+            wall / ideal.as_secs_f64()
+        );
+        let writes: BTreeMap<String, f64> =
+            samples(&self.metrics, "inplace_controller_api_writes_total")
+                .into_iter()
+                .collect();
+        let plan_and_status_writes =
+            writes.get("{kind=\"plan_apply\"}").copied().unwrap_or(0.0) + self.agent_writes as f64;
+        let api_bound = plan_and_status_writes / self.writes_per_second;
+        println!(
+            "API-bound lower limit: {plan_and_status_writes} plan and agent status writes / \
+             {:.0} writes/s = {api_bound:.1}s; ideal {:.1}s; wall / max(ideal, API-bound) = {:.2}",
+            self.writes_per_second,
+            ideal.as_secs_f64(),
+            wall / api_bound.max(ideal.as_secs_f64())
+        );
+        self.report_cpu(api_bound.max(ideal.as_secs_f64()));
+        self.report_requests(&writes, slots);
+        println!(
+            "controller peak memory (VmHWM): {:.1} MiB",
+            self.peak_kib as f64 / 1024.0
+        );
+        self.report_latency();
+    }
+
+    /// The controller's CPU and the test bed's, and the bed's own lower limit on the wall
+    /// time (its CPU over the machine's cores) beside `bound`, the larger of the others.
+    fn report_cpu(&self, bound: f64) {
+        let nodes = self.settings.nodes;
+        let bed_total: f64 = self.bed_rollout.iter().map(|(_, s)| s).sum();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let bed_bound = bed_total / cores as f64;
+        println!(
+            "test bed CPU: {bed_total:.1}s over the rollout ({}) on {cores} cores: the bed alone \
+             needs {bed_bound:.1}s; wall / max(ideal, API-bound, test bed) = {:.2}; the controller's \
+             share of the rollout's CPU {:.0} %",
+            self.bed_rollout
+                .iter()
+                .map(|(name, s)| format!("{name} {s:.1}s"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.wall.as_secs_f64() / bound.max(bed_bound),
+            self.cpu_rollout / (self.cpu_rollout + bed_total) * 100.0
+        );
+        println!(
+            "controller CPU: {:.2}s over the rollout = {:.3}s per 1,000 nodes ({:.2}s since start, the initial lists included)",
+            self.cpu_rollout,
+            self.cpu_rollout / nodes as f64 * 1000.0,
+            self.cpu_total
+        );
+    }
+
+    /// The controller's requests and writes, and the agents' status writes, per node.
+    fn report_requests(&self, writes: &BTreeMap<String, f64>, slots: usize) {
+        let nodes = self.settings.nodes as f64;
+        let total_requests: f64 = self.requests.values().sum();
+        println!(
+            "controller API requests over the rollout: {total_requests} = {:.2} per node; per node by verb: {}",
+            total_requests / nodes,
+            self.requests
+                .iter()
+                .map(|(verb, v)| format!("{verb} {:.3}", v / nodes))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!(
+            "load average at start / end: {} / {}",
+            self.load.0, self.load.1
+        );
+        println!(
+            "most agents activating at once: {} (slots {slots})",
+            self.max_activating
+        );
+        let controller_writes: f64 = writes.values().sum();
+        println!(
+            "controller API writes: {controller_writes} = {:.2} per node; by kind: {writes:?}",
+            controller_writes / nodes
+        );
+        println!(
+            "simulated agents' status writes: {} = {:.2} per node",
+            self.agent_writes,
+            self.agent_writes as f64 / nodes
+        );
+    }
+
+    /// The rollout reconciles' latency, from the controller's histogram.
+    fn report_latency(&self) {
+        let metric = |name: &str| {
+            samples(&self.metrics, name)
+                .into_iter()
+                .find(|(l, _)| l.contains("rollout"))
+                .map_or(0.0, |(_, v)| v)
+        };
+        let sum = metric("inplace_controller_reconcile_duration_seconds_sum");
+        let count = metric("inplace_controller_reconcile_duration_seconds_count");
+        let buckets: Vec<(f64, f64)> = samples(
+            &self.metrics,
+            "inplace_controller_reconcile_duration_seconds_bucket",
+        )
+        .iter()
+        .filter(|(l, _)| l.contains("controller=\"rollout\""))
+        .filter_map(|(l, v)| {
+            let le = l.split("le=\"").nth(1)?.trim_end_matches("\"}");
+            Some((le.parse().unwrap_or(f64::INFINITY), *v))
+        })
+        .collect();
+        let quantile = |q: f64| {
+            buckets
+                .iter()
+                .find(|(_, c)| *c >= (count * q).ceil())
+                .map_or(f64::INFINITY, |(le, _)| *le)
+        };
+        println!(
+            "rollout reconciles: {count}; latency mean {:.1} ms, p50 <= {} s, p99 <= {} s (histogram buckets)",
+            if count > 0.0 {
+                sum / count * 1000.0
+            } else {
+                0.0
+            },
+            quantile(0.5),
+            quantile(0.99)
+        );
+    }
 }
