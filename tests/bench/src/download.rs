@@ -273,140 +273,227 @@ fn gbps(bytes: u64, s: f64) -> f64 {
     bytes as f64 / s / 1e9
 }
 
+/// The artifact the contenders download, and a small one for the fetcher's memory row.
+struct Files {
+    /// `o.size_mib` MiB.
+    size: u64,
+    name: String,
+    src: PathBuf,
+    sha: String,
+    small_mib: u64,
+    small_name: String,
+    small_src: PathBuf,
+    small_sha: String,
+    /// Where each download writes (emptied before each).
+    dst: PathBuf,
+}
+
+impl Files {
+    fn make(o: &Opts, www: &Path) -> Result<Files> {
+        let size = o.size_mib * MIB;
+        let name = format!("art-{}MiB.bin", o.size_mib);
+        let src = www.join(&name);
+        let sha = ensure_source(&src, size)?;
+        // A small artifact: the fetcher's peak RSS must not grow with the size.
+        let small_mib = (o.size_mib / 16).max(4);
+        let small_name = format!("art-{small_mib}MiB.bin");
+        let small_src = www.join(&small_name);
+        let small_sha = ensure_source(&small_src, small_mib * MIB)?;
+        Ok(Files {
+            size,
+            name,
+            src,
+            sha,
+            small_mib,
+            small_name,
+            small_src,
+            small_sha,
+            dst: o.dir.join("dst"),
+        })
+    }
+}
+
 /// The download rows.
 pub async fn run(o: &Opts) -> Result<Vec<Row>> {
-    let size = o.size_mib * MIB;
     let www = o.dir.join("www");
-    let dst = o.dir.join("dst");
     std::fs::create_dir_all(&www)?;
-    let name = format!("art-{}MiB.bin", o.size_mib);
-    let src = www.join(&name);
-    let sha = ensure_source(&src, size)?;
-    // A small artifact: the fetcher's peak RSS must not grow with the size.
-    let small_mib = (o.size_mib / 16).max(4);
-    let small_name = format!("art-{small_mib}MiB.bin");
-    let small_src = www.join(&small_name);
-    let small_sha = ensure_source(&small_src, small_mib * MIB)?;
-
+    let files = Files::make(o, &www)?;
     let nginx = if o.no_nginx {
         None
     } else {
         Some(start_nginx(&o.dir, &www).await?)
     };
     let server = ArtifactServer::start().await?;
-    server.put(&format!("/{name}"), artifact_server::Artifact::file(&src)?);
     server.put(
-        &format!("/{small_name}"),
-        artifact_server::Artifact::file(&small_src)?,
+        &format!("/{}", files.name),
+        artifact_server::Artifact::file(&files.src)?,
+    );
+    server.put(
+        &format!("/{}", files.small_name),
+        artifact_server::Artifact::file(&files.small_src)?,
     );
     let mut servers = Vec::new();
     if let Some(n) = &nginx {
-        servers.push(("nginx", format!("http://127.0.0.1:{}/{name}", n.port)));
+        servers.push((
+            "nginx",
+            format!("http://127.0.0.1:{}/{}", n.port, files.name),
+        ));
     }
-    servers.push(("artifact server", server.url(&format!("/{name}"))));
-    let f = dst.join("f");
+    servers.push(("artifact server", server.url(&format!("/{}", files.name))));
     let mut rows = Vec::new();
     let mut fetcher_hwm = Vec::new();
     for (server_name, url) in &servers {
-        let mut times: Vec<Vec<f64>> = vec![Vec::new(); Contender::ALL.len()];
-        for rep in 0..o.reps {
-            for k in 0..Contender::ALL.len() {
-                let i = (k + rep) % Contender::ALL.len();
-                let c = Contender::ALL[i];
-                prepare(&src, &dst, o.drop_caches).await?;
-                let t = if c == Contender::Fetcher {
-                    let (t, hwm) = run_fetcher(url, &sha, size, &dst).await?;
-                    fetcher_hwm.push(hwm);
-                    t
-                } else {
-                    let (t, out) = timed_sh(&c.shell(url, &f)).await?;
-                    if c != Contender::CurlOnly && c != Contender::CurlSync && !out.contains(&sha) {
-                        bail!("{}: wrong sha256 printed: {out}", c.label());
-                    }
-                    t.as_secs_f64()
-                };
-                eprintln!("download: {server_name} rep {rep} {}: {t:.3} s", c.label());
-                times[i].push(t);
-            }
-        }
-        let med: Vec<f64> = times.into_iter().map(median).collect();
-        let curl = med[0];
-        let prep = format!(
-            "rm -rf {d}; mkdir -p {d}; sync; cat {s} >/dev/null",
-            d = dst.display(),
-            s = src.display()
-        );
-        for (i, c) in Contender::ALL.iter().enumerate() {
-            let value = format!("{} ({:.2} GB/s)", secs(med[i]), gbps(size, med[i]));
-            let reproduce = if *c == Contender::Fetcher {
-                format!(
-                    "{prep}; /usr/bin/time -v inplace-bench fetch-one --url {url} --sha256 {sha} --size {size} --dir {}",
-                    dst.display()
-                )
-            } else if let Some(nginx) = nginx.as_ref().filter(|_| *server_name == "nginx") {
-                format!(
-                    "nginx -p {p} -c {conf}; hyperfine -r {r} -p '{prep}' '{cmd}'",
-                    p = o.dir.join("nginx").display(),
-                    conf = nginx.conf.display(),
-                    r = o.reps,
-                    cmd = c.shell(url, &f)
-                )
+        let medians = race(o, &files, url, server_name, &mut fetcher_hwm).await?;
+        let nginx = nginx.as_ref().filter(|_| *server_name == "nginx");
+        rows.extend(contender_rows(o, &files, url, server_name, nginx, &medians));
+    }
+    let small_url = server.url(&format!("/{}", files.small_name));
+    rows.push(peak_rss_row(o, &files, &small_url, fetcher_hwm.iter().copied().max()).await?);
+    rows.extend(limit_rows(o, &files).await?);
+    let _ = std::fs::remove_dir_all(&files.dst);
+    if let Some(n) = nginx {
+        n.stop().await;
+    }
+    Ok(rows)
+}
+
+/// Every contender `o.reps` times from `url`, in rotating order; the median seconds of
+/// each (in [`Contender::ALL`]'s order). The fetcher's peak RSS of each run goes to `hwm`.
+async fn race(
+    o: &Opts,
+    files: &Files,
+    url: &str,
+    server_name: &str,
+    hwm: &mut Vec<u64>,
+) -> Result<Vec<f64>> {
+    let f = files.dst.join("f");
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); Contender::ALL.len()];
+    for rep in 0..o.reps {
+        for k in 0..Contender::ALL.len() {
+            let i = (k + rep) % Contender::ALL.len();
+            let c = Contender::ALL[i];
+            prepare(&files.src, &files.dst, o.drop_caches).await?;
+            let t = if c == Contender::Fetcher {
+                let (t, peak) = run_fetcher(url, &files.sha, files.size, &files.dst).await?;
+                hwm.push(peak);
+                t
             } else {
-                "inplace-bench download (artifact server in-process)".to_owned()
+                let (t, out) = timed_sh(&c.shell(url, &f)).await?;
+                if c != Contender::CurlOnly && c != Contender::CurlSync && !out.contains(&files.sha)
+                {
+                    bail!("{}: wrong sha256 printed: {out}", c.label());
+                }
+                t.as_secs_f64()
             };
-            let mut row = Row::reference(
-                "1 download",
-                format!("{} MiB from {server_name}: {}", o.size_mib, c.label()),
-                value,
-                "s",
-                reproduce,
-            );
-            if *c == Contender::Fetcher {
-                let ratio = med[i] / curl;
-                let met = ratio <= 1.10 && med[i] < med[2] && med[i] < med[3];
-                row = row.target(
-                    format!(
-                        "≤ 1.10 × curl -o f and < both pipelines; got {ratio:.2} × curl, {:.2} × curl && sync (like for like), {:.2} × sha256sum pipeline, {:.2} × openssl pipeline",
-                        med[i] / med[1],
-                        med[i] / med[2],
-                        med[i] / med[3]
-                    ),
-                    met,
-                );
-            }
-            rows.push(row);
+            eprintln!("download: {server_name} rep {rep} {}: {t:.3} s", c.label());
+            times[i].push(t);
         }
     }
-    // Peak RSS: full size against a small artifact.
-    prepare(&small_src, &dst, false).await?;
-    let small_url = server.url(&format!("/{small_name}"));
-    let (_, small_hwm) = run_fetcher(&small_url, &small_sha, small_mib * MIB, &dst).await?;
-    let big_hwm = fetcher_hwm.iter().copied().max().unwrap_or(0);
-    rows.push(
-        Row::reference(
-            "1 download",
-            format!(
-                "fetcher peak RSS (VmHWM), {} MiB vs {small_mib} MiB artifact",
-                o.size_mib
-            ),
-            format!(
-                "{:.1} vs {:.1}",
-                big_hwm as f64 / 1024.0,
-                small_hwm as f64 / 1024.0
-            ),
-            "MiB",
-            format!(
-                "/usr/bin/time -v inplace-bench fetch-one --url {small_url} --sha256 {small_sha} --size {} --dir {} (Maximum resident set size)",
-                small_mib * MIB,
-                dst.display()
-            ),
-        )
-        .target(
-            "flat (streaming): within 2 MiB + 10 % of the small download",
-            (big_hwm as f64) <= small_hwm as f64 * 1.10 + 2048.0,
-        ),
+    Ok(times.into_iter().map(median).collect())
+}
+
+/// One row per contender from one server; the fetcher's carries the target against curl
+/// and the pipelines.
+fn contender_rows(
+    o: &Opts,
+    files: &Files,
+    url: &str,
+    server_name: &str,
+    nginx: Option<&Nginx>,
+    med: &[f64],
+) -> Vec<Row> {
+    let f = files.dst.join("f");
+    let curl = med[0];
+    let prep = format!(
+        "rm -rf {d}; mkdir -p {d}; sync; cat {s} >/dev/null",
+        d = files.dst.display(),
+        s = files.src.display()
     );
-    // The limits: the disk's durable write speed and the hash, on the cached file.
+    let mut rows = Vec::new();
+    for (i, c) in Contender::ALL.iter().enumerate() {
+        let value = format!("{} ({:.2} GB/s)", secs(med[i]), gbps(files.size, med[i]));
+        let reproduce = if *c == Contender::Fetcher {
+            format!(
+                "{prep}; /usr/bin/time -v inplace-bench fetch-one --url {url} --sha256 {} --size {} --dir {}",
+                files.sha,
+                files.size,
+                files.dst.display()
+            )
+        } else if let Some(nginx) = nginx {
+            format!(
+                "nginx -p {p} -c {conf}; hyperfine -r {r} -p '{prep}' '{cmd}'",
+                p = o.dir.join("nginx").display(),
+                conf = nginx.conf.display(),
+                r = o.reps,
+                cmd = c.shell(url, &f)
+            )
+        } else {
+            "inplace-bench download (artifact server in-process)".to_owned()
+        };
+        let mut row = Row::reference(
+            "1 download",
+            format!("{} MiB from {server_name}: {}", o.size_mib, c.label()),
+            value,
+            "s",
+            reproduce,
+        );
+        if *c == Contender::Fetcher {
+            let ratio = med[i] / curl;
+            let met = ratio <= 1.10 && med[i] < med[2] && med[i] < med[3];
+            row = row.target(
+                format!(
+                    "≤ 1.10 × curl -o f and < both pipelines; got {ratio:.2} × curl, {:.2} × curl && sync (like for like), {:.2} × sha256sum pipeline, {:.2} × openssl pipeline",
+                    med[i] / med[1],
+                    med[i] / med[2],
+                    med[i] / med[3]
+                ),
+                met,
+            );
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+/// The fetcher's peak RSS for the full-size artifact (`big_hwm`, the largest of the
+/// races) against the small one: streaming keeps it flat.
+async fn peak_rss_row(
+    o: &Opts,
+    files: &Files,
+    small_url: &str,
+    big_hwm: Option<u64>,
+) -> Result<Row> {
+    prepare(&files.small_src, &files.dst, false).await?;
+    let small_size = files.small_mib * MIB;
+    let (_, small_hwm) = run_fetcher(small_url, &files.small_sha, small_size, &files.dst).await?;
+    let big_hwm = big_hwm.unwrap_or(0);
+    Ok(Row::reference(
+        "1 download",
+        format!(
+            "fetcher peak RSS (VmHWM), {} MiB vs {} MiB artifact",
+            o.size_mib, files.small_mib
+        ),
+        format!(
+            "{:.1} vs {:.1}",
+            big_hwm as f64 / 1024.0,
+            small_hwm as f64 / 1024.0
+        ),
+        "MiB",
+        format!(
+            "/usr/bin/time -v inplace-bench fetch-one --url {small_url} --sha256 {} --size {small_size} --dir {} (Maximum resident set size)",
+            files.small_sha,
+            files.dst.display()
+        ),
+    )
+    .target(
+        "flat (streaming): within 2 MiB + 10 % of the small download",
+        (big_hwm as f64) <= small_hwm as f64 * 1.10 + 2048.0,
+    ))
+}
+
+/// The limits: the disk's durable write speed and the hash, on the cached file.
+async fn limit_rows(o: &Opts, files: &Files) -> Result<Vec<Row>> {
+    let (src, dst) = (&files.src, &files.dst);
     let mut openssl = Vec::new();
     let mut coreutils = Vec::new();
     let mut dd = Vec::new();
@@ -417,7 +504,7 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
         f.display()
     );
     for _ in 0..o.reps {
-        prepare(&src, &dst, o.drop_caches).await?;
+        prepare(src, dst, o.drop_caches).await?;
         dd.push(timed_sh(&dd_cmd).await?.0.as_secs_f64());
         timed_sh(&format!("cat {} > /dev/null", src.display())).await?;
         openssl.push(
@@ -434,20 +521,20 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
         );
     }
     let m = median(dd);
-    rows.push(Row::reference(
+    let mut rows = vec![Row::reference(
         "1 download",
         format!(
             "{} MiB dd conv=fsync of the cached file (the durable disk-write limit: no network, no hash)",
             o.size_mib
         ),
-        format!("{} ({:.2} GB/s)", secs(m), gbps(size, m)),
+        format!("{} ({:.2} GB/s)", secs(m), gbps(files.size, m)),
         "s",
         format!(
             "hyperfine -r {} -p 'rm -rf {d}; mkdir -p {d}; sync' '{dd_cmd}'",
             o.reps,
             d = dst.display()
         ),
-    ));
+    )];
     for (label, v, tool) in [
         (
             "openssl dgst -sha256 (cached file: the hash limit)",
@@ -460,14 +547,10 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
         rows.push(Row::reference(
             "1 download",
             format!("{} MiB {label}", o.size_mib),
-            format!("{} ({:.2} GB/s)", secs(m), gbps(size, m)),
+            format!("{} ({:.2} GB/s)", secs(m), gbps(files.size, m)),
             "s",
             format!("hyperfine -r {} -w 1 '{tool} {}'", o.reps, src.display()),
         ));
-    }
-    let _ = std::fs::remove_dir_all(&dst);
-    if let Some(n) = nginx {
-        n.stop().await;
     }
     Ok(rows)
 }
