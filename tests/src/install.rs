@@ -4,10 +4,11 @@
 //! and the agent laid out on a node as its package lays it out.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::apiserver::{repo_root, run_kubectl};
 use crate::error::IoContext;
-use crate::nspawn::{NodeFile, NodeOptions};
+use crate::nspawn::{Node, NodeFile, NodeOptions};
 use crate::workspace_build::workspace_bin;
 use crate::{Error, Result};
 
@@ -98,17 +99,11 @@ pub async fn workspace_binaries() -> Result<(PathBuf, PathBuf)> {
         .map_err(|e| Error::Invalid(format!("the build task: {e}")))?
 }
 
-/// The agent as its package installs it (docs/usage/deb.md's layout): the binary, the shipped
-/// unit and tmpfiles, a policy allowing `artifact_prefix` over plain HTTP, the unit enabled.
-/// Its identity is the kubelet's kubeconfig (`/etc/kubernetes/kubelet.conf`), which the node
-/// has of its own.
-pub async fn add_agent(
-    options: &mut NodeOptions,
-    agent: &Path,
-    artifact_prefix: &str,
-) -> Result<()> {
+/// The agent's files as its package lays them out (docs/usage/deb.md): the binary, the
+/// shipped unit and tmpfiles, and a policy allowing `artifact_prefix` over plain HTTP.
+pub async fn agent_files(agent: &Path, artifact_prefix: &str) -> Result<Vec<NodeFile>> {
     let root = repo_root();
-    options.files.extend([
+    Ok(vec![
         NodeFile::from_host(agent, "/usr/bin/inplace-agent", 0o755).await?,
         NodeFile::from_host(
             root.join("systemd/inplace-agent.service"),
@@ -130,9 +125,73 @@ pub async fn add_agent(
             ),
             0o644,
         ),
-    ]);
+    ])
+}
+
+/// The agent as its package installs it, on a node about to boot ([`agent_files`], the unit
+/// enabled). Its identity is the kubelet's kubeconfig (`/etc/kubernetes/kubelet.conf`), which
+/// the node has of its own.
+pub async fn add_agent(
+    options: &mut NodeOptions,
+    agent: &Path,
+    artifact_prefix: &str,
+) -> Result<()> {
+    options
+        .files
+        .extend(agent_files(agent, artifact_prefix).await?);
     options
         .enable_units
         .push("inplace-agent.service".to_owned());
     Ok(())
+}
+
+/// The agent's files ([`agent_files`]) written onto the booted `node`, with
+/// `kubeconfig_yaml` as the kubelet's kubeconfig (the agent's identity); the caller may add
+/// a drop-in, then [`start_agent`].
+pub async fn put_agent(
+    node: &Node,
+    agent: &Path,
+    artifact_prefix: &str,
+    kubeconfig_yaml: &str,
+) -> Result<()> {
+    for file in agent_files(agent, artifact_prefix).await? {
+        node.write_file(&file.path, &file.contents, file.mode)
+            .await?;
+    }
+    node.write_file(
+        "/etc/kubernetes/kubelet.conf",
+        kubeconfig_yaml.as_bytes(),
+        0o600,
+    )
+    .await
+}
+
+/// Starts the agent [`put_agent`] installed, as its package's post-install does (its
+/// directories, then the unit), and waits until the unit is active (`Type=notify`: the
+/// agent said READY). The error carries the unit's journal.
+pub async fn start_agent(node: &Node) -> Result<()> {
+    let started = node
+        .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
+        .await?;
+    let active = match started.success() {
+        true => node
+            .wait_active("inplace-agent.service", Duration::from_secs(60))
+            .await
+            .err()
+            .map(|e| e.to_string()),
+        false => Some(started.stderr_text()),
+    };
+    match active {
+        None => Ok(()),
+        Some(why) => {
+            let journal = node
+                .journal("inplace-agent.service", 80)
+                .await
+                .unwrap_or_default();
+            Err(Error::Invalid(format!(
+                "the agent did not start on {}: {why}\n{journal}",
+                node.name()
+            )))
+        }
+    }
 }

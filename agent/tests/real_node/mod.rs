@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::install;
 use inplace_tests::nspawn::{Node, NodeOptions};
 use inplace_tests::plans::{self, Seen};
 use inplace_tests::test_api::TestApi;
@@ -238,24 +239,20 @@ impl Setup {
         identity: &str,
         unit_drop_in: Option<&str>,
     ) -> AgentNode {
-        install_agent(&node, identity, &self.server.url("/")).await;
+        let agent = Path::new(env!("CARGO_BIN_EXE_inplace-agent"));
+        install::put_agent(&node, agent, &self.server.url("/"), identity)
+            .await
+            .unwrap();
         if let Some(drop_in) = unit_drop_in {
             node.write_file(AGENT_DROP_IN, drop_in.as_bytes(), 0o644)
                 .await
                 .unwrap();
         }
-        let started = node
-            .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
-            .await
-            .unwrap();
+        let started = install::start_agent(&node).await;
         let bed = self.into_bed(node);
-        assert!(
-            started.success(),
-            "the agent did not start: {}\n{}",
-            started.stderr_text(),
-            bed.diagnostics().await
-        );
-        bed.wait_agent_active().await;
+        if let Err(e) = started {
+            panic!("{e}\n{}", bed.diagnostics().await);
+        }
         bed
     }
 
@@ -269,15 +266,6 @@ impl Setup {
             work: self.work,
             kubelet_healthz: None,
         }
-    }
-}
-
-impl AgentNode {
-    async fn wait_agent_active(&self) {
-        self.node
-            .wait_active("inplace-agent.service", Duration::from_secs(60))
-            .await
-            .expect("the agent starts under its hardened unit (Type=notify: READY sent)");
     }
 }
 
@@ -295,45 +283,6 @@ pub fn with_bpf() -> NodeOptions {
         ],
         ..NodeOptions::default()
     }
-}
-
-/// Writes everything the agent needs onto `node`; the caller starts the unit.
-pub async fn install_agent(node: &Node, kubeconfig_yaml: &str, artifact_prefix: &str) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let copies = [
-        (
-            Path::new(env!("CARGO_BIN_EXE_inplace-agent")).to_path_buf(),
-            "/usr/bin/inplace-agent",
-            0o755,
-        ),
-        (
-            root.join("systemd/inplace-agent.service"),
-            "/etc/systemd/system/inplace-agent.service",
-            0o644,
-        ),
-        (
-            root.join("systemd/inplace-agent.tmpfiles.conf"),
-            "/usr/lib/tmpfiles.d/inplace-agent.conf",
-            0o644,
-        ),
-    ];
-    for (from, to, mode) in copies {
-        node.copy_from_host(from, to, mode).await.unwrap();
-    }
-    let config = format!(
-        "[policy]\nallowed_url_prefixes = [\"{artifact_prefix}\"]\nallow_http = true\n\
-         [activation]\nhealth_interval = \"200ms\"\n"
-    );
-    node.write_file("/etc/inplace/agent.toml", config.as_bytes(), 0o644)
-        .await
-        .unwrap();
-    node.write_file(
-        "/etc/kubernetes/kubelet.conf",
-        kubeconfig_yaml.as_bytes(),
-        0o600,
-    )
-    .await
-    .unwrap();
 }
 
 /// The stand-in kubelet (`inplace-tests`' `fake-kubelet` binary), built for this test run:

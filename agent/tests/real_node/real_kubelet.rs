@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use inplace_tests::apiserver::ApiServer;
 use inplace_tests::install;
@@ -70,7 +71,10 @@ impl AgentNode {
         let healthz = kube.healthz_url();
         let mut bed = setup.into_bed(kube.node);
         bed.kubelet_healthz = Some(healthz);
-        bed.wait_agent_active().await;
+        bed.node
+            .wait_active("inplace-agent.service", Duration::from_secs(60))
+            .await
+            .expect("the agent starts under its hardened unit (Type=notify: READY sent)");
         bed.wait_node_ready(release, "the node's first kubelet")
             .await;
         bed

@@ -19,6 +19,7 @@ use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::fake_kubelet::FakeKubeletConfig;
+use inplace_tests::install;
 use inplace_tests::nspawn::{Node, NodeOptions};
 use inplace_tests::sysext::{SysextImage, kubernetes_sysext};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -184,59 +185,6 @@ impl Agent {
     }
 }
 
-async fn install_agent(
-    node: &Node,
-    emulator: &Handle,
-    agent_bin: &Path,
-    prefix: &str,
-) -> Result<()> {
-    let root = repo_root();
-    node.copy_from_host(agent_bin, "/usr/bin/inplace-agent", 0o755)
-        .await?;
-    node.copy_from_host(
-        root.join("systemd/inplace-agent.service"),
-        "/etc/systemd/system/inplace-agent.service",
-        0o644,
-    )
-    .await?;
-    node.copy_from_host(
-        root.join("systemd/inplace-agent.tmpfiles.conf"),
-        "/usr/lib/tmpfiles.d/inplace-agent.conf",
-        0o644,
-    )
-    .await?;
-    let config = format!(
-        "[policy]\nallowed_url_prefixes = [\"{prefix}\"]\nallow_http = true\n\
-         [activation]\nhealth_interval = \"200ms\"\n"
-    );
-    node.write_file("/etc/inplace/agent.toml", config.as_bytes(), 0o644)
-        .await?;
-    node.write_file(
-        "/etc/kubernetes/kubelet.conf",
-        emulator
-            .kubeconfig_yaml(&User::node(node.name()))
-            .as_bytes(),
-        0o600,
-    )
-    .await?;
-    let started = node
-        .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
-        .await?;
-    if !started.success() {
-        let journal = node
-            .journal("inplace-agent.service", 80)
-            .await
-            .unwrap_or_default();
-        bail!(
-            "the agent did not start: {}\n{journal}",
-            started.stderr_text()
-        );
-    }
-    node.wait_active("inplace-agent.service", Duration::from_secs(60))
-        .await?;
-    Ok(())
-}
-
 fn mono_us(show: &str, key: &str) -> Option<u64> {
     show.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))?
@@ -324,7 +272,9 @@ async fn measure(
     v2: &SysextImage,
     port: u16,
 ) -> Result<Vec<Row>> {
-    install_agent(node, emulator, agent_bin, &server.url("/")).await?;
+    let identity = emulator.kubeconfig_yaml(&User::node(node.name()));
+    install::put_agent(node, agent_bin, &server.url("/"), &identity).await?;
+    install::start_agent(node).await?;
     first_install(node, api, server, v1, port).await?;
     let agent = Agent::find(node).await?;
     let mut rows = footprint_rows(o, node, &agent, binary_size).await?;
