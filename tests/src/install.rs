@@ -195,3 +195,42 @@ pub async fn start_agent(node: &Node) -> Result<()> {
         }
     }
 }
+
+/// Where a node keeps the agent's sysext images (docs/usage/flatcar.md).
+pub const AGENT_IMAGES: &str = "/opt/extensions/inplace-agent";
+
+/// The agent's sysext `image` under [`AGENT_IMAGES`] and the guard's units, which live
+/// outside the image (docs/usage/flatcar.md, docs/usage/agent-updates.md).
+pub async fn agent_image_files(image: &Path) -> Result<Vec<NodeFile>> {
+    let name = image.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Error::Invalid(format!("an image path without a name: {}", image.display()))
+    })?;
+    let mut files =
+        vec![NodeFile::from_host(image, format!("{AGENT_IMAGES}/{name}"), 0o644).await?];
+    for unit in ["inplace-agent-guard.service", "inplace-agent-guard.path"] {
+        files.push(
+            NodeFile::from_host(
+                repo_root().join("systemd").join(unit),
+                format!("/etc/systemd/system/{unit}"),
+                0o644,
+            )
+            .await?,
+        );
+    }
+    Ok(files)
+}
+
+/// docs/usage/flatcar.md's install on a booted node that has [`agent_image_files`]: the
+/// image linked into /etc/extensions and merged (and merged again at every boot), the
+/// agent's directories, the agent and the guard's path unit started, with `also_enable`.
+pub fn agent_image_install_script(image_name: &str, also_enable: &[&str]) -> String {
+    format!(
+        "set -e; mkdir -p /etc/extensions; \
+         ln -sf {AGENT_IMAGES}/{image_name} /etc/extensions/inplace-agent.raw; \
+         systemctl enable systemd-sysext.service; \
+         systemd-sysext refresh && systemctl daemon-reload; \
+         systemd-tmpfiles --create inplace-agent.conf; \
+         systemctl enable --now {} inplace-agent.service inplace-agent-guard.path",
+        also_enable.join(" ")
+    )
+}

@@ -20,7 +20,7 @@ use inplace_tests::nspawn::{Node, NodeOptions};
 use inplace_tests::agent_images::{Behaviour, agent_image};
 use support::packaging::{PATIENCE, api_for_agents, build, repo, write_kubelet_identity};
 
-const IMAGES: &str = "/opt/extensions/inplace-agent";
+const IMAGES: &str = inplace_tests::install::AGENT_IMAGES;
 const SELF_UPDATE: &str = "/var/lib/inplace/self-update";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

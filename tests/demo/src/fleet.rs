@@ -109,7 +109,6 @@ pub(crate) struct Paths {
     pub(crate) agent: PathBuf,
     pub(crate) controller: PathBuf,
     pub(crate) bin_dir: PathBuf,
-    pub(crate) repo: PathBuf,
     pub(crate) work: PathBuf,
 }
 
@@ -133,12 +132,10 @@ fn paths(args: &Args) -> anyhow::Result<Paths> {
             )
         }
     };
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     Ok(Paths {
         agent: find("inplace-agent")?,
         controller: find("inplace-controller")?,
         bin_dir: bin_dir.clone(),
-        repo: repo.canonicalize().unwrap_or(repo),
         work: args.work_dir.clone(),
     })
 }
@@ -192,7 +189,7 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
     let (client, kubeconfig) = setup::start_cluster(args, &paths, keep).await?;
     let (server, images) = setup::serve_kubelet_images(args, &paths).await?;
     let agent = AgentInstall::build(&paths, agent_versions.is_some().then_some(&release_key))?;
-    let members = setup::boot_fleet(args, &paths, &server, keep, fleet, &agent, &images.v1).await?;
+    let members = setup::boot_fleet(args, &server, keep, fleet, &agent, &images.v1).await?;
     let cluster = keep.api.as_ref().context("the cluster")?;
     let controller = setup::start_controller(&paths, cluster)?;
     keep.controller = Some(controller);

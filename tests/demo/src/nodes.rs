@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use inplace_tests::agent_images::{Behaviour, ReleaseKey, agent_image};
 use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::install;
 use inplace_tests::kube_node::{KubeNodeConfig, node_images};
 use inplace_tests::nspawn::{ExecOutput, Node, NodeFile, NodeOptions};
 use inplace_tests::sysext::SysextImage;
@@ -15,9 +16,6 @@ use inplace_tests::sysext::SysextImage;
 use crate::agent_update::{CONFIRM_TIMEOUT, agent_version};
 use crate::cluster::Cluster;
 use crate::fleet::{Member, Paths};
-
-/// Where flatcar.md puts the agent's images on a node.
-const AGENT_IMAGES: &str = "/opt/extensions/inplace-agent";
 
 /// The agent as every node gets it: its own sysext image (`packaging/node/build-sysext.sh`
 /// around `--bin-dir`'s agent), linked and started as docs/usage/flatcar.md installs it, with
@@ -60,7 +58,6 @@ impl AgentInstall {
 /// The node `m` as [`KubeNode::boot`](inplace_tests::kube_node::KubeNode::boot) takes it: a
 /// Kubernetes node of the cluster on `kubelet`, and the agent's files.
 pub(crate) async fn node_options(
-    paths: &Paths,
     server: &ArtifactServer,
     cluster: &Cluster,
     m: &Member,
@@ -85,25 +82,8 @@ pub(crate) async fn node_options(
          [activation]\nhealth_interval = \"200ms\"\n",
         server.url("/")
     );
-    let mut files = vec![
-        NodeFile::from_host(
-            &agent.image,
-            format!("{AGENT_IMAGES}/{}", agent.file_name),
-            0o644,
-        )
-        .await?,
-        NodeFile::new("/etc/inplace/agent.toml", config, 0o644),
-    ];
-    for unit in ["inplace-agent-guard.service", "inplace-agent-guard.path"] {
-        files.push(
-            NodeFile::from_host(
-                paths.repo.join("systemd").join(unit),
-                format!("/etc/systemd/system/{unit}"),
-                0o644,
-            )
-            .await?,
-        );
-    }
+    let mut files = install::agent_image_files(&agent.image).await?;
+    files.push(NodeFile::new("/etc/inplace/agent.toml", config, 0o644));
     if let Some(key) = &agent.release_key {
         files.push(NodeFile::new(
             "/etc/inplace/keys/demo-release.pub",
@@ -130,14 +110,7 @@ pub(crate) async fn install_agent(
     name: &str,
     agent: &AgentInstall,
 ) -> anyhow::Result<()> {
-    let script = format!(
-        "set -e; mkdir -p /etc/extensions; \
-         ln -sf {AGENT_IMAGES}/{file} /etc/extensions/inplace-agent.raw; \
-         systemd-sysext refresh && systemctl daemon-reload; \
-         systemd-tmpfiles --create inplace-agent.conf; \
-         systemctl enable --now inplace-agent.service inplace-agent-guard.path",
-        file = agent.file_name
-    );
+    let script = install::agent_image_install_script(&agent.file_name, &[]);
     node_sh_ok(fleet, name, &script)
         .await
         .with_context(|| format!("installing the agent on {name}"))

@@ -154,7 +154,6 @@ pub(crate) fn image_path(image: &SysextImage) -> String {
 /// units beside it, the node's config; then the fleet's label on each Node.
 pub(crate) async fn boot_fleet(
     args: &Args,
-    paths: &Paths,
     server: &ArtifactServer,
     keep: &mut Keep,
     fleet: &Arc<Mutex<Vec<Node>>>,
@@ -182,7 +181,7 @@ pub(crate) async fn boot_fleet(
     let boot_started = Instant::now();
     let mut boots = Vec::new();
     for m in &members {
-        let (config, options) = node_options(paths, server, cluster, m, agent, kubelet).await?;
+        let (config, options) = node_options(server, cluster, m, agent, kubelet).await?;
         let fleet = Arc::clone(fleet);
         boots.push(async move {
             let booted = KubeNode::boot(&config, options)

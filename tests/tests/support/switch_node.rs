@@ -7,14 +7,15 @@ use std::path::Path;
 use inplace_proto::{NodeUpdatePlan, Phase, UpdateContent};
 use inplace_tests::agent_images::{ReleaseKey, sha256_hex};
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
+use inplace_tests::install;
 use inplace_tests::nspawn::Node;
 use inplace_tests::test_api::TestApi;
 use kube::api::{Patch, PatchParams};
 
-use super::packaging::{PATIENCE, install_ensure_sysext, repo, write_kubelet_identity};
+use super::packaging::{PATIENCE, install_ensure_sysext, write_kubelet_identity};
 
 /// Where the node keeps the agent's images.
-pub const IMAGES: &str = "/opt/extensions/inplace-agent";
+pub const IMAGES: &str = install::AGENT_IMAGES;
 
 /// The node's policy for these tests (docs/usage/agent-updates.md): switches allowed (to
 /// lower versions too with `allow_downgrade`), a short deadline for the new agent
@@ -50,19 +51,10 @@ pub async fn install_agent(
     confirm_timeout: u64,
     allow_downgrade: bool,
 ) {
-    let installed = format!("{IMAGES}/{}", image.file_name().unwrap().to_str().unwrap());
-    node.copy_from_host(image, &installed, 0o644).await.unwrap();
-    node.symlink(&installed, "/etc/extensions/inplace-agent.raw")
-        .await
-        .unwrap();
-    for unit in ["inplace-agent-guard.service", "inplace-agent-guard.path"] {
-        node.copy_from_host(
-            repo().join("systemd").join(unit),
-            format!("/etc/systemd/system/{unit}"),
-            0o644,
-        )
-        .await
-        .unwrap();
+    for file in install::agent_image_files(image).await.unwrap() {
+        node.write_file(&file.path, &file.contents, file.mode)
+            .await
+            .unwrap();
     }
     write_kubelet_identity(node, test_api).await;
     install_ensure_sysext(node).await;
@@ -87,13 +79,11 @@ pub async fn install_agent(
     )
     .await
     .unwrap();
-    node.sh_ok(
-        "systemctl enable systemd-sysext.service \
-         && systemd-sysext refresh && systemctl daemon-reload \
-         && systemd-tmpfiles --create inplace-agent.conf \
-         && systemctl enable --now kubelet.service inplace-agent.service \
-            inplace-agent-guard.path",
-    )
+    let name = image.file_name().unwrap().to_str().unwrap();
+    node.sh_ok(&install::agent_image_install_script(
+        name,
+        &["kubelet.service"],
+    ))
     .await
     .expect("the agent, the guard's path unit and the kubelet start");
     node.wait_active("inplace-agent.service", PATIENCE)
