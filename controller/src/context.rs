@@ -13,6 +13,7 @@ use kube::runtime::reflector::Store;
 
 use crate::metrics::Metrics;
 use crate::rollout::alert_gate::{AlertSource, PrometheusSettings};
+use crate::rollout::fleetlock::FleetLockSettings;
 use crate::rollout::kured_lock::KuredSettings;
 use crate::rollout::plans::RecentWrites;
 use crate::rollout::status_pacing::StatusPacer;
@@ -38,6 +39,8 @@ pub struct ReconcileSettings {
     pub alert_recheck: Duration,
     /// kured's reboot lock, shared with kured (`--kured-daemonset`); `None`: not shared.
     pub kured: Option<KuredSettings>,
+    /// The FleetLock server (`--fleetlock-addr`); `None`: not served.
+    pub fleetlock: Option<FleetLockSettings>,
 }
 
 impl Default for ReconcileSettings {
@@ -49,6 +52,7 @@ impl Default for ReconcileSettings {
             prometheus: None,
             alert_recheck: Duration::from_secs(30),
             kured: None,
+            fleetlock: None,
         }
     }
 }
@@ -88,6 +92,9 @@ pub struct Context {
     pub alerts: Option<Arc<dyn AlertSource>>,
     /// The API server's version, for the skew guard.
     pub api_server_version: ApiServerVersion,
+    /// Held by a FleetLock grant and by a rollout round that may grant, so that neither
+    /// decides on a budget the other is changing (`rollout/fleetlock.rs`).
+    pub budget_gate: tokio::sync::Mutex<()>,
     /// Tunables.
     pub settings: ReconcileSettings,
 }

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use inplace_controller::context::ReconcileSettings;
 use inplace_controller::metrics::Metrics;
 use inplace_controller::rollout::alert_gate::PrometheusSettings;
+use inplace_controller::rollout::fleetlock::FleetLockSettings;
 use inplace_controller::rollout::kured_lock::{KURED_RECHECK, KuredSettings};
 use inplace_controller::runtime::leader::LeaseSettings;
 use inplace_controller::runtime::run::{Settings, run};
@@ -80,6 +81,14 @@ enum Command {
         /// none, the lock stays until inplace releases it.
         #[arg(long)]
         kured_lock_ttl: Option<inplace_proto::Duration>,
+        /// Serve the FleetLock protocol here (`0.0.0.0:8090`): zincati's `fleet_lock`
+        /// strategy asks inplace for its reboot slots, which come from the rollouts' budget
+        /// (docs/usage/fleetlock.md). Unset: not served.
+        #[arg(long, env = "INPLACE_FLEETLOCK_ADDR")]
+        fleetlock_addr: Option<SocketAddr>,
+        /// How many FleetLock clients of one group may hold a reboot slot at once.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        fleetlock_max_holders: u16,
     },
     /// Serve Cluster API's in-place update hooks (a Runtime Extension) over HTTPS, from
     /// the management cluster.
@@ -215,6 +224,8 @@ fn main() -> anyhow::Result<()> {
             kured_daemonset,
             kured_lock_annotation,
             kured_lock_ttl,
+            fleetlock_addr,
+            fleetlock_max_holders,
         } => {
             let kured = kured_daemonset
                 .map(|at| kured_settings(&at, kured_lock_annotation, kured_lock_ttl))
@@ -244,6 +255,10 @@ fn main() -> anyhow::Result<()> {
                         }),
                         alert_recheck: alert_recheck.get(),
                         kured,
+                        fleetlock: fleetlock_addr.map(|addr| FleetLockSettings {
+                            addr,
+                            max_holders: usize::from(fleetlock_max_holders),
+                        }),
                         ..ReconcileSettings::default()
                     },
                 };

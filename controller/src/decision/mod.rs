@@ -35,6 +35,7 @@ mod actions;
 mod autoscaler;
 mod classify;
 mod drain;
+pub mod fleetlock;
 pub mod fluo;
 mod foreign;
 mod grant;

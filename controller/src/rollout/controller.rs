@@ -188,6 +188,12 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         ctx.metrics.rollout_round("paced");
         return Ok(Action::requeue(wait));
     }
+    // A FleetLock grant and this round never decide on one budget at once: the grant holds
+    // the gate until the Node cache shows its holder (`rollout/fleetlock.rs`).
+    let _budget = match ctx.settings.fleetlock {
+        Some(_) => Some(ctx.budget_gate.lock().await),
+        None => None,
+    };
     let refreshed = view.refresh(rollout, &ctx.view_sources())?;
     let refresh_cost = started.elapsed();
     let release_state = view.share_release(release_state(release.as_deref()));

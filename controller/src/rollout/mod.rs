@@ -7,6 +7,7 @@
 pub mod alert_gate;
 pub mod controller;
 pub mod events;
+pub mod fleetlock;
 pub mod kured_lock;
 pub mod node_readiness;
 pub mod plan_watch;

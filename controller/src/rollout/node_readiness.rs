@@ -1,7 +1,7 @@
 //! A Node's `Ready` condition, as the rollout's health gate reads it
 //! (`decision/health.rs`), and its kubelet's version, as the skew guard reads it
-//! (`decision/version_skew.rs`): the cached Node keeps those and nothing else of its
-//! status ([`keep_readiness_and_kubelet_version`]); [`readiness`] and [`kubelet_version`] read them.
+//! (`decision/version_skew.rs`): the cached Node keeps those and its machine ID (a FleetLock
+//! client's key) and nothing else of its status ([`slim_status`]); [`readiness`] and [`kubelet_version`] read them.
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo};
 
@@ -11,15 +11,18 @@ use crate::decision::Readiness;
 const READY: &str = "Ready";
 
 /// Drops every part of a Node's status but its `Ready` condition's type, status, reason
-/// and message and `nodeInfo.kubeletVersion` (no heartbeat times: 30,000 cached Nodes stay
-/// small, and the cache holds nothing the decision does not read).
-pub fn keep_readiness_and_kubelet_version(status: Option<NodeStatus>) -> Option<NodeStatus> {
+/// and message, `nodeInfo.kubeletVersion` and `nodeInfo.machineID` (no heartbeat times:
+/// 30,000 cached Nodes stay small, and the cache holds nothing the controller does not read).
+pub fn slim_status(status: Option<NodeStatus>) -> Option<NodeStatus> {
     let status = status?;
     let ready = status
         .conditions
         .and_then(|conditions| conditions.into_iter().find(|c| c.type_ == READY));
-    let kubelet_version = status.node_info.map(|info| info.kubelet_version);
-    if ready.is_none() && kubelet_version.is_none() {
+    // The machine ID maps a FleetLock client (zincati) to its Node (`rollout/fleetlock.rs`).
+    let kept_info = status
+        .node_info
+        .map(|info| (info.kubelet_version, info.machine_id));
+    if ready.is_none() && kept_info.is_none() {
         return None;
     }
     Some(NodeStatus {
@@ -32,8 +35,9 @@ pub fn keep_readiness_and_kubelet_version(status: Option<NodeStatus>) -> Option<
                 ..NodeCondition::default()
             }]
         }),
-        node_info: kubelet_version.map(|kubelet_version| NodeSystemInfo {
+        node_info: kept_info.map(|(kubelet_version, machine_id)| NodeSystemInfo {
             kubelet_version,
+            machine_id,
             ..NodeSystemInfo::default()
         }),
         ..NodeStatus::default()
@@ -120,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_the_ready_condition_and_the_kubelet_version_and_reads_the_same() {
+    fn the_cache_keeps_the_ready_condition_the_kubelet_version_and_the_machine_id() {
         let full = node(json!({
             "conditions": [condition("MemoryPressure", "False", "x"), condition("Ready", "False", "KubeletNotReady")],
             "images": [{"names": ["big"], "sizeBytes": 1}],
@@ -129,7 +133,7 @@ mod tests {
                          "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
         }));
         let slim = Node {
-            status: keep_readiness_and_kubelet_version(full.status.clone()),
+            status: slim_status(full.status.clone()),
             ..full.clone()
         };
         assert_eq!(readiness(&slim), readiness(&full));
@@ -138,7 +142,8 @@ mod tests {
         let status = slim.status.unwrap();
         assert!(status.images.is_none());
         let info = status.node_info.unwrap();
-        assert!(info.machine_id.is_empty() && info.kernel_version.is_empty());
+        assert_eq!(info.machine_id, "m", "a FleetLock client is found by it");
+        assert!(info.system_uuid.is_empty() && info.kernel_version.is_empty());
         let kept = status.conditions.unwrap();
         assert_eq!(kept.len(), 1);
         assert!(kept[0].last_heartbeat_time.is_none());

@@ -146,7 +146,9 @@ pub fn plan_apply_body(source: &PlanSource<'_>, intent: &PlanIntent) -> NodeUpda
 /// `reboot-needed` and `reboot-ok` (`decision/fluo.rs`), readiness
 /// (the health gate) and the kubelet's version (the skew guard).
 pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
-    use crate::decision::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION, fluo};
+    use crate::decision::{
+        SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION, fleetlock, fluo,
+    };
     use inplace_proto::steering::{HOLD_ANNOTATION, SKIP_ANNOTATION};
     node.metadata.managed_fields = None;
     node.metadata.annotations = node
@@ -162,14 +164,14 @@ pub fn slim_node(node: &mut k8s_openapi::api::core::v1::Node) {
                     SCALE_DOWN_MARK_ANNOTATION,
                     fluo::REBOOT_NEEDED,
                     fluo::REBOOT_OK,
+                    fleetlock::HOLDER_ANNOTATION,
                 ]
                 .contains(&k.as_str())
             });
             a
         })
         .filter(|a| !a.is_empty());
-    node.status =
-        crate::rollout::node_readiness::keep_readiness_and_kubelet_version(node.status.take());
+    node.status = crate::rollout::node_readiness::slim_status(node.status.take());
 }
 
 #[derive(Debug, Clone)]

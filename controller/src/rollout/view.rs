@@ -17,12 +17,12 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::decision::fluo;
 use crate::decision::kured::KuredView;
 use crate::decision::{
     CONTROL_PLANE_LABEL, DecisionMemo, NodeView, PlanView, ReleaseState, ScaleDownMark,
     activation_order, resolve_ownership,
 };
+use crate::decision::{fleetlock, fluo};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::rollout::plans::{RecentWrites, plan_owner};
@@ -440,7 +440,9 @@ impl<'a> ViewBuilder<'a> {
             scale_down: ScaleDownMark::of(node.metadata.annotations.as_ref()),
             kubelet_version: crate::rollout::node_readiness::kubelet_version(node),
             rebooted_by: fluo::rebooting(labels, node.metadata.annotations.as_ref())
-                .then_some(fluo::FLUO),
+                .then_some(fluo::FLUO)
+                .or(fleetlock::holder(node.metadata.annotations.as_ref())
+                    .map(|_| fleetlock::FLEETLOCK)),
             version: 0,
         };
         Ok((view, uid))

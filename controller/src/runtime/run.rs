@@ -253,7 +253,15 @@ pub async fn run_controllers(
         status_pacer: Default::default(),
         alerts,
         api_server_version: Default::default(),
+        budget_gate: Default::default(),
         settings: reconcile,
+    });
+    let fleetlock = ctx.settings.fleetlock.clone().map(|settings| {
+        tokio::spawn(rollout::fleetlock::serve(
+            settings,
+            ctx.clone(),
+            stopped(stop.clone()),
+        ))
     });
 
     let for_nodes = {
@@ -300,6 +308,9 @@ pub async fn run_controllers(
         }
     });
     tokio::join!(rollouts_run, releases_run);
+    if let Some(fleetlock) = fleetlock {
+        fleetlock.abort();
+    }
     Ok(())
 }
 
