@@ -94,7 +94,14 @@ pub(super) fn grant_slots(
     } else {
         let taken = gate.soaking.iter().chain(gate.foreign).copied();
         let spread = Spread::of(spec, owned, states, taken);
-        who_gets_a_slot(owned, states, slots - holders, holders, spread)
+        who_gets_a_slot(
+            owned,
+            states,
+            gate.foreign,
+            slots - holders,
+            holders,
+            spread,
+        )
     };
     let mut rank = vec![None; owned.len()];
     for (r, &i) in granted.iter().enumerate() {
@@ -122,6 +129,7 @@ pub(super) fn grant_slots(
 fn who_gets_a_slot<'a>(
     owned: &[&'a NodeView],
     states: &[NodeState],
+    down: &[usize],
     free: usize,
     holders: usize,
     mut spread: Option<Spread<'a>>,
@@ -134,9 +142,11 @@ fn who_gets_a_slot<'a>(
             )
     });
     // A held node is passed over; a held control-plane node still keeps the other nodes
-    // waiting (control-plane first is a safety rule, not an order of convenience).
-    let staged =
-        (0..owned.len()).filter(|&i| states[i] == NodeState::Staged && !owned[i].steering.hold);
+    // waiting (control-plane first is a safety rule, not an order of convenience). A node
+    // others took down (`down`) waits until it is back: someone is rebooting or working on it.
+    let staged = (0..owned.len()).filter(|&i| {
+        states[i] == NodeState::Staged && !owned[i].steering.hold && !down.contains(&i)
+    });
     if cp_unfinished {
         if holders > 0 {
             return (Vec::new(), Vec::new());

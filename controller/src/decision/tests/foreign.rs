@@ -215,3 +215,23 @@ fn a_node_flatcars_update_operator_reboots_takes_the_only_slot() {
     back[0].rebooted_by = None;
     assert_eq!(granted(&decide(&input(&s, back))), ["worker-1"]);
 }
+
+/// A node others took down waits until it is back, even with slots to spare: a node a
+/// reboot tool (kured, FLUO, a FleetLock client) holds may be Ready and schedulable while
+/// its reboot is being prepared.
+#[test]
+fn a_node_others_took_down_is_not_granted_while_it_is_down() {
+    let mut s = spec(IntOrString::Int(3), 0);
+    s.count_foreign_disruption = false;
+    let mut rebooting = staged(node("worker-1"));
+    rebooting.rebooted_by = Some(super::super::fluo::FLUO);
+    let mut counted = spec(IntOrString::Int(3), 0);
+    counted.count_foreign_disruption = true;
+    let nodes = vec![rebooting, staged(node("worker-2"))];
+    assert_eq!(granted(&decide(&input(&s, nodes))), ["worker-2"]);
+    let nodes = vec![
+        cordoned_by_a_person(staged(node("worker-1"))),
+        staged(node("worker-2")),
+    ];
+    assert_eq!(granted(&decide(&input(&counted, nodes))), ["worker-2"]);
+}
