@@ -141,3 +141,65 @@ async fn kured_and_a_rollout_share_one_budget_through_kureds_lock() {
         "the rollout released kured's lock"
     );
 }
+
+/// kured with `--concurrency=2` (its multi-holder lock): a daemon rebooting worker-2 uses one
+/// place and one slot of the rollout (`maxUnavailable: 2`); the rollout joins the lock as
+/// `inplace/ro` while it activates, so the lock is full and a second kured daemon waits;
+/// when the rollout is done it leaves, and the daemon's place is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kureds_multi_holder_lock_gives_the_rollout_one_place() {
+    let bed = Arc::new(Bed::start_with(settings()).await);
+    let ds = support::kured::create_daemonset(&bed.client).await;
+    let fleet = bed.fleet(SimConfig {
+        activate: Duration::from_secs(2),
+        ..SimConfig::default()
+    });
+    for name in ["worker-1", "worker-2", "worker-3", "worker-4"] {
+        create_node(&bed.client, name, &[]).await;
+    }
+    let (got, _) = support::kured::acquire_shared(&ds, "worker-2", 2).await;
+    assert!(got);
+    create_release(&bed.client, "rel", "v1").await;
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 2, "countForeignDisruption": false}),
+    )
+    .await;
+    rollout_when(&bed.client, "ro", "worker-2's place used", |r| {
+        condition(r, "Progressing")
+            .is_some_and(|(_, _, m)| m.contains("worker-2 held by kured's lock"))
+    })
+    .await;
+    let joined = eventually("the rollout joined kured's lock", || async {
+        let holders = support::kured::shared_holders(&ds).await;
+        holders
+            .contains(&"inplace/ro".to_owned())
+            .then_some(holders)
+    })
+    .await;
+    assert_eq!(joined, ["worker-2", "inplace/ro"]);
+    let (got, holders) = support::kured::acquire_shared(&ds, "worker-3", 2).await;
+    assert!(!got, "the lock is full while the rollout activates");
+    assert_eq!(holders, "worker-2,inplace/ro");
+    rollout_when(&bed.client, "ro", "three nodes updated", |r| {
+        r.status.as_ref().is_some_and(|s| s.nodes.succeeded == 3)
+    })
+    .await;
+    eventually("the rollout left kured's lock", || async {
+        (support::kured::shared_holders(&ds).await == ["worker-2"]).then_some(())
+    })
+    .await;
+    let order = fleet.stats.activation_order.lock().unwrap().clone();
+    assert_eq!(
+        fleet.max_activating(),
+        1,
+        "worker-2's reboot used the other slot: {order:?}"
+    );
+    support::kured::release_shared(&ds, "worker-2").await;
+    rollout_when(&bed.client, "ro", "Complete=True", |r| {
+        condition(r, "Complete").is_some_and(|(status, _, _)| status == "True")
+    })
+    .await;
+    assert!(support::kured::shared_holders(&ds).await.is_empty());
+}

@@ -12,7 +12,7 @@
 //!   ([`CORDONED_ANNOTATION`](super::CORDONED_ANNOTATION)): a cordon inplace made is its
 //!   own, never counted twice;
 //! - or not `Ready` (the condition False, Unknown or missing);
-//! - or the node kured's reboot lock is held for (`kured.rs`), or Flatcar's update
+//! - or a node kured's reboot lock is held for (`kured.rs`), or Flatcar's update
 //!   operator is rebooting (`fluo.rs`), whether or not the rollout counts the others above:
 //!   a node being rebooted is down.
 //!
@@ -32,10 +32,10 @@ pub(super) fn foreign_disruptions(
     owned: &[&NodeView],
     states: &[NodeState],
     soaking: &[usize],
-    kured_holder: Option<&str>,
+    kured_holders: &[&str],
 ) -> Vec<(usize, ForeignDisruption)> {
     let reboots = owned.iter().any(|n| n.rebooted_by.is_some());
-    if !spec.count_foreign_disruption && kured_holder.is_none() && !reboots {
+    if !spec.count_foreign_disruption && kured_holders.is_empty() && !reboots {
         return Vec::new();
     }
     // A failed node's trouble is the rollout's own, bounded by maxFailures and the halt.
@@ -52,7 +52,7 @@ pub(super) fn foreign_disruptions(
         .enumerate()
         .filter(|(_, (_, ours))| !ours)
         .filter_map(|(i, (node, _))| {
-            let seen = disrupted_by_others(node, spec.count_foreign_disruption, kured_holder)?;
+            let seen = disrupted_by_others(node, spec.count_foreign_disruption, kured_holders)?;
             Some((i, seen))
         })
         .collect()
@@ -63,7 +63,7 @@ pub(super) fn foreign_disruptions(
 fn disrupted_by_others(
     node: &NodeView,
     count: bool,
-    kured_holder: Option<&str>,
+    kured_holders: &[&str],
 ) -> Option<ForeignDisruption> {
     let our_cordon = node.plan.as_ref().is_some_and(|p| p.intent.cordoned);
     let cordoned = (count && node.unschedulable && !our_cordon).then_some("cordoned".to_owned());
@@ -71,8 +71,9 @@ fn disrupted_by_others(
         Readiness::NotReady { why } if count => Some(format!("NotReady ({why})")),
         _ => None,
     };
-    let kured =
-        (kured_holder == Some(node.name.as_str())).then_some("held by kured's lock".to_owned());
+    let kured = kured_holders
+        .contains(&node.name.as_str())
+        .then_some("held by kured's lock".to_owned());
     let rebooting = node.rebooted_by.map(|who| format!("rebooting under {who}"));
     let seen: Vec<String> = [cordoned, not_ready, kured, rebooting]
         .into_iter()

@@ -342,12 +342,17 @@ pub fn decide_with_memo(input: &RolloutInput<'_>, memo: &mut DecisionMemo) -> De
     let window = window::window_verdict(&input.spec.maintenance_windows, input.now);
     let mut health = health::health_verdict(input.spec, &owned, &nodes.states, &input.alerts);
     health.block(input.kured.as_ref().and_then(kured::KuredView::blocker));
+    let kured_holders = input
+        .kured
+        .as_ref()
+        .map(kured::KuredView::held_by_others)
+        .unwrap_or_default();
     let (foreign, foreign_disruptions): (Vec<usize>, Vec<_>) = foreign::foreign_disruptions(
         input.spec,
         &owned,
         &nodes.states,
         &nodes.soaking,
-        input.kured.as_ref().and_then(|k| k.held_by_others()),
+        &kured_holders,
     )
     .into_iter()
     .unzip();

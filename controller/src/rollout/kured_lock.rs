@@ -1,6 +1,6 @@
 //! kured's reboot lock on the API server: read the annotation on kured's DaemonSet, and
-//! take or release it with an update carrying the resourceVersion read, as kured 1.23.0
-//! does (`pkg/daemonsetlock/daemonsetlock.go`). What to write is decided in
+//! take or release it (or join and leave kured's multi-holder lock) with an update carrying
+//! the resourceVersion read, as kured 1.23.0 does (`pkg/daemonsetlock/daemonsetlock.go`). What to write is decided in
 //! `decision/kured.rs`.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -96,8 +96,11 @@ impl KuredSettings {
             KuredWrite::Take(value) => {
                 annotations.insert(self.annotation.clone(), value.clone());
             }
-            KuredWrite::Release => {
+            KuredWrite::Release(None) => {
                 annotations.remove(&self.annotation);
+            }
+            KuredWrite::Release(Some(value)) => {
+                annotations.insert(self.annotation.clone(), value.clone());
             }
         }
         match self
