@@ -1,13 +1,12 @@
 //! `kubectl inplace`: what the fleet's rollouts and plans say, drawn for people.
 //!
-//! [`view`] renders (pure, unit-tested); [`steer`] holds the verbs that change a rollout;
+//! [`render`] draws (pure, unit-tested); [`steer`] holds the verbs that change a rollout;
 //! [`preview`] shows what the controller would do with a rollout read from a file;
 //! this module fetches objects and watches them.
 
 pub mod preview;
+pub mod render;
 pub mod steer;
-pub mod steering_view;
-pub mod view;
 
 use anyhow::Context as _;
 use futures::StreamExt as _;
@@ -16,7 +15,7 @@ use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Api, Client};
 
-use view::Style;
+use render::Style;
 
 /// A client from `--kubeconfig`, else `$KUBECONFIG` / `~/.kube/config` / in-cluster, as
 /// kubectl finds one.
@@ -61,13 +60,13 @@ pub fn status_lines(
         if i > 0 {
             lines.push(String::new());
         }
-        lines.extend(view::rollout_lines(r, plans, style));
+        lines.extend(render::rollout_lines(r, plans, style));
     }
     let owned_by_any = |p: &&NodeUpdatePlan| {
         p.metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(view::ROLLOUT_LABEL))
+            .and_then(|l| l.get(render::ROLLOUT_LABEL))
             .is_some()
     };
     if only.is_none() {
@@ -81,7 +80,11 @@ pub fn status_lines(
                 .filter_map(|p| p.metadata.name.as_ref().map(String::len))
                 .max()
                 .unwrap_or(4);
-            lines.extend(loose.into_iter().map(|p| view::plan_line(p, width, style)));
+            lines.extend(
+                loose
+                    .into_iter()
+                    .map(|p| render::plan_line(p, width, style)),
+            );
         }
     }
     Ok(lines)
@@ -113,7 +116,7 @@ pub async fn plan(client: &Client, node: &str, style: &Style) -> anyhow::Result<
         .await
         .with_context(|| format!("reading NodeUpdatePlan {node}"))?
         .with_context(|| format!("node {node} has no NodeUpdatePlan"))?;
-    Ok(view::plan_explain(
+    Ok(render::plan_explain(
         &plan,
         k8s_openapi::jiff::Timestamp::now(),
         style,
@@ -179,7 +182,7 @@ pub async fn watch(
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(node))
             {
-                Some(p) => view::plan_explain(p, k8s_openapi::jiff::Timestamp::now(), &style),
+                Some(p) => render::plan_explain(p, k8s_openapi::jiff::Timestamp::now(), &style),
                 None => vec![format!("node {node} has no NodeUpdatePlan (yet)")],
             },
         };

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use kubectl_inplace::preview::{preview_lines, preview_rollout, read_rollout};
+use kubectl_inplace::render::Style;
 use kubectl_inplace::steer::{NodeSteer, retry_node, set_paused, steer_node};
-use kubectl_inplace::view::Style;
 use kubectl_inplace::{Watched, client, plan, status, watch};
 
 #[derive(Parser)]

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt as _};
 
-use crate::view::human_bytes;
+use crate::render::human_bytes;
 
 /// Reads the NodeRollout in `path` (YAML or JSON, one object).
 pub fn read_rollout(path: &Path) -> anyhow::Result<NodeRollout> {

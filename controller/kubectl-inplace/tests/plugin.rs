@@ -13,7 +13,7 @@ use inplace_proto::{NodeRollout, NodeUpdatePlan};
 use inplace_tests::test_api::{TestApi, packaging};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kubectl_inplace::view::Style;
+use kubectl_inplace::render::Style;
 use kubectl_inplace::{Watched, watch};
 use serde_json::{Value, json};
 use support::plugin;

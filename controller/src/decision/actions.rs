@@ -14,8 +14,8 @@ use super::grant::Grants;
 use super::memo::DecisionMemo;
 use super::steer::leaves_plan_alone;
 use super::{
-    Decision, EventKind, NodeAction, NodeState, NodeView, PlanIntent, PlanReport, PlanView, event,
-    node_event, staging_batch,
+    Decision, EventKind, NodeAction, NodeState, NodeView, PlanIntent, PlanView, event, node_event,
+    staging_batch,
 };
 
 /// Pushes every node's writes and their Events; returns whether staging was cut short
@@ -142,7 +142,7 @@ fn cordon_actions<'a>(
                     node: node.name.clone(),
                     intent: record.clone(),
                 });
-                written = Some(Cow::Owned(view_of(&record)));
+                written = Some(Cow::Owned(PlanView::written(&record)));
             }
             decision.actions.push(cordon(node));
             decision.events.push(event(
@@ -174,15 +174,6 @@ fn cordon_actions<'a>(
 fn cordon(node: &NodeView) -> NodeAction {
     NodeAction::Cordon {
         node: node.name.clone(),
-    }
-}
-
-/// The plan as it stands after `intent` was applied (and no agent report).
-pub(crate) fn view_of(intent: &PlanIntent) -> PlanView {
-    PlanView {
-        intent: intent.clone(),
-        retry_pending: false,
-        report: PlanReport::default(),
     }
 }
 

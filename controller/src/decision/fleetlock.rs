@@ -1,8 +1,10 @@
 //! FleetLock: OS reboots of Fedora CoreOS nodes (zincati) take their slot from inplace's
 //! budget. The controller serves the FleetLock protocol (`rollout/fleetlock.rs`); this module
-//! is its rules, read from zincati's own docs and source (coreos/zincati,
-//! `docs/development/fleetlock/protocol.md`, `docs/usage/agent-identity.md`,
-//! `src/identity/mod.rs` at 032d577d, `src/fleet_lock/mod.rs`):
+//! is its rules, read from zincati's own docs and source (coreos/zincati 0.0.32 as published
+//! on crates.io, `src/fleet_lock/mod.rs`, `src/identity/mod.rs`; its
+//! `docs/development/fleetlock/protocol.md` and `docs/usage/agent-identity.md`). zincati's
+//! crate is a binary only (its client is a private module), so the tests speak the protocol
+//! with a client of their own:
 //!
 //! - `POST /v1/pre-reboot` locks a reboot slot, `POST /v1/steady-state` releases it; both
 //!   carry the header `fleet-lock-protocol: true` and the body

@@ -92,6 +92,17 @@ pub struct PlanView {
     pub report: PlanReport,
 }
 
+impl PlanView {
+    /// The plan as it stands after `intent` was applied (and no agent report).
+    pub(crate) fn written(intent: &PlanIntent) -> PlanView {
+        PlanView {
+            intent: intent.clone(),
+            retry_pending: false,
+            report: PlanReport::default(),
+        }
+    }
+}
+
 /// A drain that ran out of `drainTimeout` for the plan's revision, as recorded on the plan:
 /// final for that revision.
 #[derive(Debug, Clone, PartialEq, Eq)]

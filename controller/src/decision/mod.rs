@@ -49,7 +49,6 @@ mod steer;
 mod version_skew;
 mod window;
 
-pub(crate) use actions::view_of;
 pub use autoscaler::{SCALE_DOWN_DISABLED_ANNOTATION, SCALE_DOWN_MARK_ANNOTATION, ScaleDownMark};
 pub(crate) use classify::{busy_elsewhere, classify, keeps_cordon, progress_deadline_at};
 pub use drain::{drain_pass_options, needs_drain_pass, rollout_drains};

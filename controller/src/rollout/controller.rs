@@ -337,7 +337,7 @@ async fn tear_down(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         .filter(|plan| plan_owner(plan) == Some(name.as_str()))
         .filter_map(|cached| {
             let node_name = cached.name_any();
-            let plan = ctx.writes.view(&node_name, Some(cached))?;
+            let plan = ctx.writes.current(&node_name, Some(cached))?;
             let node = ctx.nodes.get(&ObjectRef::new(&node_name));
             Some(TeardownNode {
                 unschedulable: node.as_deref().map(unschedulable),

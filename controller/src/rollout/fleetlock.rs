@@ -196,7 +196,7 @@ fn down_because(ctx: &Context, node: &Node) -> Option<String> {
     }
     let name = node.name_any();
     let cached = ctx.plans.get(&ObjectRef::new(&name));
-    if let Some(view) = ctx.writes.view(&name, cached.as_deref())
+    if let Some(view) = ctx.writes.current(&name, cached.as_deref())
         && classify(&view, &view.intent.revision) == Some(NodeState::Updating)
     {
         return Some("activating".to_owned());

@@ -227,7 +227,7 @@ impl RecentWrites {
     /// The plan as the decision should see it: the cached one once it shows our last
     /// write (annotation-only writes do not bump the generation, so the written fields
     /// themselves are compared), else the written fields with the cached agent report.
-    pub fn view(&self, name: &str, cached: Option<&NodeUpdatePlan>) -> Option<PlanView> {
+    pub fn current(&self, name: &str, cached: Option<&NodeUpdatePlan>) -> Option<PlanView> {
         let mut plans = self.lock();
         let Some(written) = plans.get(name) else {
             return cached.map(plan_view);
@@ -406,7 +406,7 @@ mod tests {
 
         let writes = RecentWrites::default();
         writes.record(&new);
-        let seen = writes.view("n1", Some(&old)).unwrap();
+        let seen = writes.current("n1", Some(&old)).unwrap();
         assert_eq!(seen.intent.desired_state, DesiredState::Active);
         assert_eq!(
             seen.report.phase,
@@ -414,12 +414,16 @@ mod tests {
             "report from the cache"
         );
         // Not cached at all yet.
-        assert!(writes.view("n1", None).is_some());
+        assert!(writes.current("n1", None).is_some());
         // Caught up: the cache wins and the record is dropped.
-        let seen = writes.view("n1", Some(&new)).unwrap();
+        let seen = writes.current("n1", Some(&new)).unwrap();
         assert_eq!(seen.intent.desired_state, DesiredState::Active);
         assert_eq!(
-            writes.view("n1", Some(&old)).unwrap().intent.desired_state,
+            writes
+                .current("n1", Some(&old))
+                .unwrap()
+                .intent
+                .desired_state,
             DesiredState::Staged
         );
     }

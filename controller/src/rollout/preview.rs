@@ -23,7 +23,7 @@ use kube::ResourceExt;
 use crate::decision::{
     AlertObservation, Decision, DrainProgress, KubernetesVersions, NodeAction, NodeOrder, NodeView,
     Ownership, PlanReport, PlanView, ReleaseState, RolloutInput, activation_order, decide,
-    needs_drain_pass, view_of,
+    needs_drain_pass,
 };
 use crate::error::Result;
 use crate::rollout::controller::release_state;
@@ -286,7 +286,7 @@ fn carry_out(nodes: &mut [NodeView], actions: &[NodeAction]) -> Vec<String> {
                 let report = node.plan.take().map(|p| p.report).unwrap_or_default();
                 node.plan = Some(PlanView {
                     report,
-                    ..view_of(intent)
+                    ..PlanView::written(intent)
                 });
             }
             NodeAction::Cordon { .. } => node.unschedulable = true,

@@ -387,7 +387,7 @@ impl<'a> ViewBuilder<'a> {
         ctx.metrics.built_node_view();
         let node_name = node.name_any();
         let cached = ctx.plans.get(&ObjectRef::new(&node_name));
-        let plan = ctx.writes.view(&node_name, cached.as_deref());
+        let plan = ctx.writes.current(&node_name, cached.as_deref());
         let label = match &cached {
             Some(p) => plan_owner(p).map(str::to_owned),
             None if plan.is_some() => Some(self.name.clone()),

@@ -16,7 +16,7 @@ use inplace_tests::agent_images::{Behaviour, ReleaseKey, agent_image, next_versi
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
 use inplace_tests::nspawn::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kubectl_inplace::view::{self, Style};
+use kubectl_inplace::render::{self, Style};
 use serde_json::json;
 
 use crate::cluster::DEMO_LABEL;
@@ -151,7 +151,7 @@ pub(crate) async fn roll_out_agents(
     roll_out_broken_agent(update, members, style, tty, fleet, &kubelets, &limits).await?;
     println!(
         "  agent update and broken agent: {}",
-        view::human_duration(started.elapsed())
+        render::human_duration(started.elapsed())
     );
     Ok(())
 }
@@ -219,8 +219,8 @@ async fn roll_out_broken_agent(
             );
         }
         let what = if m.name == failure.node {
-            let phase = view::effective_phase(plan);
-            let message = view::ready_summary(plan);
+            let phase = render::effective_phase(plan);
+            let message = render::ready_summary(plan);
             if phase != Phase::RolledBack || !message.contains("AgentNotConfirmed") {
                 bail!("{} failed but its plan shows {phase:?}: {message}", m.name);
             }

@@ -7,7 +7,7 @@ use inplace_proto::{NodeRelease, NodeRollout, Phase};
 use inplace_tests::kube_node::wait_node_ready;
 use inplace_tests::sysext::{SysextImage, kubernetes_image_file_name};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kubectl_inplace::view;
+use kubectl_inplace::render;
 use serde_json::json;
 
 use crate::concurrency::Concurrency;
@@ -90,7 +90,7 @@ pub(crate) async fn roll_out_broken_v3(
                     && p.spec.release.as_deref() == Some(BROKEN_RELEASE)
             })
             .with_context(|| format!("{} has no plan for {BROKEN_RELEASE}", m.name))?;
-        let phase = view::effective_phase(plan);
+        let phase = render::effective_phase(plan);
         let back = wait_node_ready(client, &m.name, Some(V2), Duration::from_secs(60)).await;
         let link = node_sh(fleet, &m.name, "readlink /etc/extensions/kubernetes.raw").await?;
         if back.is_err() || link.trim() != link_v2 {

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, watcher};
-use kubectl_inplace::view;
+use kubectl_inplace::render;
 
 /// The most nodes seen at once, and which they were the first time.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub struct Tracker {
 
 /// Whether the plan's node is activating (see the module documentation).
 pub fn is_activating(plan: &NodeUpdatePlan) -> bool {
-    plan.spec.desired_state == DesiredState::Active && !view::effective_phase(plan).is_final()
+    plan.spec.desired_state == DesiredState::Active && !render::effective_phase(plan).is_final()
 }
 
 impl Tracker {

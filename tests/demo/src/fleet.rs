@@ -15,7 +15,7 @@ use inplace_tests::agent_images::ReleaseKey;
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::kube_node::KubeletPorts;
 use inplace_tests::nspawn::Node;
-use kubectl_inplace::view::Style;
+use kubectl_inplace::render::Style;
 
 use crate::Args;
 use crate::agent_update::{self, AGENT_ROLLOUT, AgentUpdate};

@@ -13,7 +13,7 @@ use inplace_tests::nspawn::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
-use kubectl_inplace::view::{self, Style};
+use kubectl_inplace::render::{self, Style};
 
 use crate::concurrency::Concurrency;
 use crate::fleet::{MAX_UNAVAILABLE, Member, PATIENCE};
@@ -179,7 +179,7 @@ pub(crate) async fn follow(
             {
                 t.granted = Some(now);
             }
-            let phase = view::effective_phase(plan);
+            let phase = render::effective_phase(plan);
             match verdict(phase, stage.ends, crate::concurrency::is_activating(plan)) {
                 Verdict::Done => {
                     if phase == Phase::Succeeded && t.succeeded.is_none() {
@@ -198,7 +198,7 @@ pub(crate) async fn follow(
                     bail!(
                         "{} ended {phase:?}: {}\nagent journal:\n{journal}",
                         m.name,
-                        view::ready_summary(plan)
+                        render::ready_summary(plan)
                     );
                 }
             }
@@ -206,7 +206,7 @@ pub(crate) async fn follow(
         let mut frame = Vec::new();
         if let Some(r) = &rollout {
             if r.spec.release == stage.release {
-                frame.extend(view::rollout_lines(r, &plans, style));
+                frame.extend(render::rollout_lines(r, &plans, style));
                 all_done &= stage.ends != Ending::Halted || halted(r);
             } else {
                 all_done = false;
@@ -233,7 +233,7 @@ pub(crate) async fn follow(
         }
         let clock = vec![format!(
             "  elapsed {}",
-            view::human_duration(started.elapsed())
+            render::human_duration(started.elapsed())
         )];
         screen.draw(&frame, &clock);
         if let Some(limits) = stage.limits {
@@ -246,7 +246,7 @@ pub(crate) async fn follow(
         if started.elapsed() > PATIENCE {
             bail!(
                 "the rollout did not finish within {}",
-                view::human_duration(PATIENCE)
+                render::human_duration(PATIENCE)
             );
         }
     }

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use kubectl_inplace::view::{self, Style};
+use kubectl_inplace::render::{self, Style};
 
 use crate::fleet::{Member, Paths, V2};
 use crate::follow::NodeTiming;
@@ -45,7 +45,7 @@ pub(crate) fn summary(
     for (m, timing, seen, restart, link) in rows {
         let took = timing
             .and_then(|t| Some(t.succeeded?.saturating_duration_since(t.granted?)))
-            .map(view::human_duration)
+            .map(render::human_duration)
             .unwrap_or_else(|| "-".to_owned());
         let ms = |d: Duration| format!("{} ms", d.as_millis());
         let (unanswered, not_ready) = (ms(seen.unanswered.longest), ms(seen.not_ready.longest));
@@ -63,8 +63,8 @@ pub(crate) fn summary(
     }
     println!(
         "  rollout of {V2}: {}   whole demo: {}",
-        view::human_duration(rollout_took),
-        view::human_duration(total)
+        render::human_duration(rollout_took),
+        render::human_duration(total)
     );
     println!(
         "  slot → success: from the controller granting the node (plan desiredState Active) to the agent\n\

@@ -16,7 +16,7 @@ use inplace_tests::nspawn::Node;
 use inplace_tests::sysext::SysextImage;
 use k8s_openapi::api::core::v1::{Namespace, Node as KubeNodeObject};
 use kube::api::{Api, Patch, PatchParams};
-use kubectl_inplace::view;
+use kubectl_inplace::render;
 use serde_json::json;
 
 use crate::Args;
@@ -117,7 +117,7 @@ pub(crate) async fn serve_kubelet_images(
         println!(
             "    {} ({}, sha256 {}…)",
             server.url(&path),
-            view::human_bytes(image.size),
+            render::human_bytes(image.size),
             &image.sha256[..12]
         );
     }
@@ -209,7 +209,7 @@ pub(crate) async fn boot_fleet(
     println!(
         "    {} Nodes Ready on kubelet {V1} in {}",
         members.len(),
-        view::human_duration(boot_started.elapsed())
+        render::human_duration(boot_started.elapsed())
     );
     for m in &members {
         install_agent(fleet, &m.name, agent).await?;

@@ -13,7 +13,7 @@ use inplace_proto::NodeRollout;
 use inplace_proto::reason::Reason;
 use k8s_openapi::jiff::{RoundMode, Timestamp, TimestampRound, ToSpan as _, Unit, tz::TimeZone};
 use kube::Api;
-use kubectl_inplace::view::Style;
+use kubectl_inplace::render::Style;
 use serde_json::{Value, json};
 
 /// At least this long before the window opens: time for the controller to hold the rollout

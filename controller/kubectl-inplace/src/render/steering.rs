@@ -2,11 +2,11 @@
 //! the spec's word: its maintenance windows (and, while all are closed, when the next one
 //! opens, as the controller reported it), the nodes held or skipped, and the slots others'
 //! disruption uses. Pure, like
-//! [`crate::view`]; what the rollout's conditions say (pause, gates, halts) is drawn there.
+//! [`crate::render`]; what the rollout's conditions say (pause, gates, halts) is drawn there.
 
 use inplace_proto::{ForeignDisruption, MaintenanceWindow, NodeRollout};
 
-use crate::view::{Style, current_status};
+use crate::render::{Style, current_status};
 
 /// `Mon,Tue 22:00 for 6h Europe/Berlin`.
 pub fn window_text(w: &MaintenanceWindow) -> String {

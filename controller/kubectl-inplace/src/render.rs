@@ -329,7 +329,7 @@ pub fn rollout_lines(
             ));
         }
     }
-    lines.extend(crate::steering_view::steering_lines(rollout, style));
+    lines.extend(crate::render::steering::steering_lines(rollout, style));
     let width = owned
         .iter()
         .filter_map(|p| p.metadata.name.as_ref().map(String::len))
@@ -347,6 +347,7 @@ pub fn rollout_lines(
 
 mod explain;
 pub use explain::{next_step, plan_explain};
+pub mod steering;
 
 #[cfg(test)]
 mod tests;
