@@ -5,6 +5,7 @@
 
 pub mod bed;
 pub mod extension;
+pub mod machines;
 pub mod manager;
 pub mod provider;
 

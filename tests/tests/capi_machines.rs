@@ -8,15 +8,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use inplace_tests::capi::bed::{CapiBed, PATIENCE, cluster_manifest};
+use inplace_tests::capi::machines::{MachineWatch, condition, identities, machine_api};
 use inplace_tests::install::workspace_binaries;
 use inplace_tests::kube_node::workload::{RunningContainer, check_pods_kept, run_workload};
 use inplace_tests::kube_node::{ClusterOptions, KubeCluster};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use kube::core::GroupVersionKind;
+use kube::api::{DynamicObject, ListParams};
 use serde_json::Value;
 
 /// Nodes (and Machines) of the MachineDeployment of the user's path.
@@ -37,49 +36,6 @@ async fn cluster(work: &std::path::Path, prefix: &str, nodes: usize) -> KubeClus
     KubeCluster::start(&options, &|step| eprintln!("bed: {step}"))
         .await
         .unwrap()
-}
-
-/// Cluster API's Machines as the API server has them.
-async fn machines(cluster: &KubeCluster) -> Vec<DynamicObject> {
-    machine_api(&cluster.client().await.unwrap())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-}
-
-fn machine_api(client: &kube::Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
-    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
-}
-
-/// A v1beta2 condition's status, reason and message.
-fn condition(object: &Value, kind: &str) -> Option<(String, String, String)> {
-    let found = object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)?;
-    let text = |field: &str| found[field].as_str().unwrap_or_default().to_owned();
-    Some((text("status"), text("reason"), text("message")))
-}
-
-/// Each Machine's name → (UID, Node), once every Machine of the MachineDeployment has its
-/// Node.
-fn identities(
-    machines: &[DynamicObject],
-    count: usize,
-) -> Option<BTreeMap<String, (String, String)>> {
-    let found: BTreeMap<String, (String, String)> = machines
-        .iter()
-        .filter_map(|m| {
-            let node = m.data["status"]["nodeRef"]["name"].as_str()?;
-            Some((
-                m.metadata.name.clone()?,
-                (m.metadata.uid.clone()?, node.to_owned()),
-            ))
-        })
-        .collect();
-    (found.len() == count && machines.len() == count).then_some(found)
 }
 
 /// Polls `check` every second until it says done; the error names `what` with the last
@@ -118,52 +74,13 @@ where
     }
 }
 
-/// What the Machines showed while watched: every Machine UID that existed, and every message
-/// of a Machine's `Updating` condition while it was `True`; until dropped.
-struct MachineWatch {
-    seen: Arc<Mutex<Seen>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Default, Clone)]
-struct Seen {
-    uids: BTreeSet<String>,
-    updating: BTreeSet<String>,
-}
-
-impl MachineWatch {
-    fn start(client: kube::Client) -> MachineWatch {
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let record = seen.clone();
-        let task = tokio::spawn(async move {
-            let api = machine_api(&client);
-            loop {
-                if let Ok(list) = api.list(&ListParams::default()).await {
-                    let mut seen = record.lock().unwrap();
-                    for machine in list.items {
-                        seen.uids.extend(machine.metadata.uid.clone());
-                        if let Some((status, _, message)) = condition(&machine.data, "Updating")
-                            && status == "True"
-                        {
-                            seen.updating.insert(message);
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        });
-        MachineWatch { seen, task }
-    }
-
-    fn seen(&self) -> Seen {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Drop for MachineWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// Cluster API's Machines as the API server has them.
+async fn machines(cluster: &KubeCluster) -> Vec<DynamicObject> {
+    machine_api(&cluster.client().await.unwrap())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
 }
 
 /// The MachineDeployment `workers` at `version` with every Machine there, up to date and
@@ -256,16 +173,10 @@ impl Fixture {
 
     /// What a user types: the MachineDeployment's version to v1.36.3.
     fn bump_version(&self) {
-        self.cluster
-            .kubectl(&[
-                "patch",
-                "machinedeployment",
-                "workers",
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"template":{"spec":{"version":"v1.36.3"}}}}"#,
-            ])
-            .unwrap();
+        patch_deployment(
+            &self.cluster,
+            r#"{"spec":{"template":{"spec":{"version":"v1.36.3"}}}}"#,
+        );
     }
 
     /// The same Machines (names, UIDs) on the same Nodes as when provisioned.
@@ -277,6 +188,166 @@ impl Fixture {
             "the same Machines (names, UIDs) on the same Nodes, none created"
         );
     }
+}
+
+/// `kubectl patch machinedeployment workers --type=merge -p PATCH`.
+fn patch_deployment(cluster: &KubeCluster, patch: &str) {
+    cluster
+        .kubectl(&[
+            "patch",
+            "machinedeployment",
+            "workers",
+            "--type=merge",
+            "-p",
+            patch,
+        ])
+        .unwrap();
+}
+
+/// A MachineHealthCheck on the MachineDeployment's Machines with the timeouts users set
+/// (Cluster API's own examples use 300 s for a Node not `Ready`).
+const HEALTH_CHECK: &str = "apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata: {name: workers, namespace: default}
+spec:
+  clusterName: bed
+  selector:
+    matchLabels: {pool: workers}
+  checks:
+    nodeStartupTimeoutSeconds: 600
+    unhealthyNodeConditions:
+    - {type: Ready, status: Unknown, timeoutSeconds: 300}
+    - {type: Ready, status: \"False\", timeoutSeconds: 300}
+";
+
+/// The MachineHealthCheck `workers` expects every Machine and finds each healthy.
+fn health_check_sees_all_healthy(cluster: &KubeCluster) -> Result<(), String> {
+    let text = cluster
+        .kubectl(&["get", "machinehealthcheck", "workers", "-o", "json"])
+        .map_err(|e| e.to_string())?;
+    let check: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let status = &check["status"];
+    let all = serde_json::json!(NODES);
+    if status["expectedMachines"] == all && status["currentHealthy"] == all {
+        Ok(())
+    } else {
+        Err(format!("MachineHealthCheck status {status}"))
+    }
+}
+
+/// Each NodeUpdatePlan's name and generation (what the extension writes), and the Nodes
+/// cordoned: what an update in place would touch.
+fn touched(cluster: &KubeCluster) -> (String, String) {
+    let plans = cluster
+        .kubectl(&[
+            "get",
+            "nodeupdateplans",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.metadata.generation} {end}",
+        ])
+        .unwrap();
+    let cordoned = cluster
+        .kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={.items[*].spec.unschedulable}",
+        ])
+        .unwrap();
+    (plans, cordoned)
+}
+
+/// A change the extension cannot make in place, after the version bump: the
+/// MachineDeployment moves to an infrastructure template with another `image`, with
+/// `maxSurge: 1, maxUnavailable: 0` so that Cluster API replaces Machines by creating one
+/// first. The extension does not claim it (its log says why), Cluster API creates a new
+/// Machine, the bed has no free node for it, and the rollout waits: the old Machines, their
+/// plans and Nodes are not touched.
+async fn an_unclaimed_change_waits_for_a_new_machine(f: &Fixture) {
+    let (cluster, bed) = (&f.cluster, &f.bed);
+    let before = touched(cluster);
+    cluster
+        .apply(
+            "image-b",
+            "apiVersion: infrastructure.bed.inplace.dev/v1alpha1
+kind: BedMachineTemplate
+metadata: {name: workers-image-b, namespace: default}
+spec:
+  template:
+    spec: {image: b}
+",
+        )
+        .unwrap();
+    patch_deployment(
+        cluster,
+        r#"{"spec":{"rollout":{"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}},"template":{"spec":{"infrastructureRef":{"name":"workers-image-b"}}}}}"#,
+    );
+    wait_for("a new Machine waiting for a node", bed, cluster, || async {
+        let log = bed.extension.log();
+        if !log.contains("not claimed (cannot be done in place)") {
+            return Err("the extension was not asked about the new template".to_owned());
+        }
+        let all = machines(cluster).await;
+        let new: Vec<&DynamicObject> = all
+            .iter()
+            .filter(|m| {
+                !f.machines
+                    .contains_key(m.metadata.name.as_deref().unwrap_or(""))
+            })
+            .collect();
+        let waiting = new.iter().any(|m| {
+            condition(&m.data, "InfrastructureReady").is_some_and(|(s, _, _)| s == "False")
+        });
+        if new.len() == 1 && waiting {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} new Machines, none waiting for its infrastructure",
+                new.len()
+            ))
+        }
+    })
+    .await;
+    let log = bed.extension.log();
+    let answer = log
+        .lines()
+        .rfind(|l| l.contains("CanUpdateMachineSet") && l.contains("not claimed"))
+        .unwrap();
+    eprintln!("the extension's answer: {answer}");
+    assert!(
+        answer.contains("image"),
+        "the answer names the field: {answer}"
+    );
+    eprintln!(
+        "{}",
+        cluster
+            .kubectl(&["get", "machines,bedmachines", "-o", "wide"])
+            .unwrap()
+    );
+    let deployment = deployment(cluster).unwrap();
+    let rolling = condition(&deployment, "RollingOut");
+    eprintln!("MachineDeployment RollingOut: {rolling:?}");
+    assert!(
+        rolling.is_some_and(|(s, _, _)| s == "True"),
+        "{}",
+        deployment["status"]
+    );
+    let (old, new): (Vec<DynamicObject>, Vec<DynamicObject>) =
+        machines(cluster).await.into_iter().partition(|m| {
+            f.machines
+                .contains_key(m.metadata.name.as_deref().unwrap_or(""))
+        });
+    assert_eq!(new.len(), 1, "one new Machine");
+    assert_eq!(
+        identities(&old, NODES).as_ref(),
+        Some(&f.machines),
+        "the old Machines stay on their Nodes"
+    );
+    assert_eq!(
+        before,
+        touched(cluster),
+        "no plan written, no Node cordoned"
+    );
 }
 
 /// The first Machine whose `Updating` condition has the reason `InPlaceUpdateFailed`, with the
@@ -302,6 +373,16 @@ fn failed_update(machines: &[DynamicObject]) -> Option<(String, String)> {
 async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
     let f = Fixture::start("capi", NODES, Release::Working).await;
     let (cluster, bed) = (&f.cluster, &f.bed);
+    cluster.apply("health-check", HEALTH_CHECK).unwrap();
+    wait_for("the MachineHealthCheck's view", bed, cluster, || async {
+        health_check_sees_all_healthy(cluster)
+    })
+    .await;
+    // Two Machines may be unavailable at once: Cluster API updates two in place together.
+    patch_deployment(
+        cluster,
+        r#"{"spec":{"rollout":{"strategy":{"rollingUpdate":{"maxUnavailable":2}}}}}"#,
+    );
     let watch = MachineWatch::start(cluster.client().await.unwrap());
     let started = Instant::now();
     f.bump_version();
@@ -340,6 +421,17 @@ async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
         "no Machine created (nor deleted) during the rollout"
     );
     eprintln!("Updating messages seen: {:#?}", seen.updating);
+    eprintln!(
+        "most Machines Updating at once: {}; longest spell not Ready per Node: {:?}",
+        seen.most_updating, seen.longest_not_ready
+    );
+    assert!(
+        seen.most_updating <= 2,
+        "maxUnavailable 2 bounds the Machines updated at once: {}",
+        seen.most_updating
+    );
+    // The kubelet restarts stayed far below the health check's timeout: nothing remediated.
+    health_check_sees_all_healthy(cluster).unwrap();
     assert!(
         seen.updating
             .iter()
@@ -350,6 +442,8 @@ async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
     check_pods_kept(cluster, &f.containers, "v1.36.3")
         .await
         .unwrap();
+    drop(watch);
+    an_unclaimed_change_waits_for_a_new_machine(&f).await;
 }
 
 /// A broken release (its kubelet refuses its flags) through Cluster API: the agent rolls the
