@@ -14,6 +14,7 @@ use inplace_proto::Artifact;
 use reqwest::StatusCode;
 use sha2::Digest;
 
+use crate::credentials::CredentialSettings;
 use crate::settings::{DownloadSettings, Policy};
 
 mod attempt;
@@ -57,14 +58,18 @@ pub struct HttpFetcher {
     max_size: u64,
     /// Where registries and their token services may be reached.
     policy: Policy,
+    /// Where the node's credentials are.
+    credentials: CredentialSettings,
 }
 
 /// Where an artifact's bytes are fetched from.
 struct Source {
     /// The artifact's own URL, or its registry blob's.
     url: String,
-    /// For a registry blob: its digest and the registry's token.
+    /// For a registry blob: its digest.
     blob: Option<oci::Blob>,
+    /// The registry's or the server's credential and token, when it may need one.
+    auth: Option<oci::Auth>,
 }
 
 /// Installs ring as the process-wide rustls provider (kube-rs uses ring too). Idempotent.
@@ -102,7 +107,15 @@ impl HttpFetcher {
             settings: settings.clone(),
             max_size: policy.max_artifact_size,
             policy: policy.clone(),
+            credentials: CredentialSettings::default(),
         })
+    }
+
+    /// The fetcher with the node's credentials (by default, none: every request is
+    /// anonymous).
+    pub fn with_credentials(mut self, credentials: CredentialSettings) -> Self {
+        self.credentials = credentials;
+        self
     }
 }
 
@@ -256,9 +269,21 @@ impl HttpFetcher {
     /// artifact, with the size its manifest gives).
     async fn source_of(&self, artifact: &Artifact) -> Result<(Source, Artifact), FetchError> {
         if !inplace_proto::oci::is_oci(&artifact.url) {
+            let secret =
+                self.credentials
+                    .for_url(&artifact.url)
+                    .map_err(|detail| FetchError::Registry {
+                        artifact: artifact.name.clone(),
+                        detail,
+                    })?;
+            let server = url::Url::parse(&artifact.url)
+                .ok()
+                .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+                .unwrap_or_default();
             let source = Source {
                 url: artifact.url.clone(),
                 blob: None,
+                auth: secret.map(|s| oci::Auth::new(server, Some(s))),
             };
             return Ok((source, artifact.clone()));
         }
@@ -268,16 +293,18 @@ impl HttpFetcher {
                 detail,
             }
         })?;
-        let (url, artifact, blob) = self.resolve_blob(artifact, &reference).await?;
+        let (url, artifact, blob, auth) = self.resolve_blob(artifact, &reference).await?;
         let source = Source {
             url,
             blob: Some(blob),
+            auth: Some(auth),
         };
         Ok((source, artifact))
     }
 
-    /// Sends the request `make` builds, with `auth`'s token when given; a 401 with a
-    /// `Bearer` challenge renews the token and sends it once more.
+    /// Sends the request `make` builds, with `auth`'s credential when given; a 401 with a
+    /// challenge renews the token (or turns on Basic) and sends it once more. A 401 that
+    /// stands ends the fetch, naming the server (never the secret).
     async fn send_as<T>(
         &self,
         make: impl Fn() -> reqwest::RequestBuilder,
@@ -293,9 +320,18 @@ impl HttpFetcher {
         let Some(auth) = auth.filter(|_| response.status() == StatusCode::UNAUTHORIZED) else {
             return Ok(response);
         };
+        let refused = || {
+            Attempt::Fail(FetchError::Registry {
+                artifact: what.to_owned(),
+                detail: auth.refused(url),
+            })
+        };
         match auth.renew(self, response.headers(), what).await {
-            Ok(true) => self.send(build(), what, url).await,
-            Ok(false) => Ok(response),
+            Ok(true) => match self.send(build(), what, url).await? {
+                again if again.status() == StatusCode::UNAUTHORIZED => Err(refused()),
+                again => Ok(again),
+            },
+            Ok(false) => Err(refused()),
             Err(e @ FetchError::Transport { .. }) => Err(Attempt::Retry {
                 error: e,
                 after: None,

@@ -237,7 +237,8 @@ async fn run(config: &Path) -> anyhow::Result<()> {
     let systemd = DbusSystemd::connect(settings.activation.job_timeout)
         .await
         .context("connecting to systemd over D-Bus")?;
-    let fetcher = HttpFetcher::new(&settings.download, &settings.policy)?;
+    let fetcher = HttpFetcher::new(&settings.download, &settings.policy)?
+        .with_credentials(settings.credentials.clone());
     let probes = RealProbes::new(Some(client), &node, settings.download.connect_timeout)?;
     let (sink, status_rx) = status::channel(plans.clone(), node.clone());
     let writer = tokio::spawn(status::run_writer(

@@ -4,7 +4,7 @@
 //! manifest with an empty config and the file as its one layer, uncompressed.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -42,15 +42,21 @@ async fn http_status(addr: &SocketAddr, path: &str) -> Option<String> {
 
 /// Waits until `GET path` on `addr` answers 200; `what` names the server in the panic.
 pub async fn wait_http_ok(addr: &SocketAddr, path: &str, what: &str) {
+    wait_http_status(addr, path, 200, what).await;
+}
+
+/// Waits until `GET path` on `addr` answers `code`; `what` names the server in the panic.
+pub async fn wait_http_status(addr: &SocketAddr, path: &str, code: u16, what: &str) {
     let deadline = Instant::now() + PATIENCE;
+    let wanted = format!(" {code} ");
     loop {
         let status = http_status(addr, path).await;
-        if status.as_deref().is_some_and(|s| s.contains(" 200 ")) {
+        if status.as_deref().is_some_and(|s| s.contains(&wanted)) {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "{what} never answered 200 on {path}: {status:?}"
+            "{what} never answered {code} on {path}: {status:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -61,7 +67,26 @@ pub struct Registry {
     _server: KillOnDrop,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// For a registry that wants credentials: the directory of the Docker `config.json`
+    /// that `crane auth login` wrote for it (`DOCKER_CONFIG`), which pushes use.
+    pub docker_config: Option<PathBuf>,
+    _dir: Option<tempfile::TempDir>,
 }
+
+/// The Distribution registry's configuration: files under `dir`, htpasswd authentication.
+const DISTRIBUTION_CONFIG: &str = "version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: DIR/data
+http:
+  addr: ADDR
+auth:
+  htpasswd:
+    realm: inplace-test
+    path: DIR/htpasswd
+";
 
 /// A file pushed as an artifact.
 #[derive(Debug, Clone)]
@@ -89,6 +114,43 @@ impl Registry {
         Ok(Registry {
             _server: server,
             addr,
+            docker_config: None,
+            _dir: None,
+        })
+    }
+
+    /// Starts the CNCF Distribution registry (built from `tests/registry`) that admits
+    /// `user` with `password` only (htpasswd, HTTP Basic), and logs in to it with the real
+    /// `crane auth login` into [`Registry::docker_config`].
+    pub async fn start_distribution(user: &str, password: &str) -> anyhow::Result<Registry> {
+        let addr = free_addr();
+        let dir = tempfile::tempdir()?;
+        let line = run_ok(
+            Command::new(crate::tools::distribution_tool("distribution-htpasswd")?)
+                .args([user, password]),
+        );
+        std::fs::write(dir.path().join("htpasswd"), line)?;
+        let config = DISTRIBUTION_CONFIG
+            .replace("DIR", &dir.path().display().to_string())
+            .replace("ADDR", &addr.to_string());
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config)?;
+        let child = Command::new(crate::tools::distribution_tool("distribution-registry")?)
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the Distribution registry")?;
+        let server = KillOnDrop(child);
+        wait_http_status(&addr, "/v2/", 401, "the Distribution registry").await;
+        let docker_config = dir.path().join("docker");
+        crane_login(&docker_config, &addr.to_string(), user, password)?;
+        Ok(Registry {
+            _server: server,
+            addr,
+            docker_config: Some(docker_config),
+            _dir: Some(dir),
         })
     }
 
@@ -109,12 +171,12 @@ impl Registry {
         let layout = tempfile::tempdir()?;
         let pushed = write_layout(layout.path(), title, file)?;
         let target = format!("{}/{repository}:{tag}", self.host());
-        let printed = run_ok(
-            Command::new(tool("crane")?)
-                .arg("push")
-                .arg(layout.path())
-                .arg(&target),
-        );
+        let mut push = Command::new(tool("crane")?);
+        push.arg("push").arg(layout.path()).arg(&target);
+        if let Some(config) = &self.docker_config {
+            push.env("DOCKER_CONFIG", config);
+        }
+        let printed = run_ok(&mut push);
         let expected = format!(
             "{}/{repository}@sha256:{}",
             self.host(),
@@ -125,6 +187,28 @@ impl Registry {
         }
         Ok(pushed)
     }
+}
+
+/// `crane auth login REGISTRY -u USER --password-stdin` into `DOCKER_CONFIG=dir`: the
+/// Docker `config.json` a person's login writes (`dir/config.json`).
+pub fn crane_login(dir: &Path, registry: &str, user: &str, password: &str) -> anyhow::Result<()> {
+    let mut child = Command::new(tool("crane")?)
+        .args(["auth", "login", registry, "-u", user, "--password-stdin"])
+        .env("DOCKER_CONFIG", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("crane auth login")?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().context("crane's stdin")?;
+        stdin.write_all(password.as_bytes())?;
+    }
+    if !child.wait()?.success() {
+        bail!("crane auth login {registry} failed");
+    }
+    Ok(())
 }
 
 /// Writes an OCI image layout holding one artifact manifest for `file`.

@@ -23,7 +23,27 @@ pub fn bin_dir() -> PathBuf {
 pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     BUILT
-        .get_or_init(|| ensure_built().map_err(|e| format!("{e:#}")))
+        .get_or_init(|| {
+            // build.sh builds kubectl-krew last.
+            ensure_built("tools", &["", "oci-image", "krew"], "kubectl-krew")
+                .map_err(|e| format!("{e:#}"))
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)?;
+    Ok(bin_dir().join(name))
+}
+
+/// The CNCF Distribution registry's tool `name` (`distribution-registry`,
+/// `distribution-htpasswd`), built from `tests/registry` on first use: only the credential
+/// suite needs it, so `make tools` does not build it.
+pub fn distribution_tool(name: &str) -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            // build.sh builds distribution-htpasswd last.
+            ensure_built("registry", &["", "htpasswd"], "distribution-htpasswd")
+                .map_err(|e| format!("{e:#}"))
+        })
         .clone()
         .map_err(anyhow::Error::msg)?;
     Ok(bin_dir().join(name))
@@ -61,29 +81,26 @@ pub fn controller_image() -> anyhow::Result<(PathBuf, String)> {
     Ok((dir, reference.trim().to_owned()))
 }
 
-fn ensure_built() -> anyhow::Result<()> {
-    let source = repo_root().join("tests").join("tools");
-    // build.sh builds kubectl-krew last.
-    let stamp = bin_dir().join("kubectl-krew");
+/// Runs `tests/MODULE/build.sh` into [`bin_dir`] unless `stamp` (what it builds last) is
+/// newer than every file in the module's `dirs`.
+fn ensure_built(module: &str, dirs: &[&str], stamp: &str) -> anyhow::Result<()> {
+    let source = repo_root().join("tests").join(module);
+    let stamp = bin_dir().join(stamp);
     let mut fresh = true;
-    for dir in [
-        source.clone(),
-        source.join("oci-image"),
-        source.join("krew"),
-    ] {
-        fresh &= is_newer_than_sources(&stamp, &dir)?;
+    for dir in dirs {
+        fresh &= is_newer_than_sources(&stamp, &source.join(dir))?;
     }
     if fresh {
         return Ok(());
     }
-    eprintln!("building crane, helm and krew's validator from the pinned Go modules (tests/tools)");
+    eprintln!("building the tools of tests/{module} from their pinned Go modules");
     let output = Command::new(source.join("build.sh"))
         .arg(bin_dir())
         .output()
-        .context("running tests/tools/build.sh (is Go installed?)")?;
+        .with_context(|| format!("running tests/{module}/build.sh (is Go installed?)"))?;
     if !output.status.success() {
         bail!(
-            "tests/tools/build.sh failed ({}): {}",
+            "tests/{module}/build.sh failed ({}): {}",
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         );

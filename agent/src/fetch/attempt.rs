@@ -82,7 +82,7 @@ impl HttpFetcher {
                 _ => request,
             }
         };
-        let auth = source.blob.as_ref().map(|b| &b.auth);
+        let auth = source.auth.as_ref();
         let response = match self.send_as(make, auth, &artifact.name, &source.url).await {
             Ok(response) => response,
             Err(attempt) => return attempt,

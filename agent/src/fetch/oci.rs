@@ -6,6 +6,7 @@
 //! the token service held to the node policy like every URL the node fetches.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use inplace_proto::Artifact;
 use inplace_proto::oci::Reference;
@@ -13,6 +14,7 @@ use reqwest::header::{self, HeaderMap};
 use sha2::Digest;
 
 use super::{FetchError, HttpFetcher};
+use crate::credentials::Secret;
 
 /// The manifest types asked for. An index is asked for too, only to say clearly that it
 /// names several platforms instead of one file.
@@ -26,18 +28,24 @@ const MAX_MANIFEST_BYTES: usize = 4 << 20;
 /// A token answer larger than this is not a token.
 const MAX_TOKEN_BYTES: usize = 64 << 10;
 
-/// The bearer token of one artifact's registry, renewed when the registry asks again.
-#[derive(Default)]
+/// How requests to one registry (or one download server) are authorised: the node's
+/// credential for it, the bearer token its token service gave, and whether it asked for
+/// Basic. The secret is sent only to the server it is configured for and its token service.
 pub(super) struct Auth {
+    /// `host[:port]`, as errors name it.
+    pub(super) server: String,
+    secret: Option<Secret>,
     token: Mutex<Option<String>>,
+    /// The server answered 401 with a `Basic` challenge: the user and password go with
+    /// every request from then on.
+    basic: AtomicBool,
 }
 
 /// A registry blob: content-addressed, so its digest is the validator that makes a resume
-/// safe (the bytes behind the URL cannot change), and requests carry the registry's token.
+/// safe (the bytes behind the URL cannot change).
 pub(super) struct Blob {
     /// `sha256:<hex>`.
     pub(super) digest: String,
-    pub(super) auth: Auth,
 }
 
 #[derive(serde::Deserialize)]
@@ -56,30 +64,72 @@ struct Descriptor {
 }
 
 impl Auth {
-    /// `request` with the current token, if there is one.
-    pub(super) fn apply(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match self.token.lock().ok().and_then(|t| t.clone()) {
-            Some(token) => request.bearer_auth(token),
-            None => request,
+    /// For `server`, with the node's credential for it (if any).
+    pub(super) fn new(server: String, secret: Option<Secret>) -> Auth {
+        Auth {
+            server,
+            secret,
+            token: Mutex::new(None),
+            basic: AtomicBool::new(false),
         }
     }
 
-    /// After a 401: a new token from the service its `Bearer` challenge names. False when
-    /// the answer has no such challenge (nothing to renew: the 401 stands).
+    /// `request` with the token from the token service, else the configured bearer token,
+    /// else Basic once the server asked for it.
+    pub(super) fn apply(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if let Some(token) = self.token.lock().ok().and_then(|t| t.clone()) {
+            return request.bearer_auth(token);
+        }
+        match &self.secret {
+            Some(Secret::Bearer(token)) => request.bearer_auth(token),
+            Some(Secret::Basic { user, password }) if self.basic.load(Ordering::Relaxed) => {
+                request.basic_auth(user, Some(password))
+            }
+            _ => request,
+        }
+    }
+
+    /// Why a 401 stands, naming the server and never the secret.
+    pub(super) fn refused(&self, url: &str) -> String {
+        let why = match &self.secret {
+            None => "the node has no credentials for it",
+            Some(_) => "it refused the node's credentials for it",
+        };
+        format!("{} answered HTTP 401 to {url}: {why}", self.server)
+    }
+
+    /// After a 401: a new token from the service its `Bearer` challenge names, or Basic
+    /// when it asks for that and the node has a user and password for it. False when there
+    /// is nothing new to try (the 401 stands).
     pub(super) async fn renew(
         &self,
         fetcher: &HttpFetcher,
         headers: &HeaderMap,
         what: &str,
     ) -> Result<bool, FetchError> {
-        let Some(challenge) = headers
+        let challenges: Vec<&str> = headers
             .get_all(header::WWW_AUTHENTICATE)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .find_map(bearer_params)
-        else {
-            return Ok(false);
-        };
+            .collect();
+        if let Some(challenge) = challenges.iter().find_map(|c| bearer_params(c)) {
+            return self.fetch_token(fetcher, &challenge, what).await;
+        }
+        let asks_basic = challenges
+            .iter()
+            .any(|c| c.trim_start().to_ascii_lowercase().starts_with("basic"));
+        let has_basic = matches!(self.secret, Some(Secret::Basic { .. }));
+        Ok(asks_basic && has_basic && !self.basic.swap(true, Ordering::Relaxed))
+    }
+
+    /// The token service's token for `challenge`: asked with the node's user and password
+    /// (Basic), its refresh token (an OAuth2 POST), or anonymously.
+    async fn fetch_token(
+        &self,
+        fetcher: &HttpFetcher,
+        challenge: &[(String, String)],
+        what: &str,
+    ) -> Result<bool, FetchError> {
         let realm = challenge
             .iter()
             .find(|(k, _)| k == "realm")
@@ -91,24 +141,51 @@ impl Auth {
         };
         let mut url = url::Url::parse(realm).map_err(|e| {
             registry_error(format!(
-                "the registry's token service {realm:?} is not a URL: {e}"
+                "the token service {realm:?} of {} is not a URL: {e}",
+                self.server
             ))
         })?;
         if let Some(problem) = crate::policy::url_problem(url.as_str(), &fetcher.policy) {
             return Err(FetchError::RedirectRefused {
                 artifact: what.to_owned(),
-                detail: format!("the registry's token service: {problem}"),
+                detail: format!("the token service of {}: {problem}", self.server),
             });
         }
-        for (key, value) in challenge.iter().filter(|(k, _)| k != "realm") {
-            url.query_pairs_mut().append_pair(key, value);
-        }
-        // Boxed: a token request is a small fetch, and a small fetch may need a token.
-        let body =
-            Box::pin(fetcher.fetch_small_as(what, url.as_str(), MAX_TOKEN_BYTES, None)).await?;
+        let params = challenge.iter().filter(|(k, _)| k != "realm");
+        let body = match &self.secret {
+            Some(Secret::Identity(refresh)) => {
+                let mut form: Vec<(&str, &str)> = vec![
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", refresh),
+                    ("client_id", "inplace-agent"),
+                ];
+                form.extend(params.map(|(k, v)| (k.as_str(), v.as_str())));
+                fetcher
+                    .post_token(what, &url, &form, MAX_TOKEN_BYTES)
+                    .await?
+            }
+            secret => {
+                for (key, value) in params {
+                    url.query_pairs_mut().append_pair(key, value);
+                }
+                let basic = secret.clone().filter(|s| matches!(s, Secret::Basic { .. }));
+                let service = url.host_str().unwrap_or_default().to_owned();
+                let auth = Auth::new(format!("the token service {service}"), basic);
+                auth.basic.store(true, Ordering::Relaxed);
+                // Boxed: a token request is a small fetch, and a small fetch may need a token.
+                Box::pin(fetcher.fetch_small_as(
+                    what,
+                    url.as_str(),
+                    MAX_TOKEN_BYTES,
+                    Some(("application/json", &auth)),
+                ))
+                .await?
+            }
+        };
         let token = token_of(&body).ok_or_else(|| {
             registry_error(format!(
-                "the token service {realm} answered without a token"
+                "the token service {realm} of {} answered without a token",
+                self.server
             ))
         })?;
         if let Ok(mut slot) = self.token.lock() {
@@ -157,7 +234,7 @@ impl HttpFetcher {
         &self,
         artifact: &Artifact,
         reference: &Reference,
-    ) -> Result<(String, Artifact, Blob), FetchError> {
+    ) -> Result<(String, Artifact, Blob, Auth), FetchError> {
         let name = &artifact.name;
         let registry_error = |detail: String| FetchError::Registry {
             artifact: name.clone(),
@@ -172,14 +249,18 @@ impl HttpFetcher {
         let manifest_url = format!("{endpoint}manifests/sha256:{}", reference.digest);
         let blob = Blob {
             digest: format!("sha256:{}", artifact.sha256),
-            auth: Auth::default(),
         };
+        let secret = self
+            .credentials
+            .for_registry(&reference.registry)
+            .map_err(&registry_error)?;
+        let auth = Auth::new(reference.registry.clone(), secret);
         let bytes = self
             .fetch_small_as(
                 name,
                 &manifest_url,
                 MAX_MANIFEST_BYTES,
-                Some((MANIFEST_TYPES, &blob.auth)),
+                Some((MANIFEST_TYPES, &auth)),
             )
             .await?;
         let actual = hex::encode(sha2::Sha256::digest(&bytes));
@@ -213,8 +294,75 @@ impl HttpFetcher {
             size: Some(layer.size),
             ..artifact.clone()
         };
-        Ok((url, sized, blob))
+        Ok((url, sized, blob, auth))
     }
+}
+
+impl HttpFetcher {
+    /// An OAuth2 refresh-token grant to a token service (how an `identitytoken` is used),
+    /// its answer capped at `limit` bytes. Not retried: the blob's fetch retries as a whole.
+    async fn post_token(
+        &self,
+        what: &str,
+        url: &url::Url,
+        form: &[(&str, &str)],
+        limit: usize,
+    ) -> Result<Vec<u8>, FetchError> {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let request = self
+            .client
+            .post(url.clone())
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body);
+        let response = match self.send::<()>(request, what, url.as_str()).await {
+            Ok(response) => response,
+            Err(super::Attempt::Fail(e) | super::Attempt::Retry { error: e, .. }) => return Err(e),
+            Err(super::Attempt::Done(())) => match unreachable_answer(what)? {},
+        };
+        let status = response.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(FetchError::Registry {
+                artifact: what.to_owned(),
+                detail: format!(
+                    "the token service {} refused the node's identity token (HTTP 401)",
+                    url.host_str().unwrap_or_default()
+                ),
+            });
+        }
+        if status != reqwest::StatusCode::OK {
+            return Err(FetchError::Http {
+                artifact: what.to_owned(),
+                url: url.to_string(),
+                status: status.as_u16(),
+            });
+        }
+        let mut bytes = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+            let chunk = chunk.map_err(|e| FetchError::Transport {
+                artifact: what.to_owned(),
+                detail: super::error_chain(&e),
+            })?;
+            if bytes.len() + chunk.len() > limit {
+                return Err(FetchError::SizeMismatch {
+                    artifact: what.to_owned(),
+                    detail: format!("{url} is larger than the limit of {limit} bytes"),
+                });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+}
+
+/// `send` ends with a response or an error, never a finished attempt.
+fn unreachable_answer(what: &str) -> Result<std::convert::Infallible, FetchError> {
+    Err(FetchError::Transport {
+        artifact: what.to_owned(),
+        detail: "no answer from the token service".into(),
+    })
 }
 
 /// The layer the plan's sha256 names; a manifest without it is the wrong artifact.

@@ -7,13 +7,14 @@ use std::time::Duration as StdDuration;
 use inplace_proto::Duration;
 
 use super::fragment::{
-    ActivationFragment, DownloadFragment, Fragment, KubernetesFragment, MetricsFragment,
-    PathsFragment, PolicyFragment, SelfUpdateFragment,
+    ActivationFragment, CredentialsFragment, DownloadFragment, Fragment, KubernetesFragment,
+    MetricsFragment, PathsFragment, PolicyFragment, SelfUpdateFragment,
 };
 use super::{
     ActivationSettings, DownloadSettings, KubeAuth, MetricsSettings, Paths, Policy,
     SelfUpdateSettings, Settings, SettingsError,
 };
+use crate::credentials::{CredentialSettings, TokenFile};
 use crate::policy::OWN_UNIT;
 use crate::url_prefix::UrlPrefix;
 
@@ -51,6 +52,29 @@ pub(super) fn build(
         paths,
         metrics: metrics_settings(f.metrics)?,
         self_update,
+        credentials: credential_settings(f.credentials)?,
+    })
+}
+
+fn credential_settings(c: CredentialsFragment) -> Result<CredentialSettings, SettingsError> {
+    let token_files = c
+        .token_files
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let url_prefix = t.url_prefix.parse().map_err(|e: String| {
+                invalid(&format!("credentials.token_files[{i}].url_prefix"), e)
+            })?;
+            Ok(TokenFile {
+                url_prefix,
+                path: t.path,
+            })
+        })
+        .collect::<Result<_, SettingsError>>()?;
+    Ok(CredentialSettings {
+        docker_config: c.docker_config,
+        token_files,
     })
 }
 

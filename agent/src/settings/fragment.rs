@@ -26,6 +26,22 @@ pub(super) struct Fragment {
     pub(super) metrics: MetricsFragment,
     #[serde(default)]
     pub(super) self_update: SelfUpdateFragment,
+    #[serde(default)]
+    pub(super) credentials: CredentialsFragment,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CredentialsFragment {
+    pub(super) docker_config: Option<PathBuf>,
+    pub(super) token_files: Option<Vec<TokenFileFragment>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TokenFileFragment {
+    pub(super) url_prefix: String,
+    pub(super) path: PathBuf,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -153,6 +169,9 @@ impl Fragment {
         over(&mut u.allow_downgrade, o.allow_downgrade);
         over(&mut u.trusted_keys_dir, o.trusted_keys_dir);
         over(&mut u.confirm_timeout, o.confirm_timeout);
+        let (c, o) = (&mut self.credentials, other.credentials);
+        over(&mut c.docker_config, o.docker_config);
+        over(&mut c.token_files, o.token_files);
     }
 }
 

@@ -210,6 +210,8 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     /// Agent switches.
     pub self_update: SelfUpdateSettings,
+    /// Where the node's registry and download credentials are (the files, never the secrets).
+    pub credentials: crate::credentials::CredentialSettings,
 }
 
 /// The files read for a main configuration file: vendor defaults (only for the default
