@@ -12,9 +12,10 @@
 //! content. Every such plan health-checks the unit *and* `/healthz` over HTTP. The fifth test
 //! (`e2e_bed/real_kubelet.rs`) runs the real kubelet with containerd and a Pod. Each scenario
 //! asserts the host inside the node and the plan's status (also read with the real
-//! `kubectl`). Five tests, one node boot each (one starts from v1 merged by hand, one from the
-//! real kubelet merged at boot, one kills the agent mid-download); the scenarios of a test run
-//! in sequence on its node. `kill -9` at every step boundary is `crash_matrix.rs`.
+//! `kubectl`). Six tests, one node boot each (one starts from v1 merged by hand, one from the
+//! real kubelet merged at boot, one kills the agent mid-download; `e2e_bed/reboot.rs` then
+//! reboots its node three times through logind); the scenarios of a test run in sequence on
+//! its node. `kill -9` at every step boundary is `crash_matrix.rs`.
 //!
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools (a missing prerequisite fails
 //! with an install hint), and Go for the first build of the pinned control plane.
@@ -38,6 +39,9 @@ mod real_node;
 
 #[path = "e2e_bed/real_kubelet.rs"]
 mod real_kubelet;
+
+#[path = "e2e_bed/reboot.rs"]
+mod reboot;
 
 /// Builds kubernetes sysext images with the stand-in kubelet listening on one port.
 struct Images {

@@ -167,11 +167,12 @@ pub async fn put_agent(
 }
 
 /// Starts the agent [`put_agent`] installed, as its package's post-install does (its
-/// directories, then the unit), and waits until the unit is active (`Type=notify`: the
-/// agent said READY). The error carries the unit's journal.
+/// directories, then the unit, enabled so that it comes back after a reboot), and waits
+/// until the unit is active (`Type=notify`: the agent said READY). The error carries the
+/// unit's journal.
 pub async fn start_agent(node: &Node) -> Result<()> {
     let started = node
-        .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl start inplace-agent.service")
+        .sh("systemd-tmpfiles --create /usr/lib/tmpfiles.d/inplace-agent.conf && systemctl daemon-reload && systemctl enable --now inplace-agent.service")
         .await?;
     let active = match started.success() {
         true => node

@@ -22,6 +22,7 @@ use tokio::process::Command;
 
 use crate::error::IoContext;
 use crate::fake_kubelet::{CONFIG_PATH, FakeKubeletConfig};
+use crate::nspawn::{NodeFile, NodeOptions, ServiceInstall};
 use crate::{Error, Result, prereq};
 
 /// systemd's name for this machine's architecture (`x86-64`, `arm64`, ...).
@@ -415,6 +416,43 @@ fn check(what: &str, output: &std::process::Output) -> Result<()> {
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         })
     }
+}
+
+/// The job of Flatcar's `ensure-sysext.service`: systemd loads its units before
+/// systemd-sysext merges the images, so a unit that an image brings (the kubelet's) is unknown
+/// at boot until the manager reloads; then the targets are started again so that units from
+/// images that are wanted start too. Without it a rebooted node has no kubelet.
+const ENSURE_SYSEXT_UNIT: &str = "[Unit]
+Description=Reload units brought by system extensions and start them
+BindsTo=systemd-sysext.service
+After=systemd-sysext.service
+DefaultDependencies=no
+Before=sysinit.target shutdown.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/systemctl daemon-reload
+ExecStart=/usr/bin/systemctl restart --no-block sockets.target timers.target multi-user.target
+
+[Install]
+WantedBy=sysinit.target
+";
+
+/// Makes a node start, at every boot, `units` that its extensions bring, as Flatcar does:
+/// the test bed's root enables `systemd-sysext.service` (Debian ships it disabled), but a
+/// unit from an image is unknown to the manager until it reloads after the merge
+/// (`ensure-sysext.service`). The units are wanted by a drop-in of `multi-user.target` (a
+/// file): `systemctl enable` cannot see a unit that is not merged yet.
+pub fn merge_at_boot(options: &mut NodeOptions, units: &[&str]) {
+    let wants: String = units.iter().map(|u| format!("Wants={u}\n")).collect();
+    options.files.push(NodeFile::new(
+        "/etc/systemd/system/multi-user.target.d/extension-units.conf",
+        format!("[Unit]\n{wants}"),
+        0o644,
+    ));
+    ServiceInstall::new("ensure-sysext.service", ENSURE_SYSEXT_UNIT).into_boot_options(options);
 }
 
 #[cfg(test)]

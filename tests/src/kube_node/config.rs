@@ -164,25 +164,3 @@ ExecStart=/bin/sh -c 'for image in /var/lib/inplace-testbed/images/*.tar; do ctr
 [Install]
 WantedBy=multi-user.target
 ";
-
-/// The job of Flatcar's `ensure-sysext.service`: systemd loads its units before
-/// systemd-sysext merges the images, so a unit that an image brings (the kubelet's) is unknown
-/// at boot until the manager reloads; then the targets are started again so that units from
-/// images that are wanted start too. Without it a rebooted node has no kubelet.
-pub const ENSURE_SYSEXT_UNIT: &str = "[Unit]
-Description=Reload units brought by system extensions and start them
-BindsTo=systemd-sysext.service
-After=systemd-sysext.service
-DefaultDependencies=no
-Before=sysinit.target shutdown.target
-Conflicts=shutdown.target
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=/usr/bin/systemctl daemon-reload
-ExecStart=/usr/bin/systemctl restart --no-block sockets.target timers.target multi-user.target
-
-[Install]
-WantedBy=sysinit.target
-";

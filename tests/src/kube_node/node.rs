@@ -91,13 +91,6 @@ impl KubeNodeConfig {
             ),
             NodeFile::new(config::CLIENT_CA_PATH, self.ca_pem.clone(), 0o644),
             NodeFile::new(config::PREPARE_SCRIPT_PATH, config::PREPARE_SCRIPT, 0o755),
-            // The kubelet's unit comes with its image: enabled by a drop-in of the target
-            // (a file), since `systemctl enable` cannot see a unit that is not merged yet.
-            NodeFile::new(
-                "/etc/systemd/system/multi-user.target.d/kubelet.conf",
-                "[Unit]\nWants=kubelet.service\n",
-                0o644,
-            ),
         ]);
         options.symlinks.push((
             PathBuf::from("/etc/extensions/kubernetes.raw"),
@@ -117,10 +110,10 @@ impl KubeNodeConfig {
         for (name, unit) in [
             ("inplace-testbed-prepare-kube.service", config::PREPARE_UNIT),
             ("inplace-testbed-images.service", config::IMAGES_UNIT),
-            ("ensure-sysext.service", config::ENSURE_SYSEXT_UNIT),
         ] {
             ServiceInstall::new(name, unit).into_boot_options(options);
         }
+        crate::sysext::merge_at_boot(options, &["kubelet.service"]);
         Ok(())
     }
 }

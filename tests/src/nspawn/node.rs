@@ -225,6 +225,9 @@ pub struct Node {
     torn_down: bool,
 }
 
+/// systemd-nspawn's exit status when the container rebooted (systemd-nspawn(1)).
+const NSPAWN_REBOOTED: i32 = 133;
+
 static NAME_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 impl Node {
@@ -821,9 +824,33 @@ unset INPLACE_CGROUPS; exec "$@""#,
         let _ = self
             .exec_timeout(&["systemctl", "reboot"], Duration::from_secs(30))
             .await;
-        self.wait_exit(Duration::from_secs(120)).await?;
-        self.start().await?;
+        self.wait_own_reboot(Duration::from_secs(120)).await?;
         Ok(started.elapsed())
+    }
+
+    /// Waits up to `patience` for a reboot the node does itself (whoever in it asked
+    /// systemd, e.g. through logind), then boots it again from the same root the way a
+    /// machine comes back, and waits until systemd is up. systemd-nspawn ends with status
+    /// 133 when its container reboots (any other end, or none in time, is an error naming
+    /// it): it never restarts the container itself. The next boot has a new boot ID
+    /// (systemd-nspawn gives each container start its own).
+    pub async fn wait_own_reboot(&mut self, patience: Duration) -> Result<()> {
+        let Some(child) = self.child.as_mut() else {
+            return Err(self.boot_error("the node is not running"));
+        };
+        let status = match tokio::time::timeout(patience, child.wait()).await {
+            Ok(status) => status.ctx(|| format!("waiting for node {}", self.name))?,
+            Err(_) => {
+                return Err(self.boot_error(&format!("did not reboot within {patience:?}")));
+            }
+        };
+        self.child = None;
+        if status.code() != Some(NSPAWN_REBOOTED) {
+            return Err(self.boot_error(&format!(
+                "systemd-nspawn exited ({status}), not by a reboot"
+            )));
+        }
+        self.start().await
     }
 
     /// Cuts the node's power: every process in it (systemd, its units, systemd-nspawn) is
