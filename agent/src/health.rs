@@ -114,11 +114,11 @@ pub async fn verify(
     progress: &(dyn Fn(String) + Send + Sync),
 ) -> Result<(), Failure> {
     let start = Instant::now();
-    let mut baseline: HashMap<&str, UnitState> = HashMap::new();
+    let mut units = UnitWatch::default();
     let mut healthy_since: Option<Instant> = None;
     let mut last_problem = String::from("no sample yet");
     loop {
-        match sample(plan, systemd, probes, &mut baseline).await {
+        match sample(plan, systemd, probes, &mut units).await {
             Sample::Fatal(message) => {
                 return Err(Failure {
                     reason: Reason::HealthCheckFailed,
@@ -148,8 +148,10 @@ pub async fn verify(
             return Err(Failure {
                 reason: Reason::HealthCheckFailed,
                 message: format!(
-                    "not healthy for a whole window of {:?} within {:?}: {last_problem}",
-                    plan.window, plan.timeout
+                    "not healthy for a whole window of {:?} within {:?}: {last_problem}{}",
+                    plan.window,
+                    plan.timeout,
+                    units.troubles(plan.units)
                 ),
             });
         }
@@ -173,6 +175,43 @@ fn describe(plan: &Plan<'_>) -> String {
     }
 }
 
+/// What the samples saw of the units: the state each window compares with, and how often
+/// each unit restarted since the checks began. A unit that crash-loops with a short
+/// `RestartSec=` is `active` for part of every second; the last sample may catch it up and
+/// blame the Node instead, so a failure names the restarts as well.
+#[derive(Default)]
+struct UnitWatch<'a> {
+    /// The state at the start of the current window, per unit that was active.
+    baseline: HashMap<&'a str, UnitState>,
+    /// `NRestarts` at the first sample and at the latest one, per service.
+    restarts: HashMap<&'a str, (u32, u32)>,
+}
+
+impl<'a> UnitWatch<'a> {
+    fn count_restarts(&mut self, unit: &'a str, state: &UnitState) {
+        if let Some(n) = state.n_restarts {
+            self.restarts.entry(unit).or_insert((n, n)).1 = n;
+        }
+    }
+
+    /// `; kubelet.service restarted 7 times meanwhile`, for each unit that did; else empty.
+    fn troubles(&self, units: &[String]) -> String {
+        units
+            .iter()
+            .filter_map(|unit| {
+                let (first, latest) = self.restarts.get(unit.as_str())?;
+                let times = latest.checked_sub(*first).filter(|n| *n > 0)?;
+                let times = if times == 1 {
+                    "once".to_owned()
+                } else {
+                    format!("{times} times")
+                };
+                Some(format!("; {unit} restarted {times} meanwhile"))
+            })
+            .collect()
+    }
+}
+
 enum Sample {
     Healthy,
     Unhealthy(String),
@@ -183,7 +222,7 @@ async fn sample<'a>(
     plan: &Plan<'a>,
     systemd: &dyn SystemdManager,
     probes: &dyn Probes,
-    baseline: &mut HashMap<&'a str, UnitState>,
+    units: &mut UnitWatch<'a>,
 ) -> Sample {
     let mut problem = None;
     for unit in plan.units {
@@ -194,6 +233,7 @@ async fn sample<'a>(
                 continue;
             }
         };
+        units.count_restarts(unit, &state);
         if state.active_state == "failed" {
             return Sample::Fatal(format!("{unit} failed ({})", state.sub_state));
         }
@@ -202,20 +242,20 @@ async fn sample<'a>(
                 "{unit} is {} ({})",
                 state.active_state, state.sub_state
             ));
-            baseline.remove(unit.as_str());
+            units.baseline.remove(unit.as_str());
             continue;
         }
-        match baseline.get(unit.as_str()) {
+        match units.baseline.get(unit.as_str()) {
             Some(before)
                 if before.n_restarts != state.n_restarts
                     || before.active_enter_monotonic != state.active_enter_monotonic =>
             {
                 problem.get_or_insert(format!("{unit} restarted during the window"));
-                baseline.insert(unit, state);
+                units.baseline.insert(unit, state);
             }
             Some(_) => {}
             None => {
-                baseline.insert(unit, state);
+                units.baseline.insert(unit, state);
             }
         }
     }

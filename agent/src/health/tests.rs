@@ -1,5 +1,6 @@
 //! The Node checks: what each `Ready` status and each kubelet version makes of a sample,
-//! one Node read per sample for both, and what a failed window says.
+//! one Node read per sample for both, and what a failed window says — also of a unit that
+//! crash-loops while the Node is wrong.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -49,11 +50,15 @@ impl Probes for ScriptedNode {
     }
 }
 
-/// These plans check no unit: systemd is never asked.
-struct NoUnits;
+/// One service's states, one per read, in order; the last one repeats. Plans that check no
+/// unit get none: systemd is never asked.
+#[derive(Default)]
+struct ScriptedUnit {
+    states: Mutex<VecDeque<UnitState>>,
+}
 
 #[async_trait]
-impl SystemdManager for NoUnits {
+impl SystemdManager for ScriptedUnit {
     async fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
         unreachable!("restart {unit}")
     }
@@ -63,8 +68,13 @@ impl SystemdManager for NoUnits {
     async fn daemon_reload(&self) -> Result<(), SystemdError> {
         unreachable!("daemon-reload")
     }
-    async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
-        unreachable!("state of {unit}")
+    async fn unit_state(&self, _unit: &str) -> Result<UnitState, SystemdError> {
+        let mut states = self.states.lock().unwrap();
+        if states.len() > 1 {
+            Ok(states.pop_front().unwrap())
+        } else {
+            Ok(states.front().cloned().expect("a scripted state"))
+        }
     }
 }
 
@@ -102,7 +112,7 @@ fn plan(kubelet_version: Option<&'static str>, node_ready: bool) -> Plan<'static
 /// Runs the checks on a paused clock; the failure's message, or `None` when they passed.
 async fn run(plan: &Plan<'_>, probes: &ScriptedNode) -> Option<String> {
     let progress = |_line: String| {};
-    match verify(plan, &NoUnits, probes, &progress).await {
+    match verify(plan, &ScriptedUnit::default(), probes, &progress).await {
         Ok(()) => None,
         Err(failure) => {
             assert_eq!(failure.reason, Reason::HealthCheckFailed);
@@ -275,4 +285,52 @@ fn node_report_of_a_node_object() {
     let bare: k8s_openapi::api::core::v1::Node =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "worker-1"}})).unwrap();
     assert_eq!(NodeReport::of(bare), NodeReport::default());
+}
+
+/// A kubelet whose new flags it refuses, under `Restart=always` and `RestartSec=1`: up for a
+/// moment each second, so any sample may find it `active` on a new invocation (no restart seen
+/// within the window) while the Node still reports the old kubelet. The failure must name the
+/// unit's restarts, whichever problem the last sample saw. Before, the message ended with the
+/// kubelet version alone (kube_rollouts' broken-kubelet test failed on this in CI).
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_unit_is_named_whatever_the_last_sample_saw() {
+    let state = |active: &str, sub: &str, restarts: u32| UnitState {
+        active_state: active.into(),
+        sub_state: sub.into(),
+        n_restarts: Some(restarts),
+        active_enter_monotonic: u64::from(restarts),
+        invocation_id: format!("{restarts:032x}"),
+    };
+    // Down and up in turns, 14 restarts in all (0 to 14); the last reads find it up.
+    let loop_states = (1..=14).flat_map(|n| {
+        [
+            state("activating", "auto-restart", n - 1),
+            state("active", "running", n),
+        ]
+    });
+    let systemd = ScriptedUnit {
+        states: Mutex::new(loop_states.collect()),
+    };
+    let units = ["kubelet.service".to_owned()];
+    let plan = Plan {
+        units: &units,
+        ..plan(Some(VERSION), true)
+    };
+    let probes = ScriptedNode::new([node(
+        Some("v1.31.1"),
+        Some(("True", "KubeletReady", "kubelet is posting ready status")),
+    )]);
+    let progress = |_line: String| {};
+    let failure = verify(&plan, &systemd, &probes, &progress)
+        .await
+        .expect_err("the old kubelet never passes");
+    assert_eq!(failure.reason, Reason::HealthCheckFailed);
+    assert!(
+        failure.message.ends_with(
+            "the node reports kubelet v1.31.1, expected v1.31.2; \
+             kubelet.service restarted 14 times meanwhile"
+        ),
+        "{}",
+        failure.message
+    );
 }
