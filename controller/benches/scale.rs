@@ -25,9 +25,6 @@
 //! machine's cores is a third lower limit: on a machine the bed saturates, the rollout
 //! cannot end sooner, whatever the controller costs.
 
-#[path = "../tests/support/sim_agent.rs"]
-mod sim_agent;
-
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -39,12 +36,12 @@ use futures::{StreamExt, stream};
 use inplace_api_emulator::EmulatorConfig;
 use inplace_proto::NodeRollout;
 use inplace_tests::apiserver::ApiServer;
+use inplace_tests::sim_agent::{Fleet, SimConfig};
 use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use sim_agent::{Fleet, SimConfig};
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)

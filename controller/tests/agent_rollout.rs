@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use inplace_proto::{DesiredState, NodeRelease, Phase, revision_of};
+use inplace_proto::{DesiredState, NodeRelease, revision_of};
 use kube::api::PostParams;
 use serde_json::json;
 use support::sim_agent::{Failure, SimConfig};
@@ -23,13 +23,9 @@ async fn a_broken_agent_release_to_three_nodes_halts_after_the_first_with_max_fa
     // Every node's new agent fails to confirm itself: the guard restores the old agent,
     // which reports RolledBack with the guard's reason.
     for name in nodes {
-        config.failures.insert(
-            name.into(),
-            Failure {
-                phase: Phase::RolledBack,
-                reason: "AgentNotConfirmed".into(),
-            },
-        );
+        config
+            .failures
+            .insert(name.into(), Failure::rolled_back("AgentNotConfirmed"));
     }
     let fleet = bed.fleet(config);
     for name in nodes {

@@ -89,13 +89,9 @@ async fn three_nodes_with_max_unavailable_one_never_activate_two_at_once() {
 async fn a_failing_node_halts_the_rollout_at_max_failures() {
     let bed = Bed::start().await;
     let mut config = SimConfig::default();
-    config.failures.insert(
-        "worker-2".into(),
-        Failure {
-            phase: Phase::RolledBack,
-            reason: "HealthCheckFailed".into(),
-        },
-    );
+    config
+        .failures
+        .insert("worker-2".into(), Failure::rolled_back("HealthCheckFailed"));
     let fleet = bed.fleet(config);
     for name in workers(5) {
         create_node(&bed.client, &name, &[]).await;

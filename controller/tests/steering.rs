@@ -32,13 +32,9 @@ async fn annotate_node(client: &kube::Client, node: &str, key: &str, value: Opti
 /// honoured, when `fixed_by_retry`.
 fn broken_fleet_config(fixed_by_retry: bool) -> SimConfig {
     let mut config = SimConfig::default();
-    config.failures.insert(
-        "broken".into(),
-        Failure {
-            phase: Phase::RolledBack,
-            reason: "HealthCheckFailed".into(),
-        },
-    );
+    config
+        .failures
+        .insert("broken".into(), Failure::rolled_back("HealthCheckFailed"));
     if fixed_by_retry {
         config.fixed_by_retry.insert("broken".into());
     }

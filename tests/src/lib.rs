@@ -16,6 +16,8 @@
 //!   on them.
 //! - [`install`]: inplace installed into a test cluster and onto a node as its docs say.
 //! - [`registry`]: a real OCI registry on loopback, and files pushed to it with `crane`.
+//! - [`sim_agent`]: simulated agents that follow the agent's status protocol on plans, on
+//!   timers ([`sim_agent::Fleet`]) or a phase per call ([`sim_agent::Stepper`]).
 //! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
 
 pub mod agent_images;
@@ -34,6 +36,7 @@ pub mod nspawn;
 pub mod plans;
 pub mod prereq;
 pub mod registry;
+pub mod sim_agent;
 pub mod sysext;
 pub mod test_api;
 pub mod tools;

@@ -147,7 +147,7 @@ async fn cluster_api_s_own_client_and_types_accept_every_answer() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let agent = SimAgent::new(&bed).await;
+    let agent = sim_agents(&bed).await;
     let mut seen_cordoned = false;
     let status = loop {
         if let Some(status) = run.try_wait().unwrap() {
@@ -155,7 +155,7 @@ async fn cluster_api_s_own_client_and_types_accept_every_answer() {
         }
         seen_cordoned |= unschedulable(&bed, "node-1").await;
         let_evicted_pods_go(&bed).await;
-        agent.step().await;
+        agent.step().await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let output = run.wait_with_output().await.unwrap();

@@ -30,7 +30,7 @@ fn message(answer: &Value) -> &str {
 #[tokio::test]
 async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
     let bed = Bed::start().await;
-    let agent = SimAgent::new(&bed).await;
+    let agent = sim_agents(&bed).await;
     let desired = machine("v1.31.2", Some("node-1"));
 
     let mut messages = Vec::new();
@@ -54,7 +54,7 @@ async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
         assert_eq!(plan.metadata.generation, Some(1), "call {call}");
         // Half of the calls see no progress on the node at all.
         if call % 2 == 0 {
-            agent.step().await;
+            agent.step().await.unwrap();
         }
     }
     let finished_at = finished_at.expect("the update completed within 20 calls");
@@ -110,7 +110,7 @@ async fn a_version_bump_is_completed_and_twenty_polls_stay_idempotent() {
 #[tokio::test]
 async fn the_cluster_api_sequence_claim_then_update_to_done() {
     let bed = Bed::start().await;
-    let agent = SimAgent::new(&bed).await;
+    let agent = sim_agents(&bed).await;
     let current = machine("v1.31.1", Some("node-2"));
     let desired = machine("v1.31.2", Some("node-2"));
     let infra = update_machine_object("infrastructureMachine");
@@ -142,7 +142,7 @@ async fn the_cluster_api_sequence_claim_then_update_to_done() {
             break;
         }
         assert!(in_progress(&answer) && answers.len() < 12, "{answers:?}");
-        agent.step().await;
+        agent.step().await.unwrap();
     }
     assert_eq!(
         answers.last().unwrap(),
@@ -196,7 +196,7 @@ async fn repeated_calls_without_progress_change_nothing() {
 #[tokio::test]
 async fn a_failing_node_answers_failure_with_the_reason() {
     let bed = Bed::start().await;
-    let agent = SimAgent::new(&bed).await;
+    let agent = sim_agents(&bed).await;
     let desired = machine("v1.31.2", Some("fail-node"));
     let mut last = Value::Null;
     for _ in 0..10 {
@@ -204,7 +204,7 @@ async fn a_failing_node_answers_failure_with_the_reason() {
         if last["status"] == "Failure" {
             break;
         }
-        agent.step().await;
+        agent.step().await.unwrap();
     }
     assert_eq!(last["status"], "Failure", "{last}");
     assert_eq!(
@@ -450,7 +450,7 @@ async fn with_drain_the_plan_stays_staged_until_the_node_is_drained() {
         seen_active_while_draining: AtomicUsize::new(0),
     });
     let bed = Bed::start_with(true, drainer.clone(), 30).await;
-    let agent = SimAgent::new(&bed).await;
+    let agent = sim_agents(&bed).await;
     let desired = machine("v1.31.2", Some("node-1"));
 
     let mut messages = Vec::new();
@@ -469,7 +469,7 @@ async fn with_drain_the_plan_stays_staged_until_the_node_is_drained() {
                 "{messages:?}"
             );
         }
-        agent.step().await;
+        agent.step().await.unwrap();
     }
     assert!(
         messages.last().unwrap().contains("runs kubernetes-v1.31.2"),
@@ -507,7 +507,7 @@ async fn with_drain_a_rolled_back_node_is_uncordoned_and_fails() {
         seen_active_while_draining: AtomicUsize::new(0),
     });
     let bed = Bed::start_with(true, drainer.clone(), 30).await;
-    let agent = SimAgent::new(&bed).await;
+    let agent = sim_agents(&bed).await;
     let desired = machine("v1.31.2", Some("fail-node"));
     let mut last = Value::Null;
     for _ in 0..15 {
@@ -515,7 +515,7 @@ async fn with_drain_a_rolled_back_node_is_uncordoned_and_fails() {
         if last["status"] == "Failure" {
             break;
         }
-        agent.step().await;
+        agent.step().await.unwrap();
     }
     assert_eq!(last["status"], "Failure", "{last}");
     assert!(message(&last).contains("HealthCheckFailed"), "{last}");

@@ -11,7 +11,7 @@
 pub mod kubelet;
 pub mod kured;
 pub mod prometheus;
-pub mod sim_agent;
+pub use inplace_tests::sim_agent;
 
 use std::collections::BTreeMap;
 use std::future::Future;

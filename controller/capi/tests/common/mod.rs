@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use inplace_capi::{Config, Drainer, Extension, NoDrain, Server};
 use inplace_proto::{NodeRelease, NodeUpdatePlan};
+use inplace_tests::sim_agent::{Failure, SimConfig, Stepper};
 use inplace_tests::test_api::{TestApi, packaging};
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -462,118 +463,27 @@ pub fn update_machine_request(machine: &Value) -> Value {
     })
 }
 
-/// A simulated node agent for the workload cluster: each [`SimAgent::step`] moves every
-/// node's plan one phase further through the status subresource, as the real agent would
-/// report: Pending → Downloading (half, then all bytes) → Staged → (once Active) Activating →
-/// Verifying → Succeeded, or RolledBack with HealthCheckFailed on nodes named `fail-*`.
-/// Each node's agent reads and writes only its own plan, as its node's identity
-/// (`system:node:NAME`), through the shipped RBAC and admission policy.
-pub struct SimAgent {
-    nodes: Vec<Api<NodeUpdatePlan>>,
-}
-
-impl SimAgent {
-    pub async fn new(bed: &Bed) -> Self {
-        let mut nodes = Vec::new();
-        for node in NODES {
-            let client = bed.workload.client_as_node(node).await.unwrap();
-            nodes.push(Api::all(client));
-        }
-        SimAgent { nodes }
+/// Simulated agents for the workload cluster's nodes, moved one phase per `step()`: each
+/// reads and writes only its own plan, as its node's identity (`system:node:NAME`), through
+/// the shipped RBAC and admission policy. The nodes run `rev-old` before; `fail-node` fails
+/// its health check and rolls back.
+pub async fn sim_agents(bed: &Bed) -> Stepper {
+    let mut nodes = Vec::new();
+    for node in NODES {
+        nodes.push((
+            node.to_owned(),
+            bed.workload.client_as_node(node).await.unwrap(),
+        ));
     }
-
-    pub async fn step(&self) {
-        for (plans, node) in self.nodes.iter().zip(NODES) {
-            let Some(plan) = plans.get_opt(node).await.unwrap() else {
-                continue;
-            };
-            if let Some(status) = next_status(&plan) {
-                plans
-                    .patch_status(
-                        node,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": status})),
-                    )
-                    .await
-                    .unwrap();
-            }
-        }
-    }
-}
-
-fn condition(status: &str, reason: &str, message: &str) -> Value {
-    json!([{"type": "Ready", "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": "2026-11-22T03:00:00Z"}])
-}
-
-fn next_status(plan: &NodeUpdatePlan) -> Option<Value> {
-    let revision = plan.spec.revision.clone()?;
-    let generation = plan.metadata.generation.unwrap_or(0);
-    let node = plan.spec.node_name.clone();
-    let size = plan.spec.content.artifacts[0].size.unwrap_or(100) as i64;
-    let status = plan.status.clone().unwrap_or_default();
-    let phase = status.phase.map(|p| format!("{p:?}"));
-    let fresh = status.target_revision.as_deref() == Some(revision.as_str());
-    let active = plan.spec.desired_state == inplace_proto::DesiredState::Active;
-    let base = |phase: &str| {
-        json!({"observedGeneration": generation, "targetRevision": revision, "phase": phase,
-               "currentRevision": status.current_revision.clone().unwrap_or_else(|| "rev-old".into())})
+    let failure = Failure {
+        message: "kubelet.service failed its health check (exited with status 1); rolled back"
+            .into(),
+        ..Failure::rolled_back("HealthCheckFailed")
     };
-    let with = |mut v: Value, extra: Value| {
-        for (k, x) in extra.as_object().unwrap() {
-            v[k] = x.clone();
-        }
-        Some(v)
+    let config = SimConfig {
+        failures: [("fail-node".to_owned(), failure)].into(),
+        running_before: Some("rev-old".into()),
+        ..SimConfig::default()
     };
-    if !fresh || phase.is_none() {
-        return with(
-            base("Pending"),
-            json!({"conditions": condition("False", "Pending", "seen")}),
-        );
-    }
-    match phase.as_deref().unwrap() {
-        "Pending" => with(
-            base("Downloading"),
-            json!({
-            "artifacts": [{"name": "kubernetes", "bytesDone": size / 2, "bytesTotal": size}],
-            "conditions": condition("False", "Downloading", "downloading kubernetes")}),
-        ),
-        "Downloading" => {
-            let done = status.artifacts.first().map(|a| a.bytes_done).unwrap_or(0);
-            if done < size {
-                with(
-                    base("Downloading"),
-                    json!({"artifacts": [{"name": "kubernetes", "bytesDone": size, "bytesTotal": size}]}),
-                )
-            } else {
-                with(
-                    base("Staged"),
-                    json!({"conditions": condition(if active { "False" } else { "True" }, "Staged", "every artifact staged")}),
-                )
-            }
-        }
-        "Staged" if active => with(
-            base("Activating"),
-            json!({"conditions": condition("False", "Activating", "restarting kubelet.service")}),
-        ),
-        "Staged" => None,
-        "Activating" => with(
-            base("Verifying"),
-            json!({"conditions": condition("False", "Verifying", "kubelet.service 12s/30s")}),
-        ),
-        "Verifying" if node.starts_with("fail") => with(
-            base("RolledBack"),
-            json!({
-            "conditions": condition("False", "HealthCheckFailed", "kubelet.service failed its health check (exited with status 1); rolled back")}),
-        ),
-        "Verifying" => {
-            let mut v = base("Succeeded");
-            v["currentRevision"] = json!(revision);
-            with(
-                v,
-                json!({"conditions": condition("True", "Succeeded", "runs the target revision")}),
-            )
-        }
-        _ => None,
-    }
+    Stepper::new(nodes, config)
 }

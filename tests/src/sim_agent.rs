@@ -1,5 +1,7 @@
 //! Simulated agents: a test double that follows the agent's status protocol on every
-//! node's NodeUpdatePlan, with configurable timings and failures.
+//! node's NodeUpdatePlan, with configurable timings and failures. [`Fleet`] runs every node's
+//! steps on timers; [`Stepper`] moves them one phase per call. Both take their steps from
+//! `protocol`.
 //!
 //! Protocol (what the real agent reports, reduced to its phases):
 //! a plan with a new revision → `Downloading` → `Staged` (target = the plan's revision);
@@ -15,7 +17,8 @@
 //! (`system:node:NAME`), through the shipped agent RBAC and admission policy, as the agent
 //! does; [`Fleet::start`] writes every status with one client (the scale benchmark).
 
-#![allow(dead_code)]
+mod protocol;
+mod stepper;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
@@ -25,72 +28,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use inplace_proto::{DesiredState, NodeUpdatePlan, Phase};
+use inplace_proto::{NodeUpdatePlan, Phase};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use serde_json::json;
-
-/// How a simulated node fails.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    /// `RolledBack` or `Failed`.
-    pub phase: Phase,
-    /// The `Ready` condition's reason.
-    pub reason: String,
-}
-
-/// Timings and failures of the fleet.
-#[derive(Debug, Clone)]
-pub struct SimConfig {
-    /// Time from seeing a new revision to `Staged`.
-    pub download: Duration,
-    /// Time in `Activating`.
-    pub activate: Duration,
-    /// Time in `Verifying` before the final phase.
-    pub verify: Duration,
-    /// Per-node overrides of `activate + verify`.
-    pub slow: HashMap<String, Duration>,
-    /// Nodes that fail after activation, and how.
-    pub failures: HashMap<String, Failure>,
-    /// Report `Downloading` and `Verifying` too (the full protocol); off for scale runs.
-    pub every_phase: bool,
-    /// Failing nodes that succeed once a retry was honoured.
-    pub fixed_by_retry: HashSet<String>,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig {
-            download: Duration::from_millis(50),
-            activate: Duration::from_millis(150),
-            verify: Duration::from_millis(150),
-            slow: HashMap::new(),
-            failures: HashMap::new(),
-            every_phase: true,
-            fixed_by_retry: HashSet::new(),
-        }
-    }
-}
-
-/// What the agent knows of its node.
-#[derive(Debug, Clone, Default)]
-struct Local {
-    target: Option<String>,
-    current: Option<String>,
-    phase: Option<Phase>,
-    /// The last retry token honoured.
-    retry_honoured: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-struct Seen {
-    revision: Option<String>,
-    desired: DesiredState,
-    generation: Option<i64>,
-    /// The plan's retry token.
-    retry: Option<String>,
-}
+pub use protocol::{Failure, SimConfig};
+use protocol::{Local, Seen, next_step, status_patch};
+pub use stepper::Stepper;
 
 #[derive(Default)]
 struct Shared {
@@ -200,19 +144,7 @@ impl Fleet {
                         if deleted || plan.metadata.deletion_timestamp.is_some() {
                             s.seen.remove(&name);
                         } else {
-                            s.seen.insert(
-                                name.clone(),
-                                Seen {
-                                    revision: plan.spec.revision.clone(),
-                                    desired: plan.spec.desired_state,
-                                    generation: plan.metadata.generation,
-                                    retry: inplace_proto::steering::pending_retry(
-                                        plan.metadata.annotations.as_ref(),
-                                        None,
-                                    )
-                                    .map(str::to_owned),
-                                },
-                            );
+                            s.seen.insert(name.clone(), Seen::of(&plan));
                         }
                         s.running.insert(name.clone())
                     };
@@ -241,82 +173,6 @@ impl Fleet {
     pub fn max_staging(&self) -> usize {
         self.stats.max_staging.load(Ordering::SeqCst)
     }
-}
-
-/// The next step of one node, or None when it waits for the plan to change.
-fn next_step(
-    local: &Local,
-    seen: &Seen,
-    config: &SimConfig,
-    node: &str,
-) -> Option<(Duration, Local)> {
-    let revision = seen.revision.clone()?;
-    let mut next = local.clone();
-    if local.target.as_ref() != Some(&revision) {
-        next.target = Some(revision);
-        next.phase = Some(if config.every_phase {
-            Phase::Downloading
-        } else {
-            Phase::Staged
-        });
-        let delay = if config.every_phase {
-            Duration::ZERO
-        } else {
-            config.download
-        };
-        return Some((delay, next));
-    }
-    if seen.desired == DesiredState::Staged
-        && seen.retry.is_some()
-        && seen.retry != local.retry_honoured
-    {
-        next.retry_honoured = seen.retry.clone();
-        next.phase = Some(Phase::Downloading);
-        return Some((Duration::ZERO, next));
-    }
-    let (activate, verify) = match config.slow.get(node) {
-        Some(total) => (*total / 2, *total / 2),
-        None => (config.activate, config.verify),
-    };
-    match local.phase? {
-        Phase::Downloading => {
-            next.phase = Some(Phase::Staged);
-            Some((config.download, next))
-        }
-        Phase::Staged if seen.desired == DesiredState::Active => {
-            next.phase = Some(Phase::Activating);
-            Some((Duration::ZERO, next))
-        }
-        Phase::Activating => {
-            if config.every_phase {
-                next.phase = Some(Phase::Verifying);
-                return Some((activate, next));
-            }
-            next.phase = Some(final_phase(config, node, local));
-            if next.phase == Some(Phase::Succeeded) {
-                next.current = next.target.clone();
-            }
-            Some((activate + verify, next))
-        }
-        Phase::Verifying => {
-            next.phase = Some(final_phase(config, node, local));
-            if next.phase == Some(Phase::Succeeded) {
-                next.current = next.target.clone();
-            }
-            Some((verify, next))
-        }
-        _ => None,
-    }
-}
-
-fn final_phase(config: &SimConfig, node: &str, local: &Local) -> Phase {
-    if local.retry_honoured.is_some() && config.fixed_by_retry.contains(node) {
-        return Phase::Succeeded;
-    }
-    config
-        .failures
-        .get(node)
-        .map_or(Phase::Succeeded, |f| f.phase)
 }
 
 /// The plans API `node`'s status writes go through.
@@ -348,47 +204,28 @@ async fn drive(
     loop {
         let step = {
             let mut s = lock(&shared);
-            let local = s.local.get(&node).cloned().unwrap_or_default();
+            let local = s
+                .local
+                .get(&node)
+                .cloned()
+                .unwrap_or_else(|| Local::new(&config));
             let step = s.seen.get(&node).and_then(|seen| {
-                next_step(&local, seen, &config, &node).map(|st| (st, seen.generation))
+                next_step(&local, seen, &config, &node).map(|st| (st, seen.clone()))
             });
             if step.is_none() {
                 s.running.remove(&node);
             }
             step
         };
-        let Some(((delay, next), generation)) = step else {
+        let Some(((delay, next), seen)) = step else {
             return;
         };
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         let phase = next.phase.unwrap_or(Phase::Pending);
-        let (ready, reason, message) = match phase {
-            Phase::Succeeded => ("True", "Succeeded".to_owned(), "committed".to_owned()),
-            Phase::RolledBack | Phase::Failed => {
-                let reason = config
-                    .failures
-                    .get(&node)
-                    .map_or("RolledBack".to_owned(), |f| f.reason.clone());
-                let message = format!("simulated {reason} on {node}");
-                ("False", reason, message)
-            }
-            other => ("False", format!("{other:?}"), format!("{other:?}")),
-        };
-        let status = json!({
-            "status": {
-                "observedGeneration": generation,
-                "phase": phase,
-                "targetRevision": next.target,
-                "currentRevision": next.current,
-                "retryHonoured": next.retry_honoured,
-                "conditions": [{
-                    "type": "Ready", "status": ready, "reason": reason, "message": message,
-                    "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-                }],
-            }
-        });
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let status = status_patch(&next, &seen, &config, &node, &now);
         let mut written = false;
         // Retried for two minutes (an outage, a kube-apiserver restarting on a loaded
         // machine): only a deleted plan ends the agent.
