@@ -36,6 +36,7 @@ use futures::{StreamExt, stream};
 use inplace_api_emulator::EmulatorConfig;
 use inplace_proto::NodeRollout;
 use inplace_tests::apiserver::ApiServer;
+use inplace_tests::fixtures::ReleaseFixture;
 use inplace_tests::sim_agent::{Fleet, SimConfig};
 use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::core::v1::Node;
@@ -310,17 +311,13 @@ impl Drop for Controller {
 
 /// The release every node updates to, and the rollout over all of them.
 async fn create_release(client: &kube::Client) -> anyhow::Result<()> {
-    let release: inplace_proto::NodeRelease = serde_json::from_value(json!({
-        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
-        "metadata": {"name": "bench"},
-        "spec": {"version": "v1", "artifacts": [{
-            "name": "kubernetes", "type": "Sysext",
-            "url": "https://extensions.example/kubernetes.raw",
-            "sha256": "4f0c".repeat(16),
-        }]},
-    }))?;
-    Api::<inplace_proto::NodeRelease>::all(client.clone())
-        .create(&PostParams::default(), &release)
+    ReleaseFixture::bare("bench", "v1")
+        .kubernetes_sysext(
+            "https://extensions.example/kubernetes.raw",
+            &"4f0c".repeat(16),
+            None,
+        )
+        .create(client)
         .await?;
     Ok(())
 }

@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use inplace_proto::{DesiredState, Phase};
+use inplace_tests::fixtures::ReleaseFixture;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 use support::sim_agent::{Failure, SimConfig};
@@ -237,11 +238,9 @@ async fn a_missing_release_touches_nothing_until_it_is_created() {
     );
 
     // An invalid release is reported as such, and still touches nothing.
-    let mut invalid = release_json("later", "v4");
-    invalid["spec"]["artifacts"][0]["url"] = json!("file:///etc/passwd");
-    let invalid: inplace_proto::NodeRelease = serde_json::from_value(invalid).unwrap();
-    bed.releases()
-        .create(&Default::default(), &invalid)
+    ReleaseFixture::kubelet("later", "v4", "v1.31.2")
+        .kubernetes_sysext("file:///etc/passwd", &"4f0c".repeat(16), None)
+        .create(&bed.client)
         .await
         .unwrap();
     rollout_when(&bed.client, "ro", "ReleaseInvalid", |r| {

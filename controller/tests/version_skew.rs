@@ -13,9 +13,9 @@ mod support;
 
 use std::path::Path;
 
-use inplace_proto::{NodeRelease, NodeRollout, Phase};
+use inplace_proto::{NodeRollout, Phase};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use support::sim_agent::SimConfig;
 use support::*;
@@ -23,11 +23,9 @@ use support::*;
 /// Creates a release whose `kubernetesVersion` is `version` (its content, and so its
 /// revision, differs by version).
 async fn create_kubernetes_release(client: &kube::Client, name: &str, version: &str) {
-    let mut body = release_json(name, version);
-    body["spec"]["kubernetesVersion"] = json!(version);
-    let release: NodeRelease = serde_json::from_value(body).unwrap();
-    Api::<NodeRelease>::all(client.clone())
-        .create(&PostParams::default(), &release)
+    release(name, version)
+        .kubernetes_version(version)
+        .create(client)
         .await
         .unwrap();
 }

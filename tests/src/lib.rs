@@ -27,6 +27,7 @@ pub mod capi;
 pub mod docs;
 pub mod error;
 pub mod fake_kubelet;
+pub mod fixtures;
 pub mod ignition;
 pub mod install;
 pub mod kube_node;

@@ -15,6 +15,7 @@ use std::net::TcpListener;
 use std::path::Path;
 
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
+use inplace_tests::fixtures::ReleaseFixture;
 use inplace_tests::test_api::{TestApi, packaging};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -66,22 +67,13 @@ async fn node(
 }
 
 fn release(name: &str, kubernetes: &str, artifact_url: &str) -> Value {
-    json!({
-        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
-        "metadata": {"name": name},
-        "spec": {
-            "version": kubernetes,
-            "kubernetesVersion": kubernetes,
-            "artifacts": [{
-                "name": "kubernetes", "type": "Sysext",
-                "url": format!("{artifact_url}/kubernetes-{kubernetes}.raw"),
-                "sha256": "4f0c".repeat(16),
-                "size": 4194304,
-            }],
-            "activation": {"restartUnits": ["kubelet.service"]},
-            "healthChecks": {"units": ["kubelet.service"], "window": "1s", "timeout": "1m"},
-        },
-    })
+    ReleaseFixture::kubelet(name, kubernetes, kubernetes)
+        .kubernetes_sysext(
+            &format!("{artifact_url}/kubernetes-{kubernetes}.raw"),
+            &"4f0c".repeat(16),
+            Some(4194304),
+        )
+        .json()
 }
 
 /// Every object's name and resourceVersion: what a write would change.

@@ -23,6 +23,7 @@ use inplace_controller::context::ReconcileSettings;
 use inplace_controller::metrics::Metrics;
 use inplace_controller::runtime::run::{Settings, run};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan};
+use inplace_tests::fixtures::ReleaseFixture;
 use inplace_tests::test_api::{TestApi, packaging};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -345,32 +346,18 @@ pub async fn delete_node(client: &kube::Client, name: &str) {
         .unwrap();
 }
 
-/// A valid release body; `tag` varies the content (and so the revision).
-pub fn release_json(name: &str, tag: &str) -> Value {
-    json!({
-        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
-        "metadata": {"name": name},
-        "spec": {
-            "version": tag,
-            "kubernetesVersion": "v1.31.2",
-            "artifacts": [{
-                "name": "kubernetes", "type": "Sysext",
-                "url": format!("https://extensions.example/kubernetes-{tag}.raw"),
-                "sha256": "4f0c".repeat(16),
-            }],
-            "activation": {"restartUnits": ["kubelet.service"]},
-            "healthChecks": {"units": ["kubelet.service"], "window": "1s", "timeout": "1m"},
-        },
-    })
+/// A valid release; `tag` is its version and varies the content (and so the revision).
+pub fn release(name: &str, tag: &str) -> ReleaseFixture {
+    ReleaseFixture::kubelet(name, tag, "v1.31.2").kubernetes_sysext(
+        &format!("https://extensions.example/kubernetes-{tag}.raw"),
+        &"4f0c".repeat(16),
+        None,
+    )
 }
 
 /// Creates a release.
 pub async fn create_release(client: &kube::Client, name: &str, tag: &str) {
-    let release: NodeRelease = serde_json::from_value(release_json(name, tag)).unwrap();
-    Api::<NodeRelease>::all(client.clone())
-        .create(&PostParams::default(), &release)
-        .await
-        .unwrap();
+    release(name, tag).create(client).await.unwrap();
 }
 
 /// Creates a rollout from its spec.

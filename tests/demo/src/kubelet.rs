@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use inplace_proto::{NodeRelease, NodeRollout};
 use inplace_tests::artifact_server::ArtifactServer;
+use inplace_tests::fixtures::ReleaseFixture;
 use inplace_tests::kube_node::wait_node_ready;
 use inplace_tests::sysext::SysextImage;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -159,19 +160,13 @@ pub(crate) fn release(
     args: &Args,
 ) -> anyhow::Result<NodeRelease> {
     let url = server.url(&crate::setup::image_path(image));
-    let value = json!({
-        "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
-        "metadata": {"name": name, "labels": {DEMO_LABEL: "true"}},
-        "spec": {
-            "version": version,
-            "kubernetesVersion": version,
-            "artifacts": [{"name": "kubernetes", "type": "Sysext", "url": url,
-                           "sha256": image.sha256, "size": image.size}],
-            "activation": {"restartUnits": ["kubelet.service"]},
-            // The real kubelet's own report: its Node Ready on the new version.
-            "healthChecks": {"units": ["kubelet.service"], "nodeKubeletVersion": true, "nodeReady": true,
-                             "window": format!("{}s", args.health_window), "timeout": timeout},
-        }
-    });
-    serde_json::from_value(value).with_context(|| format!("NodeRelease {name}"))
+    ReleaseFixture::kubelet(name, version, version)
+        .label(DEMO_LABEL, "true")
+        .kubernetes_sysext(&url, &image.sha256, Some(image.size))
+        // The real kubelet's own report: its Node Ready on the new version.
+        .node_kubelet_version()
+        .node_ready()
+        .checked_for(&format!("{}s", args.health_window), timeout)
+        .object()
+        .with_context(|| format!("NodeRelease {name}"))
 }

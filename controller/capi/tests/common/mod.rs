@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use inplace_capi::{Config, Drainer, Extension, NoDrain, Server};
-use inplace_proto::{NodeRelease, NodeUpdatePlan};
+use inplace_proto::NodeUpdatePlan;
+use inplace_tests::fixtures::ReleaseFixture;
 use inplace_tests::sim_agent::{Failure, SimConfig, Stepper};
 use inplace_tests::test_api::{TestApi, packaging};
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
@@ -81,36 +82,15 @@ pub fn https_client(ca_pem: &str) -> reqwest::Client {
         .unwrap()
 }
 
-/// A valid release for `kubernetes_version`, as the management cluster holds it.
-pub fn release_object(name: &str, kubernetes_version: &str) -> Value {
-    json!({
-        "apiVersion": "inplace.dev/v1alpha1",
-        "kind": "NodeRelease",
-        "metadata": {"name": name},
-        "spec": {
-            "version": kubernetes_version,
-            "kubernetesVersion": kubernetes_version,
-            "artifacts": [{
-                "name": "kubernetes",
-                "type": "Sysext",
-                "url": format!("https://extensions.example/kubernetes/kubernetes-{kubernetes_version}-x86-64.raw"),
-                "sha256": "4f0c9a1b".repeat(8),
-                "size": 97_517_568u64,
-            }],
-            "activation": {"restartUnits": ["kubelet.service"]},
-            "healthChecks": {"units": ["kubelet.service"], "nodeKubeletVersion": true, "window": "30s", "timeout": "5m"},
-        }
-    })
-}
-
 /// Creates a valid release `name` for `kubernetes_version` in the management cluster.
 pub async fn create_release(management: &kube::Client, name: &str, kubernetes_version: &str) {
-    let releases: Api<NodeRelease> = Api::all(management.clone());
-    releases
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(release_object(name, kubernetes_version)).unwrap(),
-        )
+    let url =
+        format!("https://extensions.example/kubernetes/kubernetes-{kubernetes_version}-x86-64.raw");
+    ReleaseFixture::kubelet(name, kubernetes_version, kubernetes_version)
+        .kubernetes_sysext(&url, &"4f0c9a1b".repeat(8), Some(97_517_568))
+        .node_kubelet_version()
+        .checked_for("30s", "5m")
+        .create(management)
         .await
         .unwrap();
 }
