@@ -43,6 +43,7 @@ pub mod signature;
 pub mod status;
 pub mod store;
 pub mod systemd;
+pub mod sysupdate;
 pub mod update;
 pub mod url_prefix;
 pub mod watch;

@@ -7,7 +7,8 @@ use inplace_proto::{DesiredState, NodeUpdatePlan, Reason, UpdateContent};
 
 use crate::journal::{FailedRevision, Failure, Journal, Step};
 use crate::self_update::admission::{self, Admission};
-use crate::settings::Policy;
+use crate::settings::Settings;
+use crate::sysupdate::{self, Transfer};
 
 /// What the agent needs to know about its plan, computed once per plan version.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,13 +34,21 @@ pub struct PlanView {
 
 impl PlanView {
     /// Validates `plan` (API rules, then this node's policy, then whether it may replace
-    /// the agent) without any I/O.
-    pub fn new(plan: &NodeUpdatePlan, policy: &Policy, self_update: &Admission) -> PlanView {
+    /// the agent, then whether systemd-sysupdate's `transfers` manage one of its
+    /// extensions) without any I/O.
+    pub fn new(
+        plan: &NodeUpdatePlan,
+        settings: &Settings,
+        self_update: &Admission,
+        transfers: &[Transfer],
+    ) -> PlanView {
+        let content = &plan.spec.content;
         let mut problems = plan.validate().err().map(|p| p.0).unwrap_or_default();
-        if let Err(more) = crate::policy::check(&plan.spec.content, policy) {
+        if let Err(more) = crate::policy::check(content, &settings.policy) {
             problems.extend(more.0);
         }
-        problems.extend(admission::check(&plan.spec.content, policy, self_update));
+        problems.extend(admission::check(content, &settings.policy, self_update));
+        problems.extend(sysupdate::conflicts(content, &settings.paths, transfers));
         PlanView {
             generation: plan.metadata.generation,
             revision: inplace_proto::revision_of(&plan.spec.content),

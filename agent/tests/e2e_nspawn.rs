@@ -344,7 +344,8 @@ async fn refused(bed: &AgentNode, plan: &NodeUpdatePlan, reason: &str, names: &[
 
 /// Sysext updates of the kubelet: v1 → v2 commits, a crash-looping v3 rolls back to v2,
 /// a `Staged` v4 leaves v2 running and is then activated from what was staged, and a hash
-/// mismatch, a URL outside the node's policy and a 404 change nothing on the host.
+/// mismatch, a URL outside the node's policy, a 404 and an extension systemd-sysupdate also
+/// manages change nothing on the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
     let bed = AgentNode::start("e2e-sysext", None).await;
@@ -548,8 +549,52 @@ async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
     .await;
     assert_kubelet_runs(&bed, &images, "v1.33.1", "after the refusals").await;
 
+    // systemd-sysupdate keeps the same extension, laid out as sysext-bakery does: refused,
+    // naming the transfer file; docs/usage/flatcar.md's steps, as written, hand the
+    // extension to inplace, and the next revision is applied.
+    let transfer = "/etc/sysupdate.kubernetes.d/kubernetes-v1.34.conf";
+    let drop_in = "/etc/systemd/system/systemd-sysupdate.service.d/kubernetes.conf";
+    bed.node
+        .write_file(transfer, SYSUPDATE_TRANSFER.as_bytes(), 0o644)
+        .await
+        .unwrap();
+    bed.node
+        .write_file(drop_in, SYSUPDATE_DROP_IN.as_bytes(), 0o644)
+        .await
+        .unwrap();
+    refused(
+        &bed,
+        &plans.healthy(vec![plans.sysext("v8", &v5).await]),
+        "PolicyDenied",
+        &["spec.artifacts[0]", "systemd-sysupdate", transfer],
+    )
+    .await;
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage/flatcar.md");
+    let steps =
+        inplace_tests::docs::shell_block(&page, "## systemd-sysupdate on the node").unwrap();
+    bed.node.sh_ok(&steps).await.unwrap();
+    let v9 = plans.healthy(vec![plans.sysext("v9", &v5).await]);
+    run(
+        &bed,
+        &v9,
+        Phase::Succeeded,
+        "v9, sysupdate's transfer removed",
+    )
+    .await;
+    assert_kubelet_runs(&bed, &images, "v1.34.0", "v9").await;
+
     bed.node.poweroff().await.unwrap();
 }
+
+/// A sysext-bakery style transfer for the kubelet's extension: images in
+/// `/opt/extensions/kubernetes`, the link `/etc/extensions/kubernetes.raw`.
+const SYSUPDATE_TRANSFER: &str = include_str!("fixtures/sysupdate-kubernetes.conf");
+
+/// The drop-in that makes `systemd-sysupdate.service` update that component.
+const SYSUPDATE_DROP_IN: &str = "\
+[Service]
+ExecStartPre=/usr/lib/systemd/systemd-sysupdate -C kubernetes update
+";
 
 /// The first update by the agent on a node whose kubelet v1 was merged by hand, with
 /// docs/usage/flatcar.md's running-node steps as written (issue 18 item 9): the unit

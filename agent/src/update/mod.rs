@@ -180,7 +180,17 @@ impl Agent {
         if plan.is_some_and(|p| p.spec.content.agent.is_some()) {
             self.look_at_guard().await;
         }
-        let view = plan.map(|p| PlanView::new(p, &self.settings.policy, &self.self_update));
+        // Read at every plan, so that removing a conflicting transfer needs no restart.
+        let transfers = match plan {
+            Some(_) => {
+                let root = self.settings.paths.merged_root.clone();
+                blocking(move || Ok(crate::sysupdate::transfers(&root)))
+                    .await
+                    .unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        let view = plan.map(|p| PlanView::new(p, &self.settings, &self.self_update, &transfers));
         // Every log line of this pass carries the plan's revision and generation (journald
         // fields REVISION, GENERATION).
         let span = tracing::info_span!(
