@@ -122,6 +122,18 @@ impl TestApi {
         }
     }
 
+    /// Applies the one CRD in `file` (and waits until the real server serves it).
+    pub async fn apply_crd_file(&self, file: &Path) -> anyhow::Result<()> {
+        match self {
+            TestApi::Real(server) => server.apply_crd_dir(file).await,
+            TestApi::Emulator(handle) => {
+                let yaml = std::fs::read_to_string(file)
+                    .with_context(|| format!("reading {}", file.display()))?;
+                handle.apply_crd_yaml(&yaml).await
+            }
+        }
+    }
+
     /// Creates the objects of the manifests at `path` (a file or a directory of YAML files)
     /// as the admin: with kubectl of the pinned release on the real server; through the API
     /// (kinds resolved by discovery) on the emulator, where kubectl's client-side validation

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 /// created in the management cluster: Cluster API's own CRDs must accept them.
 async fn store_hook_objects(bed: &Bed, harness: &Path, url: &str) {
     for file in inplace_tests::capi::hook_object_crd_files().unwrap() {
-        apply_crd_file(&bed.management, &file).await;
+        bed.management.apply_crd_file(&file).await.unwrap();
     }
     let output = tokio::process::Command::new(harness)
         .args(["-print-objects", "-url", url, "-ca"])

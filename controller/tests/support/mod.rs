@@ -15,7 +15,6 @@ pub use inplace_tests::sim_agent;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,11 +46,6 @@ pub struct Bed {
     pub kubelets: kubelet::PodDeletions,
 }
 
-/// Where the committed CRDs are.
-pub fn crd_dir() -> PathBuf {
-    packaging("crds")
-}
-
 /// Starts the default API (the real server) with the CRDs and the agent's RBAC and
 /// admission policy; no controller.
 pub async fn cluster() -> (Arc<TestApi>, kube::Client) {
@@ -61,8 +55,7 @@ pub async fn cluster() -> (Arc<TestApi>, kube::Client) {
 /// Puts the CRDs and the agent's objects (RBAC, admission policy) into `api`.
 pub async fn prepare(api: TestApi) -> (Arc<TestApi>, kube::Client) {
     init_tracing();
-    api.apply_crd_dir(&crd_dir()).await.unwrap();
-    api.apply_manifests(&packaging("agent")).await.unwrap();
+    api.install_agent_objects().await.unwrap();
     let client = api.client().await.unwrap();
     (Arc::new(api), client)
 }

@@ -95,17 +95,6 @@ pub async fn create_release(management: &kube::Client, name: &str, kubernetes_ve
         .unwrap();
 }
 
-/// Applies one CRD file to `api` (and waits until a real server serves it).
-pub async fn apply_crd_file(api: &TestApi, file: &Path) {
-    match api {
-        TestApi::Real(server) => server.apply_crd_dir(file).await.unwrap(),
-        TestApi::Emulator(emulator) => emulator
-            .apply_crd_yaml(&std::fs::read_to_string(file).unwrap())
-            .await
-            .unwrap(),
-    }
-}
-
 /// The admin's kubeconfig of `api`, as Cluster API's `<cluster>-kubeconfig` Secret holds it.
 pub fn admin_kubeconfig_yaml(api: &TestApi) -> String {
     let file = tempfile::NamedTempFile::new().unwrap();
@@ -167,12 +156,15 @@ impl Bed {
         install_crypto_provider();
         let management = TestApi::start().await.unwrap();
         let crds = packaging("crds");
-        apply_crd_file(&management, &crds.join("nodereleases.yaml")).await;
+        management
+            .apply_crd_file(&crds.join("nodereleases.yaml"))
+            .await
+            .unwrap();
         // The workload cluster holds what every node's agent needs (the plans' CRD, the
         // agent's RBAC and admission policy): the simulated agents write as their nodes.
         workload.install_agent_objects().await.unwrap();
         for file in inplace_tests::capi::crd_files().unwrap() {
-            apply_crd_file(&management, &file).await;
+            management.apply_crd_file(&file).await.unwrap();
         }
         let management_client = management.client().await.unwrap();
         let workload_client = workload.client().await.unwrap();
