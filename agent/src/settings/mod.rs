@@ -149,7 +149,8 @@ pub struct Paths {
     pub extensions_dir: PathBuf,
     /// Where sysext images are stored (`/opt/extensions`).
     pub images_dir: PathBuf,
-    /// Root of the merged tree checked for `usr/lib/extension-release.d` (`/`).
+    /// Root of the merged tree checked for `usr/lib/extension-release.d`, and below which
+    /// systemd-sysupdate's transfer files are looked for (`/`).
     pub merged_root: PathBuf,
     /// The single-instance lock (`/run/inplace/agent.lock`).
     pub lock_file: PathBuf,
