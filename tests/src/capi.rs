@@ -4,10 +4,12 @@
 //! with Cluster API's own types the way Cluster API's runtime client does.
 
 pub mod bed;
+pub mod deployment;
 pub mod extension;
 pub mod machines;
 pub mod manager;
 pub mod provider;
+pub mod walkthrough;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -8,112 +8,34 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use inplace_tests::capi::bed::{CapiBed, PATIENCE, cluster_manifest};
-use inplace_tests::capi::machines::{MachineWatch, condition, identities, machine_api};
-use inplace_tests::install::workspace_binaries;
+use inplace_tests::capi::bed::CapiBed;
+use inplace_tests::capi::deployment::{self, DeploymentBed, Release, deployment, rolled_out};
+use inplace_tests::capi::machines::{MachineWatch, condition, identities};
+use inplace_tests::capi::walkthrough;
+use inplace_tests::kube_node::KubeCluster;
 use inplace_tests::kube_node::workload::{RunningContainer, check_pods_kept, run_workload};
-use inplace_tests::kube_node::{ClusterOptions, KubeCluster};
-use kube::api::{DynamicObject, ListParams};
+use kube::api::DynamicObject;
 use serde_json::Value;
 
 /// Nodes (and Machines) of the MachineDeployment of the user's path.
 const NODES: usize = 3;
 
-async fn cluster(work: &std::path::Path, prefix: &str, nodes: usize) -> KubeCluster {
-    let (agent, _) = workspace_binaries().await.unwrap();
-    let options = ClusterOptions {
-        dir: work.join("cluster"),
-        nodes,
-        name_prefix: prefix.to_owned(),
-        kubelet: "v1.36.1".to_owned(),
-        agent,
-        // Plans are written by the extension, not by the standalone controller.
-        controller: None,
-        kubelet_path: None,
-    };
-    KubeCluster::start(&options, &|step| eprintln!("bed: {step}"))
-        .await
-        .unwrap()
-}
-
-/// Polls `check` every second until it says done; the error names `what` with the last
-/// state and the bed's logs.
-async fn wait_for<F, Fut>(what: &str, bed: &CapiBed, cluster: &KubeCluster, mut check: F)
+/// [`deployment::wait_for`], failing the test.
+async fn wait_for<F, Fut>(what: &str, bed: &CapiBed, cluster: &KubeCluster, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let started = Instant::now();
-    let deadline = started + PATIENCE;
-    let mut shown = Instant::now();
-    loop {
-        let last = match check().await {
-            Ok(()) => return,
-            Err(last) => last,
-        };
-        if shown.elapsed() > Duration::from_secs(60) {
-            eprintln!(
-                "{:.0} s waiting for {what}: {last}",
-                started.elapsed().as_secs_f64()
-            );
-            shown = Instant::now();
-        }
-        if Instant::now() > deadline {
-            let described = cluster
-                .kubectl(&["describe", "machinedeployments,machinesets,machines"])
-                .unwrap_or_default();
-            panic!(
-                "{what} not within {PATIENCE:?}; last: {last}\n{described}\n{}\n{}",
-                bed.diagnostics(),
-                cluster.agent_journals().await
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    deployment::wait_for(what, bed, cluster, check)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 /// Cluster API's Machines as the API server has them.
 async fn machines(cluster: &KubeCluster) -> Vec<DynamicObject> {
-    machine_api(&cluster.client().await.unwrap())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-}
-
-/// The MachineDeployment `workers` at `version` with every Machine there, up to date and
-/// available, and no rollout going on.
-fn rolled_out(deployment: &Value, version: &str, count: usize) -> Result<(), String> {
-    let status = &deployment["status"];
-    let replicas = serde_json::json!(count);
-    let done = deployment["spec"]["template"]["spec"]["version"] == version
-        && status["observedGeneration"] == deployment["metadata"]["generation"]
-        && status["replicas"] == replicas
-        && status["upToDateReplicas"] == replicas
-        && status["availableReplicas"] == replicas
-        && condition(deployment, "RollingOut").is_some_and(|(s, _, _)| s == "False");
-    if done {
-        Ok(())
-    } else {
-        Err(format!("MachineDeployment status {status}"))
-    }
-}
-
-/// The MachineDeployment `workers` as `kubectl get -o json` shows it.
-fn deployment(cluster: &KubeCluster) -> Result<Value, String> {
-    let text = cluster
-        .kubectl(&["get", "machinedeployment", "workers", "-o", "json"])
-        .map_err(|e| e.to_string())?;
-    serde_json::from_str(&text).map_err(|e| e.to_string())
-}
-
-/// Which NodeRelease for v1.36.3 the management cluster holds.
-enum Release {
-    Working,
-    /// Its kubelet refuses its flags: the agent rolls back.
-    Broken,
+    deployment::machines(cluster).await.unwrap()
 }
 
 /// A running MachineDeployment over the bed's nodes, with the Deployment `web` on them.
@@ -132,27 +54,16 @@ impl Fixture {
     /// v1.36.3, the MachineDeployment of `nodes` Machines provisioned onto them, and `web`.
     async fn start(prefix: &str, nodes: usize, release: Release) -> Fixture {
         let work = tempfile::tempdir().unwrap();
-        let cluster = cluster(work.path(), prefix, nodes).await;
-        let bed = CapiBed::start(&cluster.api).await.unwrap();
-        let manifest = match release {
-            Release::Working => cluster.release_manifest("v1.36.3").unwrap(),
-            Release::Broken => cluster.serve_broken_release("v1.36.3").await.unwrap(),
-        };
-        cluster.apply("release", &manifest).unwrap();
-        cluster
-            .apply("capi", &cluster_manifest(nodes, "v1.36.1", "v1.36.3"))
-            .unwrap();
-        let started = Instant::now();
-        wait_for("the Machines on their Nodes", &bed, &cluster, || async {
-            identities(&machines(&cluster).await, nodes).ok_or("Machines without Nodes")?;
-            rolled_out(&deployment(&cluster)?, "v1.36.1", nodes)
+        let DeploymentBed {
+            cluster,
+            bed,
+            machines,
+            ..
+        } = DeploymentBed::start(work.path(), prefix, nodes, release, &|step| {
+            eprintln!("bed: {step}")
         })
-        .await;
-        eprintln!(
-            "{nodes} Machines Running on their Nodes {:.0} s after the apply",
-            started.elapsed().as_secs_f64()
-        );
-        let machines = identities(&machines(&cluster).await, nodes).unwrap();
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
         let on: BTreeSet<&str> = machines.values().map(|(_, n)| n.as_str()).collect();
         let bed_nodes: BTreeSet<&str> = cluster.nodes.iter().map(|n| n.name()).collect();
         assert_eq!(on, bed_nodes, "one Machine per node of the bed");
@@ -188,6 +99,15 @@ impl Fixture {
             "the same Machines (names, UIDs) on the same Nodes, none created"
         );
     }
+}
+
+/// The walk-through's block after `heading`, run as written on the bed; its output.
+async fn walk_through(cluster: &KubeCluster, heading: &'static str) -> String {
+    let kubeconfig = cluster.api.admin_kubeconfig();
+    tokio::task::spawn_blocking(move || walkthrough::run(&kubeconfig, heading))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{heading}: {e:#}"))
 }
 
 /// `kubectl patch machinedeployment workers --type=merge -p PATCH`.
@@ -383,9 +303,16 @@ async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
         cluster,
         r#"{"spec":{"rollout":{"strategy":{"rollingUpdate":{"maxUnavailable":2}}}}}"#,
     );
+    // docs/usage/cluster-api.md's walk-through as written: register the extension (the bed
+    // applied the same file already: the user's apply changes nothing and discovery holds),
+    // then the version bump and its wait.
+    let handlers = walk_through(cluster, walkthrough::REGISTER).await;
+    assert!(handlers.contains("update-machine.inplace"), "{handlers}");
     let watch = MachineWatch::start(cluster.client().await.unwrap());
     let started = Instant::now();
-    f.bump_version();
+    let shown = walk_through(cluster, walkthrough::BUMP).await;
+    eprintln!("the walk-through's version bump showed:\n{shown}");
+    // What the page's wait promises, checked here from the objects themselves.
     wait_for("the rollout to v1.36.3", bed, cluster, || async {
         rolled_out(&deployment(cluster)?, "v1.36.3", NODES)?;
         for machine in machines(cluster).await {
