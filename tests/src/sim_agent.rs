@@ -294,7 +294,7 @@ async fn drive(
 }
 
 /// Locks, ignoring poisoning (a panicked test has already failed).
-pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
