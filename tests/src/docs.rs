@@ -8,19 +8,27 @@ use crate::{Error, Result};
 /// The first ```` ```sh ```` block after the line `heading` (e.g. `## Installing with
 /// Butane / Ignition`) in the Markdown file at `page`, without its fences.
 pub fn shell_block(page: &Path, heading: &str) -> Result<String> {
+    fenced_block(page, heading, "sh")
+}
+
+/// The first block fenced as ```` ```LANGUAGE ```` (`toml`, `ini`, `yaml`...) after the line
+/// `heading` in the Markdown file at `page`, without its fences: a file a page shows, which
+/// a test writes as shown.
+pub fn fenced_block(page: &Path, heading: &str, language: &str) -> Result<String> {
     let text = std::fs::read_to_string(page).map_err(|source| Error::Io {
         context: format!("reading {}", page.display()),
         source,
     })?;
     let missing = || {
         Error::Invalid(format!(
-            "{}: no ```sh block after {heading:?}",
+            "{}: no ```{language} block after {heading:?}",
             page.display()
         ))
     };
+    let fence = format!("```{language}");
     let mut lines = text.lines().skip_while(|l| l.trim_end() != heading);
     lines.next().ok_or_else(missing)?;
-    let mut lines = lines.skip_while(|l| l.trim_end() != "```sh");
+    let mut lines = lines.skip_while(|l| l.trim_end() != fence);
     lines.next().ok_or_else(missing)?;
     let mut block = String::new();
     for line in lines {
@@ -124,5 +132,14 @@ mod tests {
         assert_eq!(with_assignment(&block, "x", "2").unwrap(), "x=2\necho $x\n");
         assert!(with_assignment(&block, "y", "2").is_err());
         assert!(shell_block(&page, "## C").is_err());
+    }
+
+    #[test]
+    fn reads_a_block_of_another_language_and_skips_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join("p.md");
+        std::fs::write(&page, "## B\n```sh\nno\n```\n```toml\n[a]\nb = 1\n```\n").unwrap();
+        assert_eq!(fenced_block(&page, "## B", "toml").unwrap(), "[a]\nb = 1\n");
+        assert!(fenced_block(&page, "## B", "ini").is_err());
     }
 }

@@ -1,23 +1,30 @@
 //! The agent's first kubelet update on a real Kubernetes node (test bed 5): the real kubelet
 //! v1.36.1 merged at boot by `systemd-sysext.service`, containerd, and a Pod. v1.36.3 commits
 //! and the Node reports it; a v1.36.3 whose kubelet refuses its flags rolls back; a kubelet
-//! whose restart starts nothing fails its activation without any health check. The Pod keeps
+//! whose restart starts nothing fails its activation without any health check. Then a
+//! `Config` artifact sets the kubelet's `maxPods` without a reboot and the Node's capacity
+//! shows it; a config the kubelet cannot decode rolls back to the previous file
+//! (docs/usage/config-artifacts.md, its node set-up run as written). The Pod keeps
 //! its container (ID, process, start time, no restart) through all of it. The stand-in's
 //! cases (a kubelet that lies about its version, images systemd-sysext refuses, refusals
 //! before any download) stay on the plain node: docs/development/testing.md says why.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::Artifact;
+use inplace_tests::docs;
+use inplace_tests::kube_node::config::KUBELET_CONFIG_PATH;
 use inplace_tests::kube_node::workload::RunningContainer;
 use inplace_tests::kube_node::{self, KubeletImage};
-use inplace_tests::sysext::SysextImage;
+use inplace_tests::sysext::{SysextImage, sha256_hex};
 use kube::api::PostParams;
 use serde_json::json;
 
 use super::{readlink, revision, run};
-use crate::real_node::AgentNode;
+use crate::real_node::{AgentNode, PATIENCE};
 
 /// The release the node boots with and the patch release it is updated to.
 const OLDER: &str = "v1.36.1";
@@ -131,5 +138,102 @@ async fn first_update_of_a_real_kubelet_merged_at_boot_commits_rolls_back_and_ke
         "the patch release is still the committed revision"
     );
 
+    let (kubelet, _) = bed.sysext(&v2);
+    kubelet_config_changes(&bed, &kubelet, &v2_stored).await;
     bed.node.node.poweroff().await.unwrap();
+}
+
+/// The page whose configuration procedure the kubelet config case runs as written.
+const CONFIG_PAGE: &str = "../docs/usage/config-artifacts.md";
+
+/// Writes each file the page's § On the nodes shows at the path its first line names, and
+/// restarts the agent as the page says.
+async fn allow_config_as_the_page_says(node: &inplace_tests::nspawn::Node) {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join(CONFIG_PAGE);
+    for language in ["toml", "ini"] {
+        let block = docs::fenced_block(&page, "## On the nodes: allow it", language).unwrap();
+        let path = block.lines().next().and_then(|l| l.strip_prefix("# "));
+        let path = path.expect("the block's first line names its file");
+        node.write_file(path, block.as_bytes(), 0o644)
+            .await
+            .unwrap();
+    }
+    node.systemctl(&["daemon-reload"]).await.unwrap();
+    node.systemctl(&["restart", "inplace-agent.service"])
+        .await
+        .unwrap();
+}
+
+/// A `Config` artifact changing the kubelet's `maxPods` without a reboot: applied, the
+/// kubelet restarted, the Node's capacity shows it; a config the kubelet refuses rolls back
+/// to the previous bytes. `kubelet` (stored at `stored`) stays in each plan: a plan lists
+/// every artifact the node runs, and one left out would be removed. The Pod keeps its
+/// container throughout.
+async fn kubelet_config_changes(bed: &Bed, kubelet: &serde_json::Value, stored: &str) {
+    let node = &bed.node.node;
+    allow_config_as_the_page_says(node).await;
+    let before = String::from_utf8(node.read_file(KUBELET_CONFIG_PATH).await.unwrap()).unwrap();
+    assert!(!before.contains("maxPods"), "{before}");
+    assert_eq!(bed.node_pods().await, "110", "the kubelet's default");
+
+    let more = format!("{before}maxPods: 150\n");
+    let p5 = bed.config_plan(kubelet, "maxpods-150", more.as_bytes(), true);
+    run(&bed.node, &p5, Phase::Succeeded, "maxPods 150").await;
+    let deadline = Instant::now() + PATIENCE;
+    while bed.node_pods().await != "150" {
+        assert!(
+            Instant::now() < deadline,
+            "the Node's capacity never showed maxPods 150\n{}",
+            bed.node.kube_diagnostics().await
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let applied = node.read_file(KUBELET_CONFIG_PATH).await.unwrap();
+    assert_eq!(String::from_utf8(applied).unwrap(), more);
+    bed.assert_runs(stored, NEWER, "maxPods 150").await;
+
+    // A value the kubelet cannot decode: it exits, /healthz never answers, rolled back.
+    let broken = format!("{before}maxPods: lots\n");
+    let p6 = bed.config_plan(kubelet, "maxpods-broken", broken.as_bytes(), false);
+    run(&bed.node, &p6, Phase::RolledBack, "maxPods lots").await;
+    let (reason, message) = bed.node.ready().await;
+    assert_eq!(reason, "RolledBack", "{message}");
+    let restored = node.read_file(KUBELET_CONFIG_PATH).await.unwrap();
+    assert_eq!(
+        String::from_utf8(restored).unwrap(),
+        more,
+        "the previous bytes"
+    );
+    bed.assert_runs(stored, NEWER, "after maxPods lots").await;
+    assert_eq!(bed.node_pods().await, "150");
+}
+
+impl Bed {
+    /// A plan of `kubelet` and the kubelet's configuration as `bytes` (served under
+    /// `/<tag>/`), the kubelet restarted and checked (`AgentNode::kubelet_checks`).
+    fn config_plan(
+        &self,
+        kubelet: &serde_json::Value,
+        tag: &str,
+        bytes: &[u8],
+        healthy: bool,
+    ) -> NodeUpdatePlan {
+        let server = &self.node.server;
+        let path = format!("/{tag}/kubelet-config.yaml");
+        server.put_bytes(&path, bytes.to_vec());
+        let artifact = json!({"name": "kubelet-config", "type": "Config",
+            "url": server.url(&path), "sha256": sha256_hex(bytes),
+            "size": bytes.len(), "path": KUBELET_CONFIG_PATH});
+        self.node.plan(
+            vec![kubelet.clone(), artifact],
+            self.node.kubelet_checks(healthy),
+        )
+    }
+
+    /// The Node's `status.capacity.pods`.
+    async fn node_pods(&self) -> String {
+        let path = "jsonpath={.status.capacity.pods}";
+        let name = self.node.name();
+        self.node.kubectl(&["get", "node", name, "-o", path]).await
+    }
 }
