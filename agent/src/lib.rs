@@ -32,6 +32,7 @@ pub mod links;
 pub mod machine;
 pub mod metrics;
 pub mod metrics_server;
+pub mod mirrors;
 pub mod notify;
 pub mod policy;
 pub mod policy_table;

@@ -238,7 +238,8 @@ async fn run(config: &Path) -> anyhow::Result<()> {
         .await
         .context("connecting to systemd over D-Bus")?;
     let fetcher = HttpFetcher::new(&settings.download, &settings.policy)?
-        .with_credentials(settings.credentials.clone());
+        .with_credentials(settings.credentials.clone())
+        .with_mirrors(settings.mirrors.clone());
     let probes = RealProbes::new(Some(client), &node, settings.download.connect_timeout)?;
     let (sink, status_rx) = status::channel(plans.clone(), node.clone());
     let writer = tokio::spawn(status::run_writer(

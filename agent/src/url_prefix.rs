@@ -41,6 +41,21 @@ impl UrlPrefix {
             && segments.len() > self.segments.len()
             && self.segments.iter().zip(&segments).all(|(p, s)| p == s)
     }
+
+    /// What follows this prefix in `url` when it admits it: the rest of the path as written
+    /// (still encoded) and the query, so the same file can be named under another prefix.
+    pub fn remainder(&self, url: &Url) -> Option<String> {
+        if !self.admits(url) {
+            return None;
+        }
+        let rest: Vec<&str> = url.path_segments()?.skip(self.segments.len()).collect();
+        let mut rest = rest.join("/");
+        if let Some(query) = url.query() {
+            rest.push('?');
+            rest.push_str(query);
+        }
+        Some(rest)
+    }
 }
 
 impl FromStr for UrlPrefix {

@@ -186,7 +186,7 @@ fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
 }
 
 async fn run(f: &HttpFetcher, a: &Artifact, dir: &Path) -> Result<Vec<u8>, FetchError> {
-    let result = f.fetch(a, dir, &|_| {}).await;
+    let result = f.fetch(a, dir, &|_| {}).await.map(|f| f.path);
     let leftovers: Vec<_> = std::fs::read_dir(dir)
         .map(|d| d.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();

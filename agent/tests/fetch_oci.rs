@@ -104,7 +104,11 @@ async fn a_file_crane_pushed_is_fetched_by_its_manifest_digest_and_resumed() {
     let artifact = artifact(&registry, &pushed);
 
     let dir = tempfile::tempdir().unwrap();
-    let path = fetcher.fetch(&artifact, dir.path(), &|_| {}).await.unwrap();
+    let path = fetcher
+        .fetch(&artifact, dir.path(), &|_| {})
+        .await
+        .unwrap()
+        .path;
     assert!(
         std::fs::read(&path).unwrap() == file,
         "the fetched bytes are the pushed file"
@@ -126,7 +130,8 @@ async fn a_file_crane_pushed_is_fetched_by_its_manifest_digest_and_resumed() {
             seen.lock().unwrap().push(done)
         })
         .await
-        .unwrap();
+        .unwrap()
+        .path;
     assert!(
         std::fs::read(&path).unwrap() == file,
         "the resumed file is whole"
@@ -244,7 +249,7 @@ async fn the_documented_credentials_fetch_from_a_registry_that_wants_them() {
         .await
         .unwrap();
     assert!(
-        std::fs::read(&fetched).unwrap() == file,
+        std::fs::read(&fetched.path).unwrap() == file,
         "the fetched bytes are the pushed file"
     );
 }

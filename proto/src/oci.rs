@@ -97,7 +97,7 @@ fn check_tag(tag: &str) -> Result<(), String> {
 
 /// `host[:port]`: a DNS name or IPv4 address (lowercase letters, digits, `.`, `-`), and a
 /// port when given.
-fn check_registry(registry: &str) -> Result<(), String> {
+pub fn check_registry(registry: &str) -> Result<(), String> {
     let (host, port) = match registry.rsplit_once(':') {
         Some((host, port)) => (host, Some(port)),
         None => (registry, None),

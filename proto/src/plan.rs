@@ -148,6 +148,11 @@ pub struct ArtifactProgress {
     /// Bytes in total, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_total: Option<i64>,
+    /// The URL that served the bytes: the artifact's own, one of the node's mirrors, or for
+    /// a registry artifact the blob's at its registry or mirror. Absent until downloaded,
+    /// and for a file the node already held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// The agent's phase for the target revision.

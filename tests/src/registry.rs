@@ -154,6 +154,26 @@ impl Registry {
         })
     }
 
+    /// Overwrites the stored blob `sha256` (64 hex digits) of a Distribution registry with
+    /// other bytes of the same length: a mirror whose storage went bad, which still serves
+    /// the blob under its digest (Distribution does not re-hash what it reads).
+    pub fn corrupt_blob(&self, sha256: &str) -> anyhow::Result<()> {
+        let dir = self
+            ._dir
+            .as_ref()
+            .context("only a Distribution registry keeps its storage here")?;
+        let data = dir.path().join(format!(
+            "data/docker/registry/v2/blobs/sha256/{}/{sha256}/data",
+            &sha256[..2]
+        ));
+        let mut bytes = std::fs::read(&data).with_context(|| data.display().to_string())?;
+        for b in &mut bytes {
+            *b = !*b;
+        }
+        std::fs::write(&data, bytes)?;
+        Ok(())
+    }
+
     /// `127.0.0.1:PORT`, as references name it.
     pub fn host(&self) -> String {
         self.addr.to_string()

@@ -44,6 +44,22 @@ pub enum FetchError {
         /// Where to and why.
         detail: String,
     },
+    /// A mirror the node policy does not admit: never reached.
+    #[error("artifact {artifact}: {detail}")]
+    PolicyRefused {
+        /// The artifact.
+        artifact: String,
+        /// Which mirror and why.
+        detail: String,
+    },
+    /// The origin failed with `last` after every mirror was passed over.
+    #[error("{last} (mirrors tried first: {})", skipped.join("; "))]
+    Sources {
+        /// Each mirror and why it was passed over, in the order tried.
+        skipped: Vec<String>,
+        /// The origin's failure, which gives the reason.
+        last: Box<FetchError>,
+    },
     /// The bytes do not hash to the plan's sha256 (on every attempt).
     #[error("artifact {artifact}: sha256 is {actual}, the plan says {expected}")]
     HashMismatch {
@@ -101,7 +117,10 @@ impl FetchError {
             | FetchError::DeadlineExceeded { .. }
             | FetchError::Registry { .. }
             | FetchError::Io { .. } => Reason::DownloadFailed,
-            FetchError::RedirectRefused { .. } => Reason::PolicyDenied,
+            FetchError::RedirectRefused { .. } | FetchError::PolicyRefused { .. } => {
+                Reason::PolicyDenied
+            }
+            FetchError::Sources { last, .. } => last.reason(),
             FetchError::HashMismatch { .. } => Reason::HashMismatch,
             FetchError::SizeMismatch { .. } => Reason::SizeMismatch,
             FetchError::DiskFull { .. } => Reason::DiskFull,

@@ -228,33 +228,35 @@ fn token_of(body: &[u8]) -> Option<String> {
 }
 
 impl HttpFetcher {
-    /// Resolves `artifact`'s registry reference to its blob: the URL, the artifact with
-    /// the layer's size, and the blob's digest and token.
+    /// Resolves `artifact`'s registry reference to its blob at `endpoint` (the repository's
+    /// distribution API at the registry or one of its mirrors, `server`): the URL, the
+    /// artifact with the layer's size, and the blob's digest and token.
     pub(super) async fn resolve_blob(
         &self,
         artifact: &Artifact,
         reference: &Reference,
+        endpoint: &url::Url,
+        server: &str,
     ) -> Result<(String, Artifact, Blob, Auth), FetchError> {
         let name = &artifact.name;
+        let at = if server == reference.registry {
+            format!("registry {}", reference.display_name())
+        } else {
+            format!("mirror {server} of {}", reference.display_name())
+        };
         let registry_error = |detail: String| FetchError::Registry {
             artifact: name.clone(),
-            detail: format!("registry {}: {detail}", reference.display_name()),
+            detail: format!("{at}: {detail}"),
         };
-        let endpoint = crate::registry::endpoint(reference, &self.policy).map_err(|detail| {
-            FetchError::RedirectRefused {
-                artifact: name.clone(),
-                detail,
-            }
-        })?;
         let manifest_url = format!("{endpoint}manifests/sha256:{}", reference.digest);
         let blob = Blob {
             digest: format!("sha256:{}", artifact.sha256),
         };
         let secret = self
             .credentials
-            .for_registry(&reference.registry)
+            .for_registry(server)
             .map_err(&registry_error)?;
-        let auth = Auth::new(reference.registry.clone(), secret);
+        let auth = Auth::new(server.to_owned(), secret);
         let bytes = self
             .fetch_small_as(
                 name,

@@ -8,13 +8,14 @@ use inplace_proto::Duration;
 
 use super::fragment::{
     ActivationFragment, CredentialsFragment, DownloadFragment, Fragment, KubernetesFragment,
-    MetricsFragment, PathsFragment, PolicyFragment, SelfUpdateFragment,
+    MetricsFragment, MirrorFragment, PathsFragment, PolicyFragment, SelfUpdateFragment,
 };
 use super::{
     ActivationSettings, DownloadSettings, KubeAuth, MetricsSettings, Paths, Policy,
     SelfUpdateSettings, Settings, SettingsError,
 };
 use crate::credentials::{CredentialSettings, TokenFile};
+use crate::mirrors::{MirrorRule, Mirrors};
 use crate::policy::OWN_UNIT;
 use crate::url_prefix::UrlPrefix;
 
@@ -53,7 +54,20 @@ pub(super) fn build(
         metrics: metrics_settings(f.metrics)?,
         self_update,
         credentials: credential_settings(f.credentials)?,
+        mirrors: mirrors(f.mirrors.unwrap_or_default())?,
     })
+}
+
+fn mirrors(rules: Vec<MirrorFragment>) -> Result<Mirrors, SettingsError> {
+    let rules = rules
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            MirrorRule::new(m.registry, m.url_prefix, &m.hosts)
+                .map_err(|(key, e)| invalid(&format!("mirrors[{i}].{key}"), e))
+        })
+        .collect::<Result<_, _>>()?;
+    Mirrors::new(rules).map_err(|(i, e)| invalid(&format!("mirrors[{i}]"), e))
 }
 
 fn credential_settings(c: CredentialsFragment) -> Result<CredentialSettings, SettingsError> {

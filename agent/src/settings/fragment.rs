@@ -28,6 +28,16 @@ pub(super) struct Fragment {
     pub(super) self_update: SelfUpdateFragment,
     #[serde(default)]
     pub(super) credentials: CredentialsFragment,
+    pub(super) mirrors: Option<Vec<MirrorFragment>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MirrorFragment {
+    pub(super) registry: Option<String>,
+    pub(super) url_prefix: Option<String>,
+    #[serde(default)]
+    pub(super) hosts: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -172,6 +182,7 @@ impl Fragment {
         let (c, o) = (&mut self.credentials, other.credentials);
         over(&mut c.docker_config, o.docker_config);
         over(&mut c.token_files, o.token_files);
+        over(&mut self.mirrors, other.mirrors);
     }
 }
 

@@ -213,6 +213,8 @@ pub struct Settings {
     pub self_update: SelfUpdateSettings,
     /// Where the node's registry and download credentials are (the files, never the secrets).
     pub credentials: crate::credentials::CredentialSettings,
+    /// Other places serving the same artifacts, tried before the origin.
+    pub mirrors: crate::mirrors::Mirrors,
 }
 
 /// The files read for a main configuration file: vendor defaults (only for the default

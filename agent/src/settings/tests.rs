@@ -194,6 +194,15 @@ fn semantic_errors_name_the_key() {
         ("[metrics]\nlisten = \"[::]:9477\"", "metrics.listen"),
         ("[metrics]\nlisten = \"10.0.0.7:9477\"", "metrics.listen"),
         ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
+        (
+            "[[mirrors]]\nregistry = \"r.example\"\nhosts = [\"https://m.example\", \"ftp://x\"]",
+            "mirrors[0].hosts[1]",
+        ),
+        (
+            "[[mirrors]]\nurl_prefix = \"https://dl.example/\"\nhosts = [\"https://m.example/\"]\n\
+             [[mirrors]]\nurl_prefix = \"https://dl.example/\"\nhosts = [\"https://n.example/\"]",
+            "mirrors[1]",
+        ),
     ];
     for (text, key) in cases {
         match from_toml(text, host) {
@@ -232,11 +241,13 @@ fn shipped_defaults_parse_and_document_only_known_keys() {
         from_toml(shipped, host).unwrap(),
         from_toml("", host).unwrap()
     );
-    // Every commented example is a real key with a valid value (the token-file
-    // alternative excluded: it conflicts with kubeconfig by design).
+    // Every commented example is a real key with a valid value, and every commented array
+    // of tables a real one (the token-file alternative excluded: it conflicts with
+    // kubeconfig by design).
     let uncommented: String = shipped
         .lines()
         .map(|line| match line.strip_prefix('#') {
+            Some(rest) if rest.starts_with("[[") => rest,
             Some(rest)
                 if rest.contains(" = ")
                     && !rest.starts_with(' ')
@@ -253,6 +264,11 @@ fn shipped_defaults_parse_and_document_only_known_keys() {
     let s = from_toml(&uncommented, host).unwrap();
     assert_eq!(s.node_name, "worker-7");
     assert_eq!(s.policy.allowed_url_prefixes.len(), 2);
+    assert_ne!(
+        s.mirrors,
+        crate::mirrors::Mirrors::default(),
+        "the mirrors example is read"
+    );
 }
 
 #[test]
@@ -264,4 +280,26 @@ fn hostname_default_is_lowercased_like_the_kubelet_does() {
 #[test]
 fn missing_hostname_without_node_name_is_an_error() {
     assert!(from_toml("", || None).is_err());
+}
+
+#[test]
+fn mirrors_are_read_in_order() {
+    let text = "[[mirrors]]\nregistry = \"r.example:5000\"\n\
+                hosts = [\"https://m1.example\", \"http://10.0.0.7:5000\"]\n";
+    let s = from_toml(text, host).unwrap();
+    let d = "0".repeat(64);
+    let urls: Vec<String> = s
+        .mirrors
+        .candidates(&format!("oci://r.example:5000/sysext/k@sha256:{d}"))
+        .iter()
+        .map(|c| c.label())
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            "mirror https://m1.example/v2/sysext/k/",
+            "mirror http://10.0.0.7:5000/v2/sysext/k/",
+            "the origin"
+        ]
+    );
 }

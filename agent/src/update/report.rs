@@ -389,6 +389,7 @@ impl Agent {
                             name: a.name.clone(),
                             bytes_done: 0,
                             bytes_total: a.size.map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+                            source: None,
                         })
                         .collect()
                 })
@@ -406,6 +407,15 @@ impl Agent {
             a.bytes_done = i64::try_from(done).unwrap_or(i64::MAX);
         }
         self.progress_due(Duration::from_secs(1))
+    }
+
+    /// Records the URL that served an artifact's bytes (shown with the next report).
+    pub(super) fn set_source(&self, index: usize, source: String) {
+        if let Ok(mut shown) = self.shown.lock()
+            && let Some(a) = shown.artifacts.get_mut(index)
+        {
+            a.source = Some(source);
+        }
     }
 
     /// Whether at least `every` passed since progress was last published (and if so,

@@ -407,7 +407,8 @@ impl Agent {
     }
 
     /// Fetches the job's artifact into `dir` and checks its signature, metering bytes and
-    /// time and showing the progress in the status (about once a second).
+    /// time and showing the progress in the status (about once a second) and, once done,
+    /// the URL that served it.
     async fn download(&self, job: &Job<'_>, dir: &Path) -> Result<PathBuf, Failure> {
         let meter = self.metrics.download();
         let progress = |done: u64| {
@@ -416,7 +417,7 @@ impl Agent {
                 self.report(Some(job.view), Report::downloading(job.view));
             }
         };
-        let temp = self
+        let fetched = self
             .host
             .fetcher
             .fetch(job.artifact, dir, &progress)
@@ -426,8 +427,9 @@ impl Agent {
                 message: e.to_string(),
             })?;
         meter.succeeded();
-        signature::verify_download(job.signature, &job.artifact.name, &temp).await?;
-        Ok(temp)
+        self.set_source(job.index, fetched.source);
+        signature::verify_download(job.signature, &job.artifact.name, &fetched.path).await?;
+        Ok(fetched.path)
     }
 }
 

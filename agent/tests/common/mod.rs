@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use inplace_agent::fetch::{FetchError, Fetcher, Progress};
+use inplace_agent::fetch::{FetchError, Fetched, Fetcher, Progress};
 use inplace_agent::health::{NodeReport, Probes, ReadyCondition};
 use inplace_agent::self_update::host::RunningAgent;
 use inplace_agent::settings::{self, Settings};
@@ -52,7 +52,7 @@ impl Fetcher for FakeFetcher {
         artifact: &Artifact,
         dir: &Path,
         progress: Progress<'_>,
-    ) -> Result<PathBuf, FetchError> {
+    ) -> Result<Fetched, FetchError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if artifact.url.contains("/hang/") || self.hang.load(Ordering::SeqCst) {
             // A download that never ends; leaves a partial file like a real one would.
@@ -88,7 +88,11 @@ impl Fetcher for FakeFetcher {
         ));
         std::fs::write(&path, &bytes).unwrap();
         progress(bytes.len() as u64);
-        Ok(path)
+        Ok(Fetched {
+            path,
+            source: artifact.url.clone(),
+            skipped: vec![],
+        })
     }
 
     async fn fetch_small(

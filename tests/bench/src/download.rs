@@ -67,7 +67,7 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         activation: None,
     };
     let started = Instant::now();
-    let path = fetcher.fetch(&artifact, dir, &|_| {}).await?;
+    let path = fetcher.fetch(&artifact, dir, &|_| {}).await?.path;
     let took = started.elapsed();
     let hwm = crate::util::status_field("self", "VmHWM").unwrap_or(0);
     println!("{:.6} {hwm} {}", took.as_secs_f64(), path.display());

@@ -2,13 +2,13 @@
 //! whatever `require_signatures` says; a refusal names the field and both versions.
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use async_trait::async_trait;
 use inplace_proto::AgentImage;
 
 use super::*;
-use crate::fetch::{FetchError, Progress};
+use crate::fetch::{FetchError, Fetched, Progress};
 use crate::settings::Policy;
 
 const URL: &str = "https://dl.example/inplace-agent-0.2.0.raw";
@@ -19,7 +19,7 @@ struct SignatureOnly(Vec<u8>);
 
 #[async_trait]
 impl Fetcher for SignatureOnly {
-    async fn fetch(&self, a: &Artifact, _: &Path, _: Progress<'_>) -> Result<PathBuf, FetchError> {
+    async fn fetch(&self, a: &Artifact, _: &Path, _: Progress<'_>) -> Result<Fetched, FetchError> {
         panic!("{} was downloaded before its signature was checked", a.name)
     }
 

@@ -44,6 +44,7 @@ fn shown(view: &PlanView, done: [i64; 2]) -> Shown {
                 name: a.name.clone(),
                 bytes_done,
                 bytes_total: a.size.map(|s| s as i64),
+                source: None,
             })
             .collect(),
         ..Shown::default()

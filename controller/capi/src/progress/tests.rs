@@ -79,6 +79,7 @@ fn downloading_reports_a_percentage_of_bytes() {
             name: "kubernetes".into(),
             bytes_done: 520,
             bytes_total: Some(1000),
+            source: None,
         }];
     });
     let a = answer(NODE, RELEASE, &rev, &p);
@@ -96,6 +97,7 @@ fn downloading_falls_back_to_the_plan_size_then_the_progress_line() {
             name: "kubernetes".into(),
             bytes_done: 250,
             bytes_total: None,
+            source: None,
         }];
     });
     assert!(
