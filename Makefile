@@ -64,8 +64,10 @@ deps:
 ## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
 ## `make demo KUBECONFIG=path` runs it against that existing cluster instead of starting one
 ## (only when given on the command line: a KUBECONFIG in the environment is not used).
+## `make demo DEMO_ARGS=--cluster-api`: the same update driven by Cluster API's controllers
+## (DEMO_ARGS: any of inplace-demo's options, passed on).
 demo:
-	@./scripts/demo.sh $(if $(filter command line,$(origin KUBECONFIG)),--kubeconfig "$(KUBECONFIG)")
+	@./scripts/demo.sh $(if $(filter command line,$(origin KUBECONFIG)),--kubeconfig "$(KUBECONFIG)") $(DEMO_ARGS)
 
 ## Benchmarks against the machine's limits and the peers: one table, written to docs/benchmarks.md.
 bench:

@@ -4,7 +4,9 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler and kubectl; needs Go), the real
 # kubelets of the demo's two releases (tests/kubelet) and the release binaries, then
 # runs `inplace-demo` (arguments are passed on, e.g. `./scripts/demo.sh --nodes 2 --no-wait`);
-# with `--agent-update` it also builds the agent at a second version for that step.
+# with `--agent-update` it also builds the agent at a second version for that step; with
+# `--cluster-api` (`make demo DEMO_ARGS=--cluster-api`) Cluster API's core manager (tests/capi)
+# and the whole workspace, for the update driven by Cluster API's controllers.
 # Needs root: the nodes are systemd-nspawn containers. `--kubeconfig PATH` (`make demo
 # KUBECONFIG=PATH`) uses that existing cluster instead of starting one. See
 # docs/usage/quickstart.md.
@@ -54,9 +56,19 @@ echo "    cached; the first build compiles them, minutes) and the nodes' contain
 ./tests/kubelet/build.sh "$target/kubelet/bin" v1.36.1 v1.36.3
 ./tests/tools/node-images.sh "$target/node-images" >/dev/null
 
-echo "==> building (release; the first build takes a few minutes)"
-cargo build --release --quiet \
-    -p inplace-agent -p inplace-controller -p kubectl-inplace -p inplace-demo --bins
+if [[ " $* " == *" --cluster-api "* ]]; then
+    # Cluster API's core manager from its Go module (tests/capi; cached, seconds once built),
+    # and every program of the workspace: the bed runs the extension and its providers from
+    # the build beside the demo (inplace_tests::workspace_build).
+    echo "==> building Cluster API's core controller manager (tests/capi; cached; the first build takes minutes)"
+    ./tests/capi/build-manager.sh "$target/capi/bin"
+    echo "==> building (release; the first build takes a few minutes)"
+    cargo build --release --quiet --workspace --bins
+else
+    echo "==> building (release; the first build takes a few minutes)"
+    cargo build --release --quiet \
+        -p inplace-agent -p inplace-controller -p kubectl-inplace -p inplace-demo --bins
+fi
 agent_args=()
 if [[ " $* " == *" --agent-update "* ]]; then
     # The demo's agent v2 is this tree built at another version (inplace_agent::BUILD_VERSION),

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use inplace_tests::capi::bed::CapiBed;
-use inplace_tests::capi::deployment::{self, DeploymentBed, Release, deployment, rolled_out};
+use inplace_tests::capi::deployment::{self, DeploymentBed, Release, deployment};
 use inplace_tests::capi::machines::{MachineWatch, condition, identities};
 use inplace_tests::capi::walkthrough;
 use inplace_tests::kube_node::KubeCluster;
@@ -313,23 +313,8 @@ async fn a_machine_deployment_version_bump_updates_its_real_nodes_in_place() {
     let shown = walk_through(cluster, walkthrough::BUMP).await;
     eprintln!("the walk-through's version bump showed:\n{shown}");
     // What the page's wait promises, checked here from the objects themselves.
-    wait_for("the rollout to v1.36.3", bed, cluster, || async {
-        rolled_out(&deployment(cluster)?, "v1.36.3", NODES)?;
-        for machine in machines(cluster).await {
-            let name = machine.metadata.name.clone().unwrap_or_default();
-            let version = &machine.data["status"]["nodeInfo"]["kubeletVersion"];
-            let up_to_date = condition(&machine.data, "UpToDate");
-            let updating = condition(&machine.data, "Updating");
-            if version != "v1.36.3"
-                || up_to_date.as_ref().is_none_or(|(s, _, _)| s != "True")
-                || updating.as_ref().is_some_and(|(s, _, _)| s != "False")
-            {
-                return Err(format!(
-                    "Machine {name}: kubelet {version}, UpToDate {up_to_date:?}, Updating {updating:?}"
-                ));
-            }
-        }
-        Ok(())
+    wait_for("the rollout to v1.36.3", bed, cluster, || {
+        deployment::updated(cluster, "v1.36.3", NODES)
     })
     .await;
     eprintln!(

@@ -49,19 +49,12 @@ pub(crate) const PATIENCE: Duration = Duration::from_secs(600);
 
 /// Runs the demo; every path out (success, error, Ctrl-C) cleans up.
 pub async fn main(args: Args) -> ExitCode {
+    if args.cluster_api {
+        return crate::cluster_api::main(&args).await;
+    }
     let fleet = Arc::new(Mutex::new(Vec::<Node>::new()));
     let mut keep = Keep::default();
-    let outcome = tokio::select! {
-        r = run(&args, &fleet, &mut keep) => r,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (Ctrl-C)")),
-    };
-    let code = match &outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("\ninplace-demo: {e:#}");
-            ExitCode::FAILURE
-        }
-    };
+    let code = until_ctrl_c(run(&args, &fleet, &mut keep)).await;
     println!("\ncleaning up: powering off the nodes, stopping the controller and the servers ...");
     let nodes: Vec<Node> = fleet
         .lock()
@@ -92,6 +85,34 @@ pub async fn main(args: Args) -> ExitCode {
     drop(keep.api.take());
     println!("done.");
     code
+}
+
+/// Runs `demo` until it ends or Ctrl-C; says why it failed. The caller cleans up after.
+pub(crate) async fn until_ctrl_c(
+    demo: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> ExitCode {
+    let outcome = tokio::select! {
+        r = demo => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (Ctrl-C)")),
+    };
+    match &outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\ninplace-demo: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Unless `--no-wait`: says `what` stays up and waits for Enter (or Ctrl-C).
+pub(crate) async fn wait_unless_no_wait(args: &Args, what: &str) {
+    if args.no_wait {
+        return;
+    }
+    println!("\n{what} Press Enter (or Ctrl-C) to clean up.");
+    let mut line = String::new();
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let _ = tokio::io::AsyncBufReadExt::read_line(&mut stdin, &mut line).await;
 }
 
 /// What must outlive `run` until cleanup.
@@ -228,11 +249,6 @@ async fn run(args: &Args, fleet: &Arc<Mutex<Vec<Node>>>, keep: &mut Keep) -> any
         .map(|f| f.iter().map(|n| (n.name().to_owned(), n.pid1())).collect())
         .unwrap_or_default();
     inspect_hints(&paths, &kubeconfig, &members, &pids);
-    if !args.no_wait {
-        println!("\nThe fleet stays up while you look. Press Enter (or Ctrl-C) to clean up.");
-        let mut line = String::new();
-        let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
-        let _ = tokio::io::AsyncBufReadExt::read_line(&mut stdin, &mut line).await;
-    }
+    wait_unless_no_wait(args, "The fleet stays up while you look.").await;
     Ok(())
 }

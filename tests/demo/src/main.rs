@@ -12,10 +12,14 @@
 //! swap, the most nodes activating at once). `--broken-v3` then rolls out a kubelet that
 //! cannot start and shows the rollout halt after the first rollback. Cleans up on exit, on an
 //! error and on Ctrl-C. Runs as root; `scripts/demo.sh` (`make demo`) builds what it needs.
+//! `--cluster-api` shows the same update driven by Cluster API's controllers instead
+//! ([`cluster_api`]).
 
 mod agent_update;
 mod broken;
 mod cluster;
+mod cluster_api;
+mod cluster_api_follow;
 mod concurrency;
 mod fleet;
 mod follow;
@@ -82,6 +86,12 @@ pub struct Args {
     /// version of `--bin-dir`'s agent (scripts/demo.sh builds it).
     #[arg(long)]
     pub agent_bin_dir: Option<PathBuf>,
+    /// Instead of a NodeRollout, let Cluster API's own controllers drive the update
+    /// (docs/usage/cluster-api.md): Cluster API's core manager (`make capi`), the extension
+    /// registered by its ExtensionConfig, a MachineDeployment with a Machine on every node,
+    /// and a bump of its version from v1.36.1 to v1.36.3, updated in place.
+    #[arg(long, conflicts_with_all = ["kubeconfig", "broken_v3", "agent_update"])]
+    pub cluster_api: bool,
 }
 
 fn main() -> std::process::ExitCode {

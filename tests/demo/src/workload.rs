@@ -86,14 +86,7 @@ pub(crate) async fn check_kept(demo: &Demo<'_>, before: &Containers) -> anyhow::
         if now != was {
             bail!("Pod {pod} did not keep its container: before {was:?}, after {now:?}");
         }
-        println!(
-            "    {pod} on {}: container {} started {}, pid {}, restarts {}: kept",
-            now.node,
-            &now.id[..12.min(now.id.len())],
-            now.started_at,
-            now.pid,
-            now.restarts
-        );
+        print_kept(pod, now);
     }
     if after.len() != before.len() {
         bail!("the Pods changed: before {before:?}, after {after:?}");
@@ -101,10 +94,27 @@ pub(crate) async fn check_kept(demo: &Demo<'_>, before: &Containers) -> anyhow::
     Ok(())
 }
 
+/// The line that says `pod` kept its container `now`.
+pub(crate) fn print_kept(pod: &str, now: &RunningContainer) {
+    println!(
+        "    {pod} on {}: container {} started {}, pid {}, restarts {}: kept",
+        now.node,
+        &now.id[..12.min(now.id.len())],
+        now.started_at,
+        now.pid,
+        now.restarts
+    );
+}
+
 /// Prints `command` (kubectl as the admin) and what it prints, indented.
 pub(crate) fn show(demo: &Demo<'_>, command: &str) -> anyhow::Result<()> {
+    show_with(demo.kubeconfig, command)
+}
+
+/// [`show`] with the admin's `kubeconfig`.
+pub(crate) fn show_with(kubeconfig: &Path, command: &str) -> anyhow::Result<()> {
     let args: Vec<&str> = command.split_whitespace().skip(1).collect();
-    let out = kubectl(demo.kubeconfig, &args)?;
+    let out = kubectl(kubeconfig, &args)?;
     println!("    $ {command}");
     for line in out.lines() {
         println!("      {line}");

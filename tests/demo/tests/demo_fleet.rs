@@ -15,7 +15,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The demo binary, with the programs it installs and runs built beside it; its directory.
@@ -28,6 +28,37 @@ fn demo_and_bin_dir() -> (PathBuf, PathBuf) {
     // so this is a quick no-op there.
     inplace_tests::workspace_build::workspace_bin("inplace-agent").expect("the workspace builds");
     (demo, bin_dir)
+}
+
+/// The demo with `--name-prefix prefix`, `--bin-dir` and `--work-dir work`.
+fn demo_command(demo: &Path, bin_dir: &Path, prefix: &str, work: &Path) -> Command {
+    let mut command = Command::new(demo);
+    command
+        .args(["--name-prefix", prefix])
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--work-dir")
+        .arg(work);
+    command
+}
+
+/// Fails unless `stdout` contains each of `wants`.
+fn assert_printed(stdout: &str, wants: &[&str]) {
+    for want in wants {
+        assert!(stdout.contains(want), "missing {want:?} in\n{stdout}");
+    }
+}
+
+/// Runs the demo `command`; its standard output and error, once it succeeded.
+fn succeeded(command: &mut Command) -> (String, String) {
+    let out = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "the demo failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    (stdout, stderr)
 }
 
 /// The text of the section `title` prints, up to the next step or the hints.
@@ -73,41 +104,31 @@ fn the_demo_rolls_v2_out_one_node_at_a_time_and_halts_a_broken_v3_and_a_broken_a
     let agent_bin_dir = inplace_tests::agent_images::agent_bin_dir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let prefix = format!("demot{}", std::process::id());
-    let out = Command::new(&demo)
-        .args(["--nodes", "3", "--broken-v3", "--agent-update", "--no-wait"])
-        .arg("--agent-bin-dir")
-        .arg(&agent_bin_dir)
-        .args(["--download-seconds", "2", "--health-window", "3"])
-        .args(["--name-prefix", &prefix])
-        .arg("--bin-dir")
-        .arg(&bin_dir)
-        .arg("--work-dir")
-        .arg(work.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the demo failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    let (stdout, _) = succeeded(
+        demo_command(&demo, &bin_dir, &prefix, work.path())
+            .args(["--nodes", "3", "--broken-v3", "--agent-update", "--no-wait"])
+            .arg("--agent-bin-dir")
+            .arg(&agent_bin_dir)
+            .args(["--download-seconds", "2", "--health-window", "3"]),
     );
     // What the demo printed, for `--no-capture` runs (the figures: times per step).
     println!("{stdout}");
-    for want in [
-        "Nodes Ready on kubelet v1.36.1",
-        "$ kubectl get nodes",
-        "every Pod kept its container through the update:",
-        // The maintenance window holds v2, as `kubectl inplace status` shows, then opens.
-        "held outside its maintenance window",
-        "closed, next opens",
-        "the window opens at",
-        "Summary",
-        "export KUBECONFIG=",
-        "kubectl inplace status",
-        "cleaning up",
-    ] {
-        assert!(stdout.contains(want), "missing {want:?} in\n{stdout}");
-    }
+    assert_printed(
+        &stdout,
+        &[
+            "Nodes Ready on kubelet v1.36.1",
+            "$ kubectl get nodes",
+            "every Pod kept its container through the update:",
+            // The maintenance window holds v2, as `kubectl inplace status` shows, then opens.
+            "held outside its maintenance window",
+            "closed, next opens",
+            "the window opens at",
+            "Summary",
+            "export KUBECONFIG=",
+            "kubectl inplace status",
+            "cleaning up",
+        ],
+    );
     // The demo opens the window once every node is staged, rather than wait; on a slow
     // machine the window may open by itself first.
     assert!(
@@ -258,23 +279,12 @@ fn the_demo_runs_against_an_existing_cluster_and_removes_its_objects() {
         ))
         .expect("the API server starts");
     let prefix = format!("demoe{}", std::process::id());
-    let out = Command::new(&demo)
-        .args(["--nodes", "2", "--no-wait"])
-        .args(["--download-seconds", "1", "--health-window", "2"])
-        .args(["--name-prefix", &prefix])
-        .arg("--kubeconfig")
-        .arg(server.admin_kubeconfig())
-        .arg("--bin-dir")
-        .arg(&bin_dir)
-        .arg("--work-dir")
-        .arg(work.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the demo failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    let (stdout, stderr) = succeeded(
+        demo_command(&demo, &bin_dir, &prefix, work.path())
+            .args(["--nodes", "2", "--no-wait"])
+            .args(["--download-seconds", "1", "--health-window", "2"])
+            .arg("--kubeconfig")
+            .arg(server.admin_kubeconfig()),
     );
     assert!(stdout.contains("using the cluster of"), "{stdout}");
     assert!(
@@ -322,4 +332,101 @@ fn the_demo_runs_against_an_existing_cluster_and_removes_its_objects() {
     server
         .run_kubectl(&["get", "clusterrole", "inplace-agent", "inplace-controller"])
         .unwrap();
+}
+
+/// `make demo DEMO_ARGS=--cluster-api`: Cluster API's own controllers (its core manager built
+/// by `make capi`, the extension registered by the shipped ExtensionConfig, the bed's
+/// infrastructure provider) update a MachineDeployment's Machines in place after a version
+/// bump. The demo itself fails unless the Machines kept their names, UIDs and Nodes with none
+/// created, every Node is Ready on v1.36.3, the MachineDeployment rolled out and every Pod
+/// kept its container; this test checks what it printed: the hooks Cluster API called, the
+/// Machines before and after, the Nodes on the new kubelet. Two nodes: a third would only
+/// repeat the second's update (one Machine at a time).
+#[test]
+fn the_cluster_api_demo_updates_the_machine_deployment_in_place() {
+    let (demo, bin_dir) = demo_and_bin_dir();
+    let work = tempfile::tempdir().unwrap();
+    let prefix = format!("democ{}", std::process::id());
+    let (stdout, _) = succeeded(demo_command(&demo, &bin_dir, &prefix, work.path()).args([
+        "--cluster-api",
+        "--nodes",
+        "2",
+        "--no-wait",
+    ]));
+    println!("{stdout}");
+    assert_printed(
+        &stdout,
+        &[
+            "(CanUpdateMachineSet); it answered:",
+            "Cluster API called UpdateMachine; the extension answered:",
+            "is being updated in place: In-place update in progress: node ",
+            "its kubelet now reports v1.36.3 (was v1.36.1)",
+            "the MachineDeployment rolled out at v1.36.3",
+            "no Machine was created or deleted",
+            "every Pod kept its container through the update:",
+            "export KUBECONFIG=",
+            "kubectl get cluster,machinedeployments,machinesets,machines -o wide",
+            "cleaning up",
+        ],
+    );
+    assert_eq!(
+        stdout
+            .matches(": the same Machine, kubelet v1.36.1 -> v1.36.3")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches(": kept\n").count(), 2, "{stdout}");
+    // `kubectl get machines -o wide` before (v1.36.1) and after (v1.36.3): the same names.
+    let listings: Vec<Vec<&str>> = stdout
+        .split("$ kubectl get machines -o wide\n")
+        .skip(1)
+        .map(|l| {
+            l.lines()
+                .take_while(|l| l.starts_with("      "))
+                .skip(1)
+                .collect()
+        })
+        .collect();
+    assert_eq!(listings.len(), 2, "{stdout}");
+    let names = |rows: &[&str]| -> Vec<String> {
+        rows.iter()
+            .map(|r| r.split_whitespace().next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&listings[0]), names(&listings[1]), "{stdout}");
+    assert_eq!(listings[0].len(), 2, "{stdout}");
+    for (rows, version) in listings.iter().zip(["v1.36.1", "v1.36.3"]) {
+        assert!(rows.iter().all(|r| r.contains(version)), "{rows:#?}");
+    }
+    // `kubectl get nodes` after: both nodes Ready on the new kubelet.
+    let nodes = stdout.split("$ kubectl get nodes\n").nth(1).unwrap();
+    let rows: Vec<&str> = nodes
+        .lines()
+        .take_while(|l| l.starts_with("      "))
+        .filter(|l| l.contains(&prefix))
+        .collect();
+    assert_eq!(rows.len(), 2, "{nodes}");
+    assert!(
+        rows.iter()
+            .all(|r| r.contains(" Ready ") && r.contains("v1.36.3")),
+        "{nodes}"
+    );
+    // The version bump docs/usage/quickstart.md shows is the one the demo ran.
+    let bump = stdout
+        .lines()
+        .find_map(|l| {
+            l.trim_start()
+                .strip_prefix("$ kubectl patch machinedeployment")
+        })
+        .unwrap_or_else(|| panic!("no kubectl patch in\n{stdout}"));
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/usage/quickstart.md"),
+    )
+    .unwrap();
+    assert!(
+        page.contains(&format!("kubectl patch machinedeployment{bump}")),
+        "quickstart.md shows the bump the demo ran: kubectl patch machinedeployment{bump}"
+    );
+    assert!(!stdout.contains('\x1b'), "{stdout}");
 }

@@ -167,6 +167,27 @@ pub fn rolled_out(deployment: &Value, version: &str, count: usize) -> Result<(),
     }
 }
 
+/// The MachineDeployment `workers` rolled out at `version` ([`rolled_out`]) and each of its
+/// Machines done: its Node's kubelet at `version`, `UpToDate` and not `Updating`.
+pub async fn updated(cluster: &KubeCluster, version: &str, count: usize) -> Result<(), String> {
+    rolled_out(&deployment(cluster)?, version, count)?;
+    for machine in machines(cluster).await? {
+        let name = machine.metadata.name.clone().unwrap_or_default();
+        let kubelet = &machine.data["status"]["nodeInfo"]["kubeletVersion"];
+        let up_to_date = condition(&machine.data, "UpToDate");
+        let updating = condition(&machine.data, "Updating");
+        if kubelet != version
+            || up_to_date.as_ref().is_none_or(|(s, _, _)| s != "True")
+            || updating.as_ref().is_some_and(|(s, _, _)| s != "False")
+        {
+            return Err(format!(
+                "Machine {name}: kubelet {kubelet}, UpToDate {up_to_date:?}, Updating {updating:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The MachineDeployment `workers` as `kubectl get -o json` shows it.
 pub fn deployment(cluster: &KubeCluster) -> Result<Value, String> {
     let text = cluster

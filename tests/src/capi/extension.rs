@@ -37,6 +37,9 @@ pub fn service_address() -> Ipv4Addr {
     )
 }
 
+/// The extension's log, in its directory.
+const LOG: &str = "capi.log";
+
 /// The running extension; dropping it stops it.
 pub struct CapiExtension {
     _child: tokio::process::Child,
@@ -92,7 +95,7 @@ impl CapiExtension {
                 "system:serviceaccounts:inplace-system",
             ],
         )?;
-        let child = spawn(&tls, &kubeconfig, address, &dir.path().join("capi.log")).await?;
+        let child = spawn(&tls, &kubeconfig, address, &dir.path().join(LOG)).await?;
         let extension = CapiExtension { _child: child, dir };
         extension.wait_listening(address).await?;
         server.run_kubectl(&["apply", "-f", &file("extensionconfig.yaml")])?;
@@ -118,7 +121,12 @@ impl CapiExtension {
 
     /// The extension's log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("capi.log")).unwrap_or_default()
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Where the extension writes its log.
+    pub fn log_path(&self) -> std::path::PathBuf {
+        self.dir.path().join(LOG)
     }
 }
 

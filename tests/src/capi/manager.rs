@@ -27,6 +27,9 @@ pub const FEATURE_GATES: &str = "InPlaceUpdates=true,RuntimeSDK=true";
 /// How long a cold manager on a loaded machine may take to answer `/readyz`.
 const STARTUP_LIMIT: Duration = Duration::from_secs(180);
 
+/// The manager's log, in its directory.
+const LOG: &str = "capi-manager.log";
+
 /// How long it may take to stop after SIGTERM (it drains its controllers' workers).
 const STOP_LIMIT: Duration = Duration::from_secs(60);
 
@@ -97,7 +100,7 @@ impl CapiManager {
         write_crds(&webhook, &crds)?;
         server.apply_crd_dir(&crds).await?;
 
-        let log = std::fs::File::create(dir.path().join("capi-manager.log"))?;
+        let log = std::fs::File::create(dir.path().join(LOG))?;
         let kubeconfig = server.admin_kubeconfig();
         // setpriv's parent-death signal: the manager dies with the thread that started it
         // however the test ends (no orphan holding ports). unshare and sh exec, so the
@@ -177,7 +180,12 @@ impl CapiManager {
 
     /// The manager's log so far (klog text).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("capi-manager.log")).unwrap_or_default()
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Where the manager writes its log.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join(LOG)
     }
 
     /// The last lines of the log, for a failure message.
