@@ -126,61 +126,14 @@ enum Command {
     /// Make NodeReleases.
     Release {
         #[command(subcommand)]
-        command: ReleaseCommand,
+        command: inplace_controller::release::cli::ReleaseCommand,
     },
-}
-
-#[derive(Subcommand)]
-enum ReleaseCommand {
-    /// Print a NodeRelease for one image listed in a sysext-bakery style SHA256SUMS file
-    /// (`<sha256>  <name>-<version>-<arch>.raw` lines); the image's URL is the SHA256SUMS
-    /// file's directory plus its file name.
-    FromSha256sums(FromSha256sums),
-}
-
-#[derive(clap::Args)]
-struct FromSha256sums {
-    /// The SHA256SUMS file's URL (https, or http for a local mirror).
-    url: String,
-    /// The extension name (`kubernetes`): the artifact name and `/etc/extensions/<name>.raw`.
-    #[arg(long)]
-    name: String,
-    /// The version in the image's file name (`v1.31.2`; the leading `v` may differ).
-    #[arg(long)]
-    version: String,
-    /// The architecture in the image's file name (`x86-64`, `arm64`; `amd64` works too).
-    #[arg(long, default_value = "x86-64")]
-    arch: String,
-    /// The release's `metadata.name` (default: `<name>-<version>` in lowercase).
-    #[arg(long)]
-    release_name: Option<String>,
-    /// Set the artifact's `signatureUrl` to its URL plus this suffix (`.minisig`: the
-    /// minisign signature published next to the image).
-    #[arg(long)]
-    signature_suffix: Option<String>,
-    /// How to print the release.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Yaml)]
-    output: OutputFormat,
-    /// Write the release to this file instead of stdout (only once it is complete and valid).
-    #[arg(short = 'o', long = "out")]
-    out: Option<PathBuf>,
-    /// Give the download up after this long (`30s`, `2m`).
-    #[arg(long, default_value = "30s")]
-    timeout: inplace_proto::Duration,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum OutputFormat {
-    Yaml,
-    Json,
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crds { out } => write_crds(out),
-        Command::Release {
-            command: ReleaseCommand::FromSha256sums(args),
-        } => release_from_sha256sums(args),
+        Command::Release { command } => command.run(),
         Command::Capi {
             listen,
             cert,
@@ -360,49 +313,6 @@ fn write_crds(out: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn release_from_sha256sums(args: FromSha256sums) -> anyhow::Result<()> {
-    use inplace_controller::release::fetch::{FetchSettings, MAX_SUMS_BYTES, fetch_text};
-    use inplace_controller::release::import::{self as import, ImportError, ReleaseOptions};
-    // The kind goes first so that scripts can match on it.
-    let import_failed = |e: ImportError| anyhow::anyhow!("[{}] {e}", e.kind());
-    let url = import::parse_sums_url(&args.url).map_err(import_failed)?;
-    let wanted =
-        import::Wanted::new(&args.name, &args.version, &args.arch).map_err(import_failed)?;
-    if let Some(suffix) = &args.signature_suffix {
-        import::check_signature_suffix(suffix).map_err(import_failed)?;
-    }
-    let settings = FetchSettings {
-        timeout: args.timeout.get(),
-        max_bytes: MAX_SUMS_BYTES,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let text = runtime
-        .block_on(fetch_text(&url, &settings))
-        .map_err(|e| anyhow::anyhow!("[{}] {e}", e.kind()))?;
-    let options = ReleaseOptions {
-        release_name: args.release_name,
-        signature_suffix: args.signature_suffix,
-    };
-    let release =
-        import::release_from_sha256sums(&url, &text, &wanted, &options).map_err(import_failed)?;
-    let rendered = match args.output {
-        OutputFormat::Yaml => import::to_yaml(&release, &url),
-        OutputFormat::Json => import::to_json(&release),
-    };
-    match args.out {
-        Some(path) => {
-            std::fs::write(&path, rendered).with_context(|| format!("writing {}", path.display()))
-        }
-        None => {
-            print!("{rendered}");
-            Ok(())
-        }
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use inplace_proto::{ArtifactType, NodeRelease};
 use inplace_tests::artifact_server::{ArtifactServer, Fault};
 use inplace_tests::sysext::sha256_hex;
 use kube::api::PostParams;
-use support::{Bed, eventually};
+use support::{Bed, failure};
 
 const V31_X86: &str = "/kubernetes/kubernetes-v1.31.2-x86-64.raw";
 const V31_ARM: &str = "/kubernetes/kubernetes-v1.31.2-arm64.raw";
@@ -55,15 +55,6 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-/// The error line, checked to carry `kind`.
-fn failure(output: &Output, kind: &str) -> String {
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(!output.status.success(), "succeeded; stderr: {stderr}");
-    assert!(output.stdout.is_empty(), "printed a release on failure");
-    assert!(stderr.contains(&format!("[{kind}] ")), "{stderr}");
-    stderr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_printed_release_is_accepted_and_validated_by_the_controller() {
     let server = bakery().await;
@@ -99,16 +90,7 @@ async fn the_printed_release_is_accepted_and_validated_by_the_controller() {
         .create(&PostParams::default(), &release)
         .await
         .unwrap();
-    let condition = eventually("the release's Valid condition", || async {
-        let status = bed
-            .releases()
-            .get("kubernetes-v1.31.2")
-            .await
-            .ok()?
-            .status?;
-        status.conditions.into_iter().find(|c| c.type_ == "Valid")
-    })
-    .await;
+    let condition = bed.release_validity("kubernetes-v1.31.2").await;
     assert_eq!(
         (condition.status.as_str(), condition.reason.as_str()),
         ("True", "ValidRelease"),

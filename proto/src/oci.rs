@@ -5,6 +5,8 @@
 //! file as one of its layers (the way `oras push` and sysext publishers store a file); the
 //! plan's `sha256` chooses that layer.
 
+pub mod wire;
+
 /// The URL scheme of registry artifacts.
 pub const SCHEME: &str = "oci://";
 
@@ -28,41 +30,22 @@ impl Reference {
     /// Parses `oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST`; the error says which part is
     /// wrong, and that a tag alone is not enough.
     pub fn parse(url: &str) -> Result<Reference, String> {
-        let rest = url
-            .strip_prefix(SCHEME)
-            .ok_or_else(|| format!("{url:?} does not start with {SCHEME}"))?;
-        let (registry, path) = rest
-            .split_once('/')
-            .ok_or_else(|| format!("{url:?} has no repository after the registry"))?;
-        check_registry(registry)?;
-        let Some((name, digest)) = path.split_once('@') else {
-            return Err(match tag_of(path) {
+        if !url.starts_with(SCHEME) {
+            return Err(format!("{url:?} does not start with {SCHEME}"));
+        }
+        let named = Named::parts(url)?;
+        let Some(digest) = named.digest else {
+            return Err(match named.tag {
                 Some(tag) => format!(
                     "the tag {tag:?} alone does not pin the bytes (a tag can be moved); pin the manifest with @sha256:<digest>"
                 ),
                 None => "no digest: pin the manifest with @sha256:<digest>".to_owned(),
             });
         };
-        let hex = digest
-            .strip_prefix("sha256:")
-            .ok_or_else(|| format!("the digest {digest:?} is not a sha256 digest (sha256:…)"))?;
-        if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Err(format!(
-                "the digest {digest:?} is not sha256: and 64 lowercase hex digits"
-            ));
-        }
-        let repository = match tag_of(name) {
-            Some(tag) => {
-                check_tag(tag)?;
-                &name[..name.len() - tag.len() - 1]
-            }
-            None => name,
-        };
-        check_repository(repository)?;
         Ok(Reference {
-            registry: registry.to_owned(),
-            repository: repository.to_owned(),
-            digest: hex.to_owned(),
+            registry: named.registry,
+            repository: named.repository,
+            digest,
         })
     }
 
@@ -73,6 +56,97 @@ impl Reference {
             self.registry, self.repository, self.digest
         )
     }
+}
+
+/// An image as a person names it to import it (`release from-oci`):
+/// `[oci://]REGISTRY/REPOSITORY` with a tag, a digest or both. Unlike a [`Reference`], a tag
+/// alone is fine here: it is resolved once, and the release pins the digest it named then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    /// `host[:port]`.
+    pub registry: String,
+    /// The repository path.
+    pub repository: String,
+    /// The tag, if one is written.
+    pub tag: Option<String>,
+    /// The manifest digest's 64 hex digits, if one is written.
+    pub digest: Option<String>,
+}
+
+impl Named {
+    /// Parses `[oci://]REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]` with a tag or a digest or
+    /// both; the error says which part is wrong.
+    pub fn parse(text: &str) -> Result<Named, String> {
+        let named = Named::parts(text)?;
+        if named.tag.is_none() && named.digest.is_none() {
+            return Err(format!(
+                "{text:?} names neither a tag (:v1.31.2) nor a digest (@sha256:…)"
+            ));
+        }
+        Ok(named)
+    }
+
+    /// The parts of a name, each checked; tag and digest may both be missing.
+    fn parts(text: &str) -> Result<Named, String> {
+        let rest = text.strip_prefix(SCHEME).unwrap_or(text);
+        let (registry, path) = rest
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?} has no repository after the registry"))?;
+        check_registry(registry)?;
+        let (name, digest) = match path.split_once('@') {
+            Some((name, digest)) => (name, Some(sha256_hex(digest)?)),
+            None => (path, None),
+        };
+        let (repository, tag) = match tag_of(name) {
+            Some(tag) => {
+                check_tag(tag)?;
+                (&name[..name.len() - tag.len() - 1], Some(tag.to_owned()))
+            }
+            None => (name, None),
+        };
+        check_repository(repository)?;
+        Ok(Named {
+            registry: registry.to_owned(),
+            repository: repository.to_owned(),
+            tag,
+            digest,
+        })
+    }
+
+    /// What the manifest is asked for by: the digest when written, else the tag.
+    pub fn manifest_reference(&self) -> String {
+        match (&self.digest, &self.tag) {
+            (Some(digest), _) => format!("sha256:{digest}"),
+            (None, Some(tag)) => tag.clone(),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// The artifact URL pinned to the manifest `digest` (hex), the tag kept as a note.
+    pub fn pinned(&self, digest: &str) -> String {
+        let tag = self
+            .tag
+            .as_ref()
+            .map(|t| format!(":{t}"))
+            .unwrap_or_default();
+        format!(
+            "{SCHEME}{}/{}{tag}@sha256:{digest}",
+            self.registry, self.repository
+        )
+    }
+}
+
+/// The hex of a `sha256:<64 lowercase hex digits>` digest.
+fn sha256_hex(digest: &str) -> Result<String, String> {
+    let hex = digest
+        .strip_prefix("sha256:")
+        .ok_or_else(|| format!("the digest {digest:?} is not a sha256 digest (sha256:…)"))?;
+    if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(format!(
+            "the digest {digest:?} is not sha256: and 64 lowercase hex digits"
+        ));
+    }
+    Ok(hex.to_owned())
 }
 
 /// The tag of `name` (after a `:` in its last path component), if any.
@@ -173,6 +247,27 @@ mod tests {
         let r = Reference::parse(&format!("oci://registry.example/a/b:v1.2@sha256:{D}")).unwrap();
         assert_eq!(r.repository, "a/b");
         assert_eq!(r.digest, D);
+    }
+
+    #[test]
+    fn an_image_to_import_may_name_a_tag_and_is_pinned_to_a_digest() {
+        let named = Named::parse("registry.example/sysext/kubernetes:v1.31.2").unwrap();
+        assert_eq!(named.tag.as_deref(), Some("v1.31.2"));
+        assert_eq!(named.manifest_reference(), "v1.31.2");
+        assert_eq!(
+            named.pinned(D),
+            format!("oci://registry.example/sysext/kubernetes:v1.31.2@sha256:{D}")
+        );
+        let named = Named::parse(&format!("oci://r.example:5000/a@sha256:{D}")).unwrap();
+        assert_eq!(named.manifest_reference(), format!("sha256:{D}"));
+        assert_eq!(
+            named.pinned(D),
+            format!("oci://r.example:5000/a@sha256:{D}")
+        );
+        let e = Named::parse("r.example/a").unwrap_err();
+        assert!(e.contains("neither a tag"), "{e}");
+        let e = Named::parse("r.example/A:v1").unwrap_err();
+        assert!(e.contains("repository name"), "{e}");
     }
 
     #[test]

@@ -10,21 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use inplace_proto::Artifact;
 use inplace_proto::oci::Reference;
+use inplace_proto::oci::wire::{
+    Descriptor, MANIFEST_TYPES, MAX_MANIFEST_BYTES, Manifest, bearer_params, token_of,
+};
 use reqwest::header::{self, HeaderMap};
 use sha2::Digest;
 
 use super::{FetchError, HttpFetcher};
 use crate::credentials::Secret;
 
-/// The manifest types asked for. An index is asked for too, only to say clearly that it
-/// names several platforms instead of one file.
-const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
-     application/vnd.docker.distribution.manifest.v2+json, \
-     application/vnd.oci.image.index.v1+json, \
-     application/vnd.docker.distribution.manifest.list.v2+json";
-
-/// A manifest larger than this is not one file's (the distribution spec's own limit).
-const MAX_MANIFEST_BYTES: usize = 4 << 20;
 /// A token answer larger than this is not a token.
 const MAX_TOKEN_BYTES: usize = 64 << 10;
 
@@ -46,21 +40,6 @@ pub(super) struct Auth {
 pub(super) struct Blob {
     /// `sha256:<hex>`.
     pub(super) digest: String,
-}
-
-#[derive(serde::Deserialize)]
-struct Manifest {
-    #[serde(default)]
-    layers: Vec<Descriptor>,
-    /// Present in an index (several platforms' manifests), absent in an image manifest.
-    #[serde(default)]
-    manifests: Vec<Descriptor>,
-}
-
-#[derive(serde::Deserialize, Debug)]
-struct Descriptor {
-    digest: String,
-    size: u64,
 }
 
 impl Auth {
@@ -193,38 +172,6 @@ impl Auth {
         }
         Ok(true)
     }
-}
-
-/// The parameters of a `Bearer` challenge (`Bearer realm="…",service="…",scope="…"`).
-fn bearer_params(value: &str) -> Option<Vec<(String, String)>> {
-    let (scheme, rest) = value.trim().split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let mut params = Vec::new();
-    let mut rest = rest.trim_start();
-    while let Some((key, after)) = rest.split_once('=') {
-        let key = key.trim().to_ascii_lowercase();
-        let (value, after) = match after.strip_prefix('"') {
-            Some(quoted) => {
-                let end = quoted.find('"')?;
-                (&quoted[..end], &quoted[end + 1..])
-            }
-            None => after.split_once(',').unwrap_or((after, "")),
-        };
-        params.push((key, value.to_owned()));
-        rest = after.trim_start().trim_start_matches(',').trim_start();
-    }
-    Some(params)
-}
-
-/// The token of a token service's JSON answer (`token`, or OAuth2's `access_token`).
-fn token_of(body: &[u8]) -> Option<String> {
-    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
-    ["token", "access_token"]
-        .iter()
-        .find_map(|k| answer.get(k)?.as_str().filter(|t| !t.is_empty()))
-        .map(str::to_owned)
 }
 
 impl HttpFetcher {
@@ -394,34 +341,6 @@ fn layer_for<'m>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bearer_challenges_are_read_with_quoted_commas() {
-        let params = bearer_params(
-            r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push""#,
-        )
-        .unwrap();
-        assert_eq!(
-            params,
-            [
-                ("realm".into(), "https://auth.example/token".into()),
-                ("service".into(), "registry.example".into()),
-                ("scope".into(), "repository:a/b:pull,push".into()),
-            ]
-        );
-        assert!(bearer_params(r#"Basic realm="x""#).is_none());
-    }
-
-    #[test]
-    fn tokens_come_from_either_field() {
-        assert_eq!(token_of(br#"{"token":"t1"}"#).as_deref(), Some("t1"));
-        assert_eq!(
-            token_of(br#"{"access_token":"t2","expires_in":60}"#).as_deref(),
-            Some("t2")
-        );
-        assert_eq!(token_of(br#"{"token":""}"#), None);
-        assert_eq!(token_of(b"not json"), None);
-    }
 
     #[test]
     fn the_layer_is_chosen_by_the_plans_sha256() {

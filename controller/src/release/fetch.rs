@@ -114,6 +114,22 @@ pub(crate) fn build_client(
         .or_else(|_| builder().tls_certs_only(Vec::new()).build())
 }
 
+/// The client of the `release from-…` commands: the whole exchange within `timeout`,
+/// redirects followed except from https down to http.
+pub(crate) fn import_client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    build_client(|| {
+        reqwest::Client::builder()
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::custom(
+                |attempt| match redirect_refusal(attempt.previous(), attempt.url()) {
+                    Some(why) => attempt.error(why),
+                    None => attempt.follow(),
+                },
+            ))
+            .user_agent(concat!("inplace-controller/", env!("CARGO_PKG_VERSION")))
+    })
+}
+
 /// Downloads `url` as text within `settings`.
 pub async fn fetch_text(url: &Url, settings: &FetchSettings) -> Result<String, FetchError> {
     let failed = |source: reqwest::Error| {
@@ -129,18 +145,7 @@ pub async fn fetch_text(url: &Url, settings: &FetchSettings) -> Result<String, F
             }
         }
     };
-    let builder = || {
-        reqwest::Client::builder()
-            .timeout(settings.timeout)
-            .redirect(reqwest::redirect::Policy::custom(
-                |attempt| match redirect_refusal(attempt.previous(), attempt.url()) {
-                    Some(why) => attempt.error(why),
-                    None => attempt.follow(),
-                },
-            ))
-            .user_agent(concat!("inplace-controller/", env!("CARGO_PKG_VERSION")))
-    };
-    let client = build_client(builder).map_err(failed)?;
+    let client = import_client(settings.timeout).map_err(failed)?;
     let mut response = client.get(url.clone()).send().await.map_err(failed)?;
     if !response.status().is_success() {
         return Err(FetchError::Status {

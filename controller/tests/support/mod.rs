@@ -222,6 +222,18 @@ impl Bed {
         Api::all(self.client.clone())
     }
 
+    /// The release `name`'s `Valid` condition, once the controller has set it.
+    pub async fn release_validity(
+        &self,
+        name: &str,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        eventually("the release's Valid condition", || async {
+            let status = self.releases().get(name).await.ok()?.status?;
+            status.conditions.into_iter().find(|c| c.type_ == "Valid")
+        })
+        .await
+    }
+
     /// The nodes whose plan records a grant (`inplace.dev/activation-granted`), by name.
     pub async fn granted(&self) -> Vec<String> {
         self.plans_where(|p| {
@@ -550,4 +562,14 @@ pub async fn refusal(client: &kube::Client, name: &str, spec: Value) -> Option<S
         Err(kube::Error::Api(status)) => Some(status.message),
         Err(other) => panic!("{other}"),
     }
+}
+
+/// The error line of a `release from-…` run that failed, checked to carry `[kind]` and to
+/// have printed no release.
+pub fn failure(output: &std::process::Output, kind: &str) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "succeeded; stderr: {stderr}");
+    assert!(output.stdout.is_empty(), "printed a release on failure");
+    assert!(stderr.contains(&format!("[{kind}] ")), "{stderr}");
+    stderr
 }
