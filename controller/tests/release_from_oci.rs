@@ -15,7 +15,7 @@ use std::process::Output;
 use inplace_proto::{ArtifactType, NodeRelease};
 use inplace_tests::docs;
 use inplace_tests::registry::Registry;
-use support::{Bed, failure};
+use support::{Bed, failure, release_command};
 
 const REPOSITORY: &str = "sysext/kubernetes";
 const TAG: &str = "v1.31.2";
@@ -23,13 +23,7 @@ const FILE: &str = "kubernetes-v1.31.2-x86-64.raw";
 
 /// `release from-oci <reference> --name kubernetes --version v1.31.2 <extra>`.
 async fn from_oci(reference: &str, extra: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_inplace-controller"))
-        .args(["release", "from-oci", reference])
-        .args(["--name", "kubernetes", "--version", TAG])
-        .args(extra)
-        .output()
-        .await
-        .unwrap()
+    release_command("from-oci", reference, TAG, extra).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use inplace_proto::{ArtifactType, NodeRelease};
 use inplace_tests::artifact_server::{ArtifactServer, Fault};
 use inplace_tests::sysext::sha256_hex;
 use kube::api::PostParams;
-use support::{Bed, failure};
+use support::{Bed, failure, release_command};
 
 const V31_X86: &str = "/kubernetes/kubernetes-v1.31.2-x86-64.raw";
 const V31_ARM: &str = "/kubernetes/kubernetes-v1.31.2-arm64.raw";
@@ -34,16 +34,9 @@ async fn bakery() -> ArtifactServer {
     server
 }
 
-/// Runs `release from-sha256sums <url> --name kubernetes --version <version> <extra>`
-/// without blocking the runtime.
+/// Runs `release from-sha256sums <url> --name kubernetes --version <version> <extra>`.
 async fn kubernetes(url: &str, version: &str, extra: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_inplace-controller"))
-        .args(["release", "from-sha256sums", url])
-        .args(["--name", "kubernetes", "--version", version])
-        .args(extra)
-        .output()
-        .await
-        .unwrap()
+    release_command("from-sha256sums", url, version, extra).await
 }
 
 fn stdout(output: &Output) -> String {

@@ -573,3 +573,20 @@ pub fn failure(output: &std::process::Output, kind: &str) -> String {
     assert!(stderr.contains(&format!("[{kind}] ")), "{stderr}");
     stderr
 }
+
+/// Runs `inplace-controller release COMMAND SOURCE --name kubernetes --version VERSION
+/// EXTRA…` without blocking the runtime.
+pub async fn release_command(
+    command: &str,
+    source: &str,
+    version: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_inplace-controller"))
+        .args(["release", command, source])
+        .args(["--name", "kubernetes", "--version", version])
+        .args(extra)
+        .output()
+        .await
+        .unwrap()
+}
