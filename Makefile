@@ -2,10 +2,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start unit-and-fuzz fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went.
-test: test-start deps lint kube-smoke unit fuzz-short
+test: test-start deps lint kube-smoke unit-and-fuzz
 	@./scripts/timed.sh --report
 
 # Each step of `make test` runs under TIMED, which logs its wall and CPU time for the report.
@@ -98,10 +98,26 @@ build-tests:
 testbed: build-tests
 	$(TIMED) $(TESTBED) build-rootfs
 
+# The tests and the fuzzing side by side: most of a node test is waiting (a boot, a kubelet's
+# start, a health window), and the fuzzing's build and runs fill the CPU it leaves idle
+# (docs/development/testing.md § Where the time goes). The fuzzing's output goes to FUZZ_LOG,
+# printed when both have ended; either failing fails the step.
+FUZZ_LOG = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/fuzz-short.log
+unit-and-fuzz:
+	@$(MAKE) --no-print-directory fuzz-short >"$(FUZZ_LOG)" 2>&1 & fuzz=$$!; \
+	$(MAKE) --no-print-directory unit; unit=$$?; \
+	wait $$fuzz; fuzz=$$?; \
+	echo "== make fuzz-short, run beside the tests ($(FUZZ_LOG)):"; cat "$(FUZZ_LOG)"; \
+	[ $$unit -eq 0 ] && [ $$fuzz -eq 0 ]
+
+## cargo-fuzz and the nightly toolchain the fuzz targets build with.
+fuzz-deps:
+	@$(TIMED) ./scripts/install-deps.sh --fuzz
+
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix kubeconfig
 ## Run every fuzz target for FUZZ_SECONDS (nightly toolchain, cargo-fuzz).
-fuzz-short:
+fuzz-short: fuzz-deps
 	@for target in $(FUZZ_TARGETS); do \
 		echo "fuzz: $$target for $(FUZZ_SECONDS)s"; \
 		(cd tests/fuzz && set -o pipefail && ../../scripts/timed.sh fuzz-short cargo +nightly fuzz run $$target -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | tail -n 3) || exit 1; \

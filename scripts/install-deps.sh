@@ -34,8 +34,13 @@ install_tool() {
     CARGO_TARGET_DIR=$tools_target CARGO_PROFILE_RELEASE_LTO=false \
         CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo install "$1" --locked
 }
-install_tool cargo-nextest
-install_tool cargo-deny
-install_tool cargo-fuzz
+# The fuzzing tools (`--fuzz`) are installed by `make fuzz-short` itself, which `make test`
+# runs beside the tests: their build then fills the CPU the node tests leave idle.
+if [[ ${1:-} == --fuzz ]]; then
+    install_tool cargo-fuzz
+    rustup toolchain list | grep -q ^nightly || rustup toolchain install nightly --profile minimal
+else
+    install_tool cargo-nextest
+    install_tool cargo-deny
+fi
 rm -rf "$tools_target"
-rustup toolchain list | grep -q ^nightly || rustup toolchain install nightly --profile minimal

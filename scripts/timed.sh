@@ -37,13 +37,14 @@ status=0
 end=$(date +%s.%N)
 # `times` prints the shell's own and then its children's user and system time (XmY.Zs); run
 # in this shell, not in a command substitution's subshell, which has no children.
-times >"$log.times"
-cpu=$(tail -n 1 "$log.times" | awk '{
+# Steps may run side by side (the fuzzing beside the tests): each has its own file.
+times >"$log.times.$$"
+cpu=$(tail -n 1 "$log.times.$$" | awk '{
     total = 0
     for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); total += t[1] * 60 + t[2] }
     printf "%.1f", total
 }')
-rm -f "$log.times"
+rm -f "$log.times.$$"
 awk -v step="$step" -v start="$start" -v end="$end" -v cpu="$cpu" \
     'BEGIN { printf "%s\t%.1f\t%s\n", step, end - start, cpu }' >>"$log"
 exit "$status"
