@@ -3,7 +3,7 @@
 //! transitions are drawn in `docs/development/agent.md`.
 
 use inplace_proto::validate::{FieldError, Problems};
-use inplace_proto::{DesiredState, NodeUpdatePlan, Reason, UpdateContent};
+use inplace_proto::{Architecture, DesiredState, NodeUpdatePlan, Reason, UpdateContent};
 
 use crate::journal::{FailedRevision, Failure, Journal, Step};
 use crate::self_update::admission::{self, Admission};
@@ -42,19 +42,28 @@ impl PlanView {
         self_update: &Admission,
         transfers: &[Transfer],
     ) -> PlanView {
-        let content = &plan.spec.content;
         let mut problems = plan.validate().err().map(|p| p.0).unwrap_or_default();
-        if let Err(more) = crate::policy::check(content, &settings.policy) {
+        // What this node installs: each artifact's build for its architecture. The
+        // revision stays the plan's (the release's), whichever build a node takes.
+        let content = plan
+            .spec
+            .content
+            .for_architecture(Architecture::of_this_build(), "spec")
+            .unwrap_or_else(|unsupported| {
+                problems.extend(unsupported);
+                plan.spec.content.clone()
+            });
+        if let Err(more) = crate::policy::check(&content, &settings.policy) {
             problems.extend(more.0);
         }
-        problems.extend(admission::check(content, &settings.policy, self_update));
-        problems.extend(sysupdate::conflicts(content, &settings.paths, transfers));
+        problems.extend(admission::check(&content, &settings.policy, self_update));
+        problems.extend(sysupdate::conflicts(&content, &settings.paths, transfers));
         PlanView {
             generation: plan.metadata.generation,
             revision: inplace_proto::revision_of(&plan.spec.content),
             desired: plan.spec.desired_state,
             allow_downgrade: plan.spec.allow_downgrade,
-            content: plan.spec.content.clone(),
+            content,
             problems: (!problems.is_empty()).then_some(Problems(problems)),
             retry: inplace_proto::steering::pending_retry(plan.metadata.annotations.as_ref(), None)
                 .map(str::to_owned),

@@ -35,6 +35,8 @@ fn with_config(bed: &Bed, image: &str, path: &Path, bytes: &str) -> NodeUpdatePl
         members: vec![],
         max_extracted_size: None,
         activation: None,
+        architecture: None,
+        other_architectures: Vec::new(),
     });
     plan
 }

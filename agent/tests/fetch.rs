@@ -182,6 +182,8 @@ fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
         members: vec![],
         max_extracted_size: None,
         activation: None,
+        architecture: None,
+        other_architectures: Vec::new(),
     }
 }
 

@@ -71,6 +71,8 @@ fn artifact(url: String, bytes: &[u8]) -> Artifact {
         members: vec![],
         max_extracted_size: None,
         activation: None,
+        architecture: None,
+        other_architectures: Vec::new(),
     }
 }
 

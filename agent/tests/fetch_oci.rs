@@ -67,6 +67,8 @@ fn artifact(registry: &Registry, pushed: &Pushed) -> Artifact {
         members: vec![],
         max_extracted_size: None,
         activation: None,
+        architecture: None,
+        other_architectures: Vec::new(),
     }
 }
 

@@ -106,6 +106,8 @@ fn artifact(base: &str) -> Artifact {
         members: vec![],
         max_extracted_size: None,
         activation: None,
+        architecture: None,
+        other_architectures: Vec::new(),
     }
 }
 

@@ -9,7 +9,9 @@ use std::sync::atomic::Ordering;
 
 use common::Bed;
 use inplace_agent::journal::Step;
-use inplace_proto::{DesiredState, NodeUpdatePlan, Phase};
+use inplace_proto::{
+    Architecture, ArchitectureBuild, Artifact, DesiredState, NodeUpdatePlan, Phase,
+};
 use sha2::{Digest, Sha256};
 
 #[tokio::test]
@@ -382,6 +384,67 @@ async fn invalid_and_denied_plans_are_refused_before_any_io() {
     assert!(bed.ready().2.contains("spec.artifacts[1].path"));
     assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), 0);
     assert!(!bed.settings.state_dir.join("store").exists());
+}
+
+/// A release for a mixed fleet: the image's first build is for another architecture, this
+/// node's is among `otherArchitectures`. The node downloads and installs its own build, and
+/// never the other; the revision stays the release's. A release with no build for this
+/// node's architecture is refused before any download, naming the artifact.
+#[tokio::test]
+async fn a_node_installs_the_build_for_its_architecture_and_refuses_a_release_without_one() {
+    let this = Architecture::of_this_build().expect("a Kubernetes architecture");
+    let other = if this == Architecture::Arm64 {
+        Architecture::Amd64
+    } else {
+        Architecture::Arm64
+    };
+    let bed = Bed::new();
+    let mut agent = bed.agent().await;
+    let mut plan = bed.plan("OK v1", "kubectl v1", "Active");
+    let image = plan.spec.content.artifacts[0].clone();
+    let own_build = ArchitectureBuild {
+        architecture: this,
+        url: image.url.clone(),
+        sha256: image.sha256.clone(),
+        size: image.size,
+        signature_url: None,
+    };
+    let other_url = "https://dl.example/other-architecture/kubernetes.raw";
+    plan.spec.content.artifacts[0] = Artifact {
+        url: other_url.into(),
+        sha256: "0".repeat(64),
+        architecture: Some(other),
+        other_architectures: vec![own_build],
+        ..image
+    };
+    agent.handle(Some(&plan)).await.unwrap();
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::Succeeded),
+        "{:?}",
+        bed.ready()
+    );
+    assert_eq!(bed.link(), "OK v1");
+    let revision = inplace_proto::revision_of(&plan.spec.content);
+    assert_eq!(bed.last().current_revision, Some(revision));
+
+    let bed = Bed::new();
+    let mut agent = bed.agent().await;
+    let mut plan = bed.plan("OK v2", "kubectl v2", "Active");
+    plan.spec.content.artifacts[0].architecture = Some(other);
+    agent.handle(Some(&plan)).await.unwrap();
+    let (status, reason, message) = bed.ready();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ArchitectureUnsupported")
+    );
+    assert!(
+        message.contains(&format!(
+            "spec.artifacts[0]: artifact kubernetes has no build for this node's architecture {this} (it has {other})"
+        )),
+        "{message}"
+    );
+    assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), 0);
 }
 
 /// `<root>/opt/bin/sub` is a symlink to a directory the agent may write (`<root>/etc`

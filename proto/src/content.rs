@@ -5,6 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::architecture::Architecture;
 use crate::duration::Duration;
 
 /// The pattern of a sha256 digest as the API accepts it: 64 lowercase hex digits.
@@ -104,6 +105,8 @@ pub struct AgentImage {
     {"rule": "self.type == 'Binary' || self.type == 'Config' || !has(self.path)", "message": "path is only for Binary and Config artifacts", "fieldPath": ".path", "reason": "FieldValueForbidden"},
     {"rule": "self.type != 'Archive' || (has(self.members) && size(self.members) > 0)", "message": "an Archive artifact needs members", "fieldPath": ".members", "reason": "FieldValueRequired"},
     {"rule": "self.type == 'Archive' || !has(self.members) || size(self.members) == 0", "message": "members are only for Archive artifacts", "fieldPath": ".members", "reason": "FieldValueForbidden"},
+    {"rule": "has(self.architecture) || !has(self.otherArchitectures) || size(self.otherArchitectures) == 0", "message": "otherArchitectures needs architecture: the one url is built for", "fieldPath": ".architecture", "reason": "FieldValueRequired"},
+    {"rule": "!has(self.architecture) || !has(self.otherArchitectures) || self.otherArchitectures.all(b, b.architecture != self.architecture)", "message": "otherArchitectures repeats the artifact's own architecture", "fieldPath": ".otherArchitectures", "reason": "FieldValueInvalid"},
 ]))]
 pub struct Artifact {
     /// Unique within the release. For a Sysext it is the extension name: the image is
@@ -166,6 +169,47 @@ pub struct Artifact {
     /// reboot of the node, as if `activation.mode` said `Reboot`. Default `Restart`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation: Option<ActivationMode>,
+
+    /// The node architecture `url` is built for (`amd64`, `arm64`: a Node's
+    /// `kubernetes.io/arch`). Absent: the one file serves every architecture. A node of
+    /// another architecture takes its build from `otherArchitectures`, and refuses the plan
+    /// (`ArchitectureUnsupported`) when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<Architecture>,
+
+    /// The same artifact built for other architectures: each node downloads and installs
+    /// only its own build, under the same name, path and activation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["architecture"]))]
+    pub other_architectures: Vec<ArchitectureBuild>,
+}
+
+/// An artifact's file built for one more architecture (`Artifact.otherArchitectures`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchitectureBuild {
+    /// The node architecture this build is for.
+    pub architecture: Architecture,
+
+    /// Where to download it from, as the artifact's `url`.
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: String,
+
+    /// The sha256 of this build: 64 lowercase hex digits.
+    #[schemars(regex(pattern = SHA256_PATTERN))]
+    pub sha256: String,
+
+    /// The size in bytes, enforced while streaming when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>", range(min = 1))]
+    pub size: Option<u64>,
+
+    /// A detached minisign signature over this build's bytes, as the artifact's
+    /// `signatureUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub signature_url: Option<String>,
 }
 
 impl Artifact {

@@ -3,6 +3,7 @@
 //! pure functions every component shares: validation, the revision hash, CRD generation,
 //! the reading of an agent's report ([`outcome`]) and the condition setter ([`condition`]).
 
+pub mod architecture;
 pub mod condition;
 pub mod content;
 pub mod crd;
@@ -21,10 +22,11 @@ pub mod steering;
 pub mod validate;
 pub mod version;
 
+pub use architecture::Architecture;
 pub use condition::{ConditionUpdate, set_condition};
 pub use content::{
-    Activation, ActivationMode, AgentImage, ArchiveMember, Artifact, ArtifactType, HealthChecks,
-    HttpCheck, UpdateContent,
+    Activation, ActivationMode, AgentImage, ArchitectureBuild, ArchiveMember, Artifact,
+    ArtifactType, HealthChecks, HttpCheck, UpdateContent,
 };
 pub use duration::Duration;
 pub use gates::RolloutGates;

@@ -84,6 +84,9 @@ reasons! {
     InvalidPlan,
     /// The plan asks for something this node's local policy forbids; nothing was done.
     PolicyDenied,
+    /// An artifact of the plan has no build for this node's architecture (the message names
+    /// the artifact, the node's architecture and the ones it has); nothing was done.
+    ArchitectureUnsupported,
     /// A binary's or archive member's directory is reached through a symlink below an
     /// allowed target directory (the message names it); nothing was changed.
     TargetThroughSymlink,

@@ -15,6 +15,7 @@ use crate::content::{Artifact, ArtifactType, UpdateContent};
 use crate::reason::Reason;
 
 mod agent_image;
+mod architecture;
 mod objects;
 
 /// One problem with one field.
@@ -188,18 +189,8 @@ fn check_artifact(
     if let Err(message) = check_artifact_name(&artifact.name) {
         out.invalid(format!("{path}.name"), message);
     }
-    if let Err(message) = check_sha256(&artifact.sha256) {
-        out.invalid(format!("{path}.sha256"), message);
-    }
-    if artifact.size == Some(0) {
-        out.invalid(format!("{path}.size"), "must be positive when given");
-    }
-    if crate::oci::is_oci(&artifact.url) {
-        check_registry_artifact(artifact, path, out);
-    } else {
-        check_url_artifact(artifact, path, out);
-    }
-    check_signature_url(artifact.signature_url.as_deref(), path, out);
+    check_source(artifact, path, out);
+    architecture::check_builds(artifact, path, out);
 
     let mut target = |field: String, value: &str, out: &mut Collector| {
         if let Err(message) = check_node_path(value) {
@@ -268,6 +259,23 @@ fn check_artifact(
             "members are only for Archive artifacts",
         );
     }
+}
+
+/// Where an artifact's file comes from and what it must be: `url`, `sha256`, `size`,
+/// `signatureUrl` (also each of its builds for other architectures, at their own `path`).
+fn check_source(artifact: &Artifact, path: &str, out: &mut Collector) {
+    if let Err(message) = check_sha256(&artifact.sha256) {
+        out.invalid(format!("{path}.sha256"), message);
+    }
+    if artifact.size == Some(0) {
+        out.invalid(format!("{path}.size"), "must be positive when given");
+    }
+    if crate::oci::is_oci(&artifact.url) {
+        check_registry_artifact(artifact, path, out);
+    } else {
+        check_url_artifact(artifact, path, out);
+    }
+    check_signature_url(artifact.signature_url.as_deref(), path, out);
 }
 
 /// An artifact name must be usable as a plain file name and as a sysext name.

@@ -29,6 +29,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "c12d0dd10e88",
     ),
     (
+        "docs/usage/standalone-rollouts.md",
+        "kubernetes-v1.31.2-multiarch",
+        "638d386923cc",
+    ),
+    (
         "docs/usage/cluster-api.md",
         "kubernetes-v1.31.2",
         "7a343a180f93",
@@ -37,7 +42,7 @@ const PINNED: &[(&str, &str, &str)] = &[
     (
         "proto/tests/revision_golden/every_field.yaml",
         "every-field",
-        "2dd49d449462",
+        "7dfd07bd5c45",
     ),
     (
         "proto/tests/revision_golden/agent_every_field.yaml",

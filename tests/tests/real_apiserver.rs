@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use inplace_proto::{NodeRelease, NodeRollout, NodeUpdatePlan, revision_of};
 use inplace_tests::apiserver::ApiServer;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 fn packaging() -> PathBuf {
@@ -513,6 +513,76 @@ async fn an_agent_update_travels_alone_and_the_server_says_so() {
     );
     assert_eq!(code, 422, "{message}");
     assert!(message.contains("a NodeRelease is immutable"), "{message}");
+}
+
+/// A release for x86-64 and arm64 nodes: docs/usage/standalone-rollouts.md § For x86-64 and
+/// arm64 nodes as written is accepted, and the schema refuses what the controller's
+/// validation refuses: builds for other architectures without the first one's, a build
+/// repeating it, the same architecture twice, and an architecture Kubernetes has no name for.
+#[tokio::test]
+async fn a_release_for_several_architectures_is_accepted_as_documented_and_bad_forms_refused() {
+    let server = server_with_agent_objects().await;
+    let api: Api<NodeRelease> = Api::all(server.client().await.unwrap());
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage/standalone-rollouts.md");
+    let block =
+        inplace_tests::docs::fenced_block(&page, "### For x86-64 and arm64 nodes", "yaml").unwrap();
+    let documented: NodeRelease = serde_yaml::from_str(&block).unwrap();
+    let created = api
+        .create(&PostParams::default(), &documented)
+        .await
+        .expect("the documented release is accepted");
+    created
+        .validate()
+        .expect("and valid for the controller too");
+
+    let arm64 = json!({"architecture": "arm64", "url": "https://x.example/k-arm64.raw", "sha256": "b".repeat(64)});
+    // Sent as JSON: the typed client could not even write `x86_64`.
+    let raw: Api<DynamicObject> = Api::all_with(
+        server.client().await.unwrap(),
+        &ApiResource::erase::<NodeRelease>(&()),
+    );
+    let with = |extra: serde_json::Value| -> DynamicObject {
+        let mut artifact = sysext("kubernetes", "a");
+        for (key, value) in extra.as_object().unwrap() {
+            artifact[key] = value.clone();
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRelease",
+            "metadata": {"name": "v1"},
+            "spec": {"version": "v1", "artifacts": [artifact]},
+        }))
+        .unwrap()
+    };
+    let refusals = [
+        (
+            json!({"otherArchitectures": [arm64]}),
+            "spec.artifacts[0].architecture",
+            "otherArchitectures needs architecture",
+        ),
+        (
+            json!({"architecture": "arm64", "otherArchitectures": [arm64]}),
+            "spec.artifacts[0].otherArchitectures",
+            "repeats the artifact's own architecture",
+        ),
+        (
+            json!({"architecture": "amd64", "otherArchitectures": [arm64, arm64]}),
+            "spec.artifacts[0].otherArchitectures[1]",
+            "Duplicate value",
+        ),
+        (
+            json!({"architecture": "x86_64"}),
+            "spec.artifacts[0].architecture",
+            "Unsupported value",
+        ),
+    ];
+    for (extra, field, why) in refusals {
+        let (code, _, message) = refusal(raw.create(&PostParams::default(), &with(extra)).await);
+        assert_eq!(code, 422, "{message}");
+        assert!(
+            message.contains(field) && message.contains(why),
+            "{field} / {why}: {message}"
+        );
+    }
 }
 
 /// `scripts/demo.sh` passes `target/kube/bin`, relative to the repository root: the

@@ -39,6 +39,8 @@ fn artifact(kind: ArtifactType) -> Artifact {
         },
         max_extracted_size: None,
         activation: None,
+        architecture: None,
+        other_architectures: Vec::new(),
     }
 }
 

@@ -29,6 +29,8 @@ pub fn as_artifact(agent: &AgentImage) -> Artifact {
         members: Vec::new(),
         max_extracted_size: None,
         activation: None,
+        architecture: None,
+        other_architectures: Vec::new(),
     }
 }
 

@@ -453,6 +453,8 @@ pub fn release_for(
             members: Vec::new(),
             max_extracted_size: None,
             activation: None,
+            architecture: None,
+            other_architectures: Vec::new(),
         }],
         agent: None,
         activation: Activation {

@@ -65,6 +65,8 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         members: vec![],
         max_extracted_size: None,
         activation: None,
+        architecture: None,
+        other_architectures: Vec::new(),
     };
     let started = Instant::now();
     let path = fetcher.fetch(&artifact, dir, &|_| {}).await?.path;
