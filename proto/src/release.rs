@@ -32,6 +32,15 @@ pub struct NodeReleaseSpec {
     #[schemars(length(min = 1, max = 64))]
     pub version: String,
 
+    /// Whether this release also brings a kubeadm control-plane node to `kubernetesVersion`
+    /// (its activation upgrades the control-plane static Pods, not only the kubelet). The
+    /// Cluster API extension updates a control-plane Machine in place only with such a
+    /// release: a kubelet newer than the API server beside it breaks the version skew policy.
+    /// Not part of the content: it is the author's word about the content, not something a
+    /// node runs, so it leaves the revision alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub updates_control_plane: bool,
+
     /// The artifacts, activation and health checks.
     #[serde(flatten)]
     pub content: UpdateContent,

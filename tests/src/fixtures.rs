@@ -76,6 +76,12 @@ impl ReleaseFixture {
         self
     }
 
+    /// Says the release also updates kubeadm control-plane nodes (`updatesControlPlane`).
+    pub fn updates_control_plane(mut self) -> Self {
+        self.value["spec"]["updatesControlPlane"] = json!(true);
+        self
+    }
+
     /// Adds a label.
     pub fn label(mut self, key: &str, value: &str) -> Self {
         self.value["metadata"]["labels"][key] = json!(value);

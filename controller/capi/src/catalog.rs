@@ -34,6 +34,9 @@ pub enum ReleaseLookup {
     /// A release exists, but the machine's workload cluster cannot run it (no Cluster, no
     /// usable kubeconfig Secret, no NodeUpdatePlan CRD); the message says which.
     ClusterNotReady(String),
+    /// A release exists, but this Machine may not take it (see `claim::control_plane`); the
+    /// message says why and how to allow it.
+    Refused(String),
 }
 
 impl ReleaseLookup {
@@ -59,7 +62,7 @@ impl ReleaseLookup {
                 names.len(),
                 names.join(", ")
             ),
-            ReleaseLookup::ClusterNotReady(why) => why.clone(),
+            ReleaseLookup::ClusterNotReady(why) | ReleaseLookup::Refused(why) => why.clone(),
         }
     }
 }

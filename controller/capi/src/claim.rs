@@ -7,12 +7,15 @@
 //! skipped minor version. Everything else (infrastructure, bootstrap, other Machine fields) is left
 //! unclaimed, so Cluster API replaces the machine when anything else changes. The claim is a
 //! JSON Patch over the *current* object that sets exactly the claimed fields to their desired
-//! values.
+//! values. A control-plane Machine is claimed only with a release that says it updates
+//! control-plane nodes ([`control_plane`]).
 
 use inplace_proto::version::{is_downgrade, skips_a_minor};
 use serde_json::{Value, json};
 
 use crate::catalog::ReleaseLookup;
+
+pub mod control_plane;
 
 /// Where the Kubernetes version sits in a Machine.
 pub const MACHINE_VERSION: &str = "/spec/version";
@@ -162,6 +165,11 @@ pub fn claim(
     lookup: Option<&ReleaseLookup>,
 ) -> Claim {
     let change = version_change(main.current, main.desired, version_pointer);
+    let control_plane = control_plane::is_control_plane(main.desired);
+    let restricted = lookup
+        .cloned()
+        .map(|l| control_plane::restrict(l, control_plane));
+    let lookup = restricted.as_ref();
     // Every difference but a version change is unclaimed (the version change is reported
     // on its own below, claimed or not).
     let mut unclaimed: Vec<String> = pair_differences(&main)
@@ -236,6 +244,7 @@ pub fn claim(
                 String::new()
             }
         ));
+        said.extend(control_plane::bootstrap_note(control_plane, &unclaimed));
     }
     if change.is_none() && unclaimed.is_empty() {
         said.push("nothing differs".to_owned());

@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, Patch as KubePatch, PatchParams};
 use serde_json::Value;
 
 use crate::catalog::{FoundRelease, ReleaseCatalog, ReleaseLookup};
-use crate::claim::{self, ObjectPair};
+use crate::claim::{self, ObjectPair, control_plane};
 use crate::drain::{DrainStatus, Drainer};
 use crate::error::Error;
 use crate::hooks::{
@@ -292,7 +292,10 @@ impl Extension {
 
     async fn drive(&self, machine: &Value) -> Result<Answer, Error> {
         let target = self.verified_target(machine).await?;
-        let release = match self.catalog.lookup(&target.version).await? {
+        // Checked again here, on the stored Machine: a CanUpdateMachine claim is no proof
+        // that this call follows one (anyone who reaches the extension can call).
+        let lookup = self.catalog.lookup(&target.version).await?;
+        let release = match control_plane::restrict(lookup, target.control_plane) {
             ReleaseLookup::Found(found) => *found,
             other => {
                 return Err(Error::NoRelease(format!(

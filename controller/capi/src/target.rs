@@ -20,6 +20,8 @@ pub struct MachineTarget {
     pub node: String,
     /// The desired Kubernetes version (`spec.version`).
     pub version: String,
+    /// Whether it is a control-plane Machine (see `claim::control_plane`).
+    pub control_plane: bool,
 }
 
 impl MachineTarget {
@@ -61,6 +63,7 @@ impl MachineTarget {
             cluster,
             node: text(machine, "/status/nodeRef/name").unwrap_or_default(),
             version,
+            control_plane: crate::claim::control_plane::is_control_plane(machine),
         })
     }
 }
@@ -115,6 +118,7 @@ mod tests {
                 cluster: "c1".into(),
                 node: "node-1".into(),
                 version: "v1.31.2".into(),
+                control_plane: false,
             }
         );
     }

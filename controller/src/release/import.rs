@@ -467,6 +467,7 @@ pub fn release_for(
         &release_name,
         NodeReleaseSpec {
             version: wanted.version.clone(),
+            updates_control_plane: false,
             content,
         },
     );

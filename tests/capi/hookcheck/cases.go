@@ -37,7 +37,9 @@ func outcomeOf(claimed bool, c comparison) outcome {
 	}
 }
 
-// The versions of the cases: the bed holds a NodeRelease for each but v1.32.0.
+// The versions of the cases: the bed holds a NodeRelease for each but v1.32.0. The release
+// of toVersion says it updates control-plane nodes; the one of fromVersion does not, so a
+// control-plane Machine moving to fromVersion is refused.
 const (
 	fromVersion      = "v1.31.2"
 	toVersion        = "v1.31.3"
@@ -90,6 +92,7 @@ func (t target) machineCases() []machineCase {
 		{"can-update-machine-version-and-infrastructure", from, side(toVersion, 16384, kc), partial},
 		{"can-update-machine-minor-version-skip", from, side(skippedToVersion, 8192, kc), refused},
 		{"can-update-machine-downgrade", from, side(olderVersion, 8192, kc), refused},
+		{"can-update-machine-control-plane-without-opt-in", side(olderVersion, 8192, kc), from, refused},
 	}
 }
 

@@ -292,3 +292,90 @@ fn differences_escape_keys_and_report_whole_arrays() {
     );
     assert_eq!(out, ["/a~1b", "/list", "/new"]);
 }
+
+/// A Machine as KubeadmControlPlane sends it: labelled as control plane.
+fn control_plane_machine(version: &str) -> Value {
+    let mut machine = machine(version);
+    machine["metadata"]["labels"][control_plane::CONTROL_PLANE_LABEL] = json!("");
+    machine
+}
+
+/// The claim for a control-plane Machine's v1.31.1 -> v1.31.2 with `bootstrap` (current,
+/// desired) as its bootstrap config, the release opted in or not.
+fn control_plane_claim(updates_control_plane: bool, bootstrap: (&Value, &Value)) -> Claim {
+    let (current, desired) = (
+        control_plane_machine("v1.31.1"),
+        control_plane_machine("v1.31.2"),
+    );
+    let (i1, i2) = (infra(1), infra(1));
+    let (main, [infra_pair]) = pairs(&current, &desired, &i1, &i2);
+    let bootstrap = ObjectPair {
+        label: "bootstrapConfig",
+        current: bootstrap.0,
+        desired: bootstrap.1,
+        compared: MACHINE_SPEC,
+    };
+    claim(
+        main,
+        &[infra_pair, bootstrap],
+        MACHINE_VERSION,
+        Some(&control_plane::tests::found(updates_control_plane)),
+    )
+}
+
+#[test]
+fn a_control_plane_machine_is_not_claimed_with_a_release_that_does_not_opt_in() {
+    let claim = control_plane_claim(false, (&Value::Null, &Value::Null));
+    assert!(claim.operations.is_empty());
+    assert!(!claim.covers_everything);
+    assert!(
+        claim.message.starts_with(
+            "not claimed: machine spec.version -> v1.31.2: this is a control-plane Machine"
+        ),
+        "{}",
+        claim.message
+    );
+    assert!(
+        claim.message.contains("spec.updatesControlPlane"),
+        "{}",
+        claim.message
+    );
+}
+
+#[test]
+fn a_control_plane_machine_is_claimed_with_a_release_that_opts_in() {
+    let claim = control_plane_claim(true, (&Value::Null, &Value::Null));
+    assert_eq!(
+        claim.operations,
+        vec![json!({"op": "replace", "path": "/spec/version", "value": "v1.31.2"})]
+    );
+    assert!(claim.covers_everything, "{}", claim.message);
+}
+
+#[test]
+fn kubeadm_control_plane_changes_are_not_claimed_even_when_the_release_opts_in() {
+    let kubeadm = |extra_args: Value| {
+        json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+               "spec": {"clusterConfiguration": {"apiServer": {"extraArgs": extra_args}}}})
+    };
+    let (b1, b2) = (
+        kubeadm(json!([])),
+        kubeadm(json!([{"name": "audit-log-maxage", "value": "30"}])),
+    );
+    let claim = control_plane_claim(true, (&b1, &b2));
+    assert!(!claim.covers_everything);
+    assert!(
+        claim
+            .message
+            .contains("bootstrapConfig spec.clusterConfiguration.apiServer.extraArgs"),
+        "{}",
+        claim.message
+    );
+    assert!(
+        claim
+            .message
+            .contains("KubeadmControlPlane's spec.kubeadmConfigSpec"),
+        "{}",
+        claim.message
+    );
+}

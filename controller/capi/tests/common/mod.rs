@@ -31,6 +31,12 @@ pub const RELEASES: [(&str, &str); 4] = [
     ("kubernetes-v1.33.0", "v1.33.0"),
 ];
 
+/// The one release of [`RELEASES`] that says it updates control-plane nodes
+/// (`updatesControlPlane`): hookcheck's CanUpdateMachine cases are KubeadmControlPlane's
+/// Machines, and their version bump (v1.31.2 -> v1.31.3) is claimed with it; v1.31.2 is the
+/// version a control-plane Machine is refused.
+pub const CONTROL_PLANE_RELEASE: &str = "kubernetes-v1.31.3";
+
 /// Where the golden files are: what Cluster API's own client sent and accepted, recorded by
 /// `hookcheck` (tests/capi; regenerate with `make capi-golden`).
 pub fn golden_dir() -> PathBuf {
@@ -82,17 +88,15 @@ pub fn https_client(ca_pem: &str) -> reqwest::Client {
         .unwrap()
 }
 
-/// Creates a valid release `name` for `kubernetes_version` in the management cluster.
-pub async fn create_release(management: &kube::Client, name: &str, kubernetes_version: &str) {
+/// A valid release `name` for `kubernetes_version`: the kubelet's system extension, checked
+/// by the Node's kubelet version.
+pub fn release_fixture(name: &str, kubernetes_version: &str) -> ReleaseFixture {
     let url =
         format!("https://extensions.example/kubernetes/kubernetes-{kubernetes_version}-x86-64.raw");
     ReleaseFixture::kubelet(name, kubernetes_version, kubernetes_version)
         .kubernetes_sysext(&url, &"4f0c9a1b".repeat(8), Some(97_517_568))
         .node_kubelet_version()
         .checked_for("30s", "5m")
-        .create(management)
-        .await
-        .unwrap();
 }
 
 /// The admin's kubeconfig of `api`, as Cluster API's `<cluster>-kubeconfig` Secret holds it.
@@ -186,7 +190,13 @@ impl Bed {
         .await;
         create_cluster(&management_client, CLUSTER).await;
         for (name, version) in RELEASES {
-            create_release(&management_client, name, version).await;
+            let release = release_fixture(name, version);
+            let release = if name == CONTROL_PLANE_RELEASE {
+                release.updates_control_plane()
+            } else {
+                release
+            };
+            release.create(&management_client).await.unwrap();
         }
 
         // Workload cluster: the nodes.
