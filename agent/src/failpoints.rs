@@ -14,6 +14,8 @@
 //! `verify.begin`, `verify.progress`, `commit.before`, `commit.saved`.
 //! Points (rollback): `rollback.begin`, `rollback.restore`, `rollback.sysext_refreshed`,
 //! `rollback.unit_restarted`, `rollback.verify`, `rollback.saved`.
+//! Points (reboot activation, `update/reboot.rs`): `reboot.journaled`, `reboot.booted`,
+//! `rollback.reboot_journaled`, `rollback.booted`.
 //! Points (agent switch, docs/design/agent-self-update.md): `switch.begin` (journaled, not
 //! armed), `switch.armed` (armed, not swapped), `switch.relinked` (the link at the new
 //! image, not refreshed nor restarted), `switch.proved` (the new agent's status written,
@@ -45,6 +47,10 @@ pub const POINTS: &[&str] = &[
     "rollback.unit_restarted",
     "rollback.verify",
     "rollback.saved",
+    "reboot.journaled",
+    "reboot.booted",
+    "rollback.reboot_journaled",
+    "rollback.booted",
     "switch.begin",
     "switch.armed",
     "switch.relinked",

@@ -44,7 +44,7 @@
 
 use std::time::{Duration, Instant};
 
-use crash_bed::{Bed, Kill, Kubelet, boot};
+use crash_bed::{Bed, Cut, Kill, Kubelet, boot};
 use inplace_api_emulator::{AuthzMode, EmulatorConfig};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::test_api::TestApi;
@@ -114,6 +114,41 @@ async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
     if long {
         assert!(bed.injected >= minimum);
     }
+    bed.real.node.poweroff().await.unwrap();
+}
+
+/// Where the power goes around a reboot activation, and whether the revision is healthy
+/// (else its kubelet cannot start, and the boot into it is rolled back by a reboot).
+const REBOOT_CUTS: &[(Cut, bool)] = &[
+    // Journaled `Rebooting`, logind not asked yet: the power cut is the reboot.
+    (Cut::Point("reboot.journaled"), true),
+    // logind accepted the reboot; the node has not gone down yet.
+    (Cut::RebootAsked, true),
+    // Booted into the revision: `Verifying` journaled, nothing checked yet.
+    (Cut::NextBoot("reboot.booted"), true),
+    // Checked for the whole window, not committed yet.
+    (Cut::NextBoot("commit.before"), true),
+    // The boot failed its checks: links put back, `RebootingBack` journaled, logind not
+    // asked yet.
+    (Cut::NextBoot("rollback.reboot_journaled"), false),
+];
+
+/// docs/usage/reboot-updates.md § What is journaled: a power cut at every step around a
+/// reboot activation ends on one whole revision, committed or rolled back, and the plan
+/// says which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_cut_at_every_step_around_a_reboot_ends_committed_or_rolled_back() {
+    let mut bed = boot(Kubelet::Real, None).await;
+    bed.prepare_reboots().await;
+    let started = Instant::now();
+    for (cut, healthy) in REBOOT_CUTS {
+        bed.reboot_case(*cut, *healthy).await;
+    }
+    eprintln!(
+        "reboot power cuts: {} cases in {:?}",
+        bed.injected,
+        started.elapsed()
+    );
     bed.real.node.poweroff().await.unwrap();
 }
 

@@ -165,7 +165,10 @@ impl Bed {
         let label = format!("case {} ({point}, {fault:?})", self.cases);
         let failpoints = failpoint_file(point);
         if let Fault::PowerCut { .. } = fault {
-            self.hold_restarts(true).await;
+            self.node
+                .hold_restarts("inplace-agent.service", true)
+                .await
+                .unwrap();
         }
         self.node
             .write_file(&failpoints, format!("{point}\n").as_bytes(), 0o600)
@@ -175,8 +178,17 @@ impl Bed {
             .order_switch(works, &format!("case-{}", self.cases))
             .await;
         if let Fault::PowerCut { down } = fault {
-            self.wait_fired(&failpoints, &label).await;
-            self.hold_restarts(false).await;
+            if let Err(e) = self
+                .node
+                .wait_fired(&failpoints, "inplace-agent.service", PATIENCE)
+                .await
+            {
+                panic!("{label}: {e}");
+            }
+            self.node
+                .hold_restarts("inplace-agent.service", false)
+                .await
+                .unwrap();
             self.node
                 .power_cut_and_boot(down)
                 .await
@@ -226,46 +238,6 @@ impl Bed {
         )
         .await;
         (revision, next)
-    }
-
-    /// `hold`: the agent's unit does not restart after its SIGKILL (the power goes before
-    /// systemd would restart it); the drop-in is gone again before the boot.
-    async fn hold_restarts(&self, hold: bool) {
-        let file = format!("{DROP_INS}/60-hold.conf");
-        if hold {
-            self.node
-                .write_file(&file, b"[Service]\nRestart=no\n", 0o644)
-                .await
-                .unwrap();
-            self.node.sh_ok("systemctl daemon-reload").await.unwrap();
-        } else {
-            self.node.sh_ok(&format!("rm -f {file}")).await.unwrap();
-        }
-    }
-
-    /// Until the point fired (its file is gone) and the process that passed it is dead.
-    async fn wait_fired(&self, failpoints: &str, label: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let fired = !self.node.exists(failpoints).await.unwrap();
-            let state = self
-                .node
-                .systemctl(&["show", "-p", "ActiveState", "--value", "inplace-agent"])
-                .await
-                .unwrap();
-            if fired && matches!(state.trim(), "failed" | "inactive") {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{label}: the point did not fire (agent {state})\n{}",
-                self.node
-                    .journal("inplace-agent.service", 60)
-                    .await
-                    .unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
     }
 
     /// The plan settled: one agent runs, the version of `self.running`, which the link,

@@ -23,6 +23,9 @@ use sha2::Digest;
 use crate::real_node::AgentNode;
 
 mod invariant;
+mod reboot;
+
+pub use reboot::Cut;
 
 /// The kubelet release of the real node (the patch release the kubelet suites start from).
 const KUBELET_RELEASE: &str = "v1.36.1";

@@ -8,22 +8,17 @@
 
 use std::time::Duration;
 
-use inplace_proto::{ActivationMode, NodeUpdatePlan, Phase};
+use inplace_proto::Phase;
 use inplace_tests::nspawn::NodeOptions;
 use inplace_tests::test_api::TestApi;
 
 use super::{
     Images, Plans, assert_kubelet_runs, assert_status, output, readlink, revision, stored_image,
 };
-use crate::real_node::AgentNode;
+use crate::real_node::{AgentNode, by_reboot};
 
 /// How long a node may take to go down and come back on a loaded 2-core machine.
 const REBOOT_PATIENCE: Duration = Duration::from_secs(300);
-
-fn by_reboot(mut plan: NodeUpdatePlan) -> NodeUpdatePlan {
-    plan.spec.content.activation.mode = Some(ActivationMode::Reboot);
-    plan
-}
 
 async fn boot_id(bed: &AgentNode) -> String {
     output(bed, &["cat", "/proc/sys/kernel/random/boot_id"]).await

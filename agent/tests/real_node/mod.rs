@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use inplace_proto::{NodeUpdatePlan, Phase};
+use inplace_proto::{ActivationMode, NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::install;
 use inplace_tests::nspawn::{Node, NodeOptions};
@@ -267,6 +267,12 @@ impl Setup {
             kubelet_healthz: None,
         }
     }
+}
+
+/// `plan`, activated by a reboot (`activation.mode: Reboot`) instead of its unit restarts.
+pub fn by_reboot(mut plan: NodeUpdatePlan) -> NodeUpdatePlan {
+    plan.spec.content.activation.mode = Some(ActivationMode::Reboot);
+    plan
 }
 
 /// Where a suite's drop-in for the agent's unit goes.

@@ -20,6 +20,7 @@
 
 pub(crate) mod host;
 mod node;
+mod power_cut;
 pub mod rootfs;
 
 pub use node::{ExecOutput, Node, NodeFile, NodeOptions, ServiceInstall, sweep_stale_nodes};
