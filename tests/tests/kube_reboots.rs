@@ -5,6 +5,11 @@
 //! 133 and the bed boots it again, as a machine comes back), merges the extension at boot and
 //! runs the new kubelet; the agent of the new boot verifies and commits. Each node reboots
 //! exactly once, in its slot: sampled throughout, never two nodes down at once.
+//!
+//! Then, on the same nodes, a second reboot release whose kubelet cannot start (its drop-in
+//! passes a flag the real kubelet refuses): the first node reboots into it, fails its health
+//! checks after the boot, reboots back into v1.36.3 and reports `RolledBack`; the rollout
+//! halts, and the other two nodes never reboot.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,8 +21,9 @@ use std::time::{Duration, Instant};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::docs::fenced_block;
 use inplace_tests::install::workspace_binaries;
-use inplace_tests::kube_node::cluster::rollout_manifest;
-use inplace_tests::kube_node::{self, ClusterOptions, KubeCluster};
+use inplace_tests::kube_node::cluster::{Activation, rollout_manifest};
+use inplace_tests::kube_node::kubelet::KUBELET_DROP_IN_PATH;
+use inplace_tests::kube_node::{self, ClusterOptions, KubeCluster, KubeletImage};
 use k8s_openapi::api::core::v1::Node as NodeObject;
 use kube::api::{Api, ListParams};
 
@@ -152,8 +158,17 @@ async fn boot_id(node: &inplace_tests::nspawn::Node) -> String {
     String::from_utf8(id.unwrap()).unwrap().trim().to_owned()
 }
 
+/// Every node's boot ID, by name.
+async fn boot_ids(cluster: &KubeCluster) -> BTreeMap<String, String> {
+    let mut ids = BTreeMap::new();
+    for node in &cluster.nodes {
+        ids.insert(node.name().to_owned(), boot_id(&node.node).await);
+    }
+    ids
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reboot_release_reboots_each_node_once_in_its_slot_never_two_down_at_once() {
+async fn a_reboot_release_reboots_each_node_once_and_a_failing_one_reboots_back_and_halts() {
     let work = tempfile::tempdir().unwrap();
     let (agent, controller) = workspace_binaries().await.unwrap();
     let options = ClusterOptions {
@@ -169,13 +184,20 @@ async fn a_reboot_release_reboots_each_node_once_in_its_slot_never_two_down_at_o
         .await
         .unwrap();
     let client = cluster.client().await.unwrap();
-    let mut before = BTreeMap::new();
-    for node in &cluster.nodes {
-        before.insert(node.name().to_owned(), boot_id(&node.node).await);
-    }
+    let booted = each_node_reboots_once_in_its_slot(&mut cluster, &client).await;
+    a_failing_release_reboots_back_and_halts(&mut cluster, &client, &booted).await;
+}
+
+/// The documented release over the three nodes: each reboots once, in its slot, and commits.
+/// Returns each node's boot ID after it.
+async fn each_node_reboots_once_in_its_slot(
+    cluster: &mut KubeCluster,
+    client: &kube::Client,
+) -> BTreeMap<String, String> {
+    let before = boot_ids(cluster).await;
     let watch = DownWatch::start(client.clone());
     let started = Instant::now();
-    let (release, manifest) = documented_release(&cluster);
+    let (release, manifest) = documented_release(cluster);
     cluster.apply("release", &manifest).unwrap();
     cluster
         .apply("rollout", &rollout_manifest(&release, "None"))
@@ -191,17 +213,14 @@ async fn a_reboot_release_reboots_each_node_once_in_its_slot_never_two_down_at_o
             panic!("{name}: {e}\n{}", cluster.agent_journals().await);
         }
     }
-    let mut after = BTreeMap::new();
-    for node in &cluster.nodes {
-        after.insert(node.name().to_owned(), boot_id(&node.node).await);
-    }
+    let after = boot_ids(cluster).await;
     cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
     eprintln!(
         "3 nodes rebooted and committed in {:.0?}",
         started.elapsed()
     );
     for node in &cluster.nodes {
-        kube_node::wait_node_ready(&client, node.name(), Some(NEWER), PATIENCE)
+        kube_node::wait_node_ready(client, node.name(), Some(NEWER), PATIENCE)
             .await
             .unwrap();
         let name = node.name();
@@ -235,5 +254,150 @@ async fn a_reboot_release_reboots_each_node_once_in_its_slot_never_two_down_at_o
             &[before[name].clone(), after[name].clone()],
             "{name}: {seen:?}"
         );
+    }
+    after
+}
+
+/// A reboot release whose kubelet refuses to start, over the nodes `booted` left on
+/// [`NEWER`]: the first node in its slot reboots into it and back (two new boots), its plan
+/// `RolledBack` saying the kubelet's unit failed, its Node `Ready` on [`NEWER`] from the boot
+/// back; the rollout `Halted`, the other nodes still in their boot with the release staged.
+async fn a_failing_release_reboots_back_and_halts(
+    cluster: &mut KubeCluster,
+    client: &kube::Client,
+    booted: &BTreeMap<String, String>,
+) {
+    let watch = DownWatch::start(client.clone());
+    let manifest = cluster
+        .serve_broken_release(NEWER, Activation::Reboot)
+        .await
+        .unwrap();
+    cluster.apply("release-refused", &manifest).unwrap();
+    let release = format!("kubelet-{NEWER}-refuses-to-start-by-reboot");
+    cluster
+        .apply("rollout", &rollout_manifest(&release, "None"))
+        .unwrap();
+
+    // Into the failing boot, then back: two reboots, each a new boot ID.
+    let first = first_to_reboot(cluster).await;
+    let name = cluster.nodes[first].name().to_owned();
+    if let Err(e) = cluster.nodes[first].node.wait_own_reboot(PATIENCE).await {
+        panic!("{name} back: {e}\n{}", cluster.agent_journals().await);
+    }
+    let back = boot_id(&cluster.nodes[first].node).await;
+    assert_ne!(back, booted[&name], "{name}: a new boot");
+
+    let described = cluster
+        .wait_halted("kubelets", PATIENCE)
+        .await
+        .unwrap_or_else(|e| panic!("the rollout did not halt: {e}"));
+    let plans = cluster.plans().unwrap();
+    let rollouts = cluster.kubectl(&["get", "noderollouts"]).unwrap();
+    eprintln!("{rollouts}\n{described}\n{plans}");
+    assert!(
+        described.contains("TooManyFailures") && described.contains(&name),
+        "{described}"
+    );
+    let plan = |node: &str| {
+        plans
+            .lines()
+            .find(|l| l.starts_with(&format!("{node} ")))
+            .unwrap_or_else(|| panic!("no plan of {node}: {plans}"))
+            .to_owned()
+    };
+    // The plan says what failed: the kubelet's unit never stayed up in the new boot.
+    let failed = plan(&name);
+    assert!(
+        failed.starts_with(&format!("{name} RolledBack RolledBack: "))
+            && failed.contains("kubelet.service"),
+        "{plans}"
+    );
+    wait_node_on_boot(client, &name, &back).await;
+    let node = &cluster.nodes[first].node;
+    assert_eq!(
+        boot_id(node).await,
+        back,
+        "{name}: no reboot after the one back"
+    );
+    assert_eq!(node.merged_extensions().await.unwrap(), ["kubernetes"]);
+    assert_eq!(
+        node.exec_ok(&["cat", &format!("/{KUBELET_DROP_IN_PATH}")])
+            .await
+            .unwrap(),
+        KubeletImage::Working.drop_in(),
+        "{name}: the previous (working) image is merged again"
+    );
+    for other in cluster.nodes.iter().filter(|n| n.name() != name) {
+        let other_name = other.name();
+        assert_eq!(
+            boot_id(&other.node).await,
+            booted[other_name],
+            "{other_name}: never rebooted"
+        );
+        let line = plan(other_name);
+        let phase = line.split(' ').nth(1).unwrap_or_default();
+        assert!(
+            ["Pending", "Downloading", "Staged"].contains(&phase),
+            "{other_name}: not past Staged: {plans}"
+        );
+    }
+    let seen = watch.seen();
+    eprintln!("boot IDs the Nodes reported: {:?}", seen.boot_ids);
+    assert!(
+        seen.most_down.len() <= 1,
+        "two nodes down at once: {seen:?}"
+    );
+    assert_eq!(
+        seen.ever_down,
+        BTreeSet::from([name.clone()]),
+        "only the first node's slot: {seen:?}"
+    );
+    // The failing boot's kubelet never ran, so it never reported that boot.
+    for (node, ids) in &seen.boot_ids {
+        let want = if *node == name {
+            vec![booted[node].clone(), back.clone()]
+        } else {
+            vec![booted[node].clone()]
+        };
+        assert_eq!(ids, &want, "{node}: {seen:?}");
+    }
+}
+
+/// The index of the first node to reboot by itself (and be booted again).
+async fn first_to_reboot(cluster: &mut KubeCluster) -> usize {
+    let waits = cluster
+        .nodes
+        .iter_mut()
+        .map(|node| Box::pin(node.node.wait_own_reboot(PATIENCE)));
+    let (result, first, others) = futures::future::select_all(waits).await;
+    drop(others);
+    if let Err(e) = result {
+        panic!("no node rebooted: {e}\n{}", cluster.agent_journals().await);
+    }
+    first
+}
+
+/// Waits until the Node `name` is `Ready` on [`NEWER`] as reported from the boot `boot`
+/// (a Node keeps the last `Ready` its kubelet posted, from before a reboot too).
+async fn wait_node_on_boot(client: &kube::Client, name: &str, boot: &str) {
+    let nodes: Api<NodeObject> = Api::all(client.clone());
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let node = nodes.get(name).await.ok();
+        let status = node.and_then(|n| n.status).unwrap_or_default();
+        let info = status.node_info.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready && info.boot_id == boot && info.kubelet_version == NEWER {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} not Ready on {NEWER} from boot {boot}: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use inplace_tests::apiserver::bin_dir;
 use inplace_tests::docs::shell_block;
 use inplace_tests::install::workspace_binaries;
-use inplace_tests::kube_node::cluster::rollout_manifest;
+use inplace_tests::kube_node::cluster::{Activation, rollout_manifest};
 use inplace_tests::kube_node::workload::{
     self, ReadinessWatch, RunningContainer, running_containers,
 };
@@ -247,7 +247,10 @@ async fn a_kubelet_that_cannot_start_rolls_back_with_the_pods_untouched_and_halt
     let work = tempfile::tempdir().unwrap();
     let cluster = cluster(work.path(), "broken", 2, "v1.36.1").await;
     let before = run_workload(&cluster).await;
-    let release = cluster.serve_broken_release("v1.36.3").await.unwrap();
+    let release = cluster
+        .serve_broken_release("v1.36.3", Activation::Restart)
+        .await
+        .unwrap();
     cluster.apply("release", &release).unwrap();
     cluster
         .apply(
@@ -256,39 +259,11 @@ async fn a_kubelet_that_cannot_start_rolls_back_with_the_pods_untouched_and_halt
         )
         .unwrap();
 
-    let deadline = Instant::now() + PATIENCE;
-    let halted = loop {
-        let halted = cluster
-            .kubectl(&[
-                "get",
-                "noderollout",
-                "kubelets",
-                "-o",
-                r#"jsonpath={.status.conditions[?(@.type=="Halted")].status}"#,
-            ])
-            .unwrap();
-        if halted == "True" || Instant::now() > deadline {
-            break halted;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
     let described = cluster
-        .kubectl(&["describe", "noderollout", "kubelets"])
-        .unwrap();
-    let plans = cluster
-        .kubectl(&[
-            "get",
-            "nodeupdateplans",
-            "-o",
-            r#"jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}{"\n"}{end}"#,
-        ])
-        .unwrap();
-    assert_eq!(
-        halted,
-        "True",
-        "the rollout did not halt:\n{described}\n{plans}\n{}",
-        cluster.agent_journals().await
-    );
+        .wait_halted("kubelets", PATIENCE)
+        .await
+        .unwrap_or_else(|e| panic!("the rollout did not halt: {e}"));
+    let plans = cluster.plans().unwrap();
     eprintln!("{described}\n{plans}");
     assert!(described.contains("Halted"), "{described}");
     let rolled_back: Vec<&str> = plans

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::bed::{CapiBed, PATIENCE, cluster_manifest};
 use super::machines::{condition, identities, machine_api};
 use crate::install::workspace_binaries;
+use crate::kube_node::cluster::Activation;
 use crate::kube_node::{ClusterOptions, KubeCluster};
 
 /// The kubelet the nodes boot with, and the MachineDeployment's version.
@@ -70,7 +71,11 @@ impl DeploymentBed {
         let bed = CapiBed::start(&cluster.api).await?;
         let manifest = match release {
             Release::Working => cluster.release_manifest(TO)?,
-            Release::Broken => cluster.serve_broken_release(TO).await?,
+            Release::Broken => {
+                cluster
+                    .serve_broken_release(TO, Activation::Restart)
+                    .await?
+            }
         };
         cluster.apply("release", &manifest)?;
         cluster.apply("capi", &cluster_manifest(nodes, FROM, TO))?;

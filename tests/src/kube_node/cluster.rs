@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::config::WORKLOAD_IMAGE;
+pub use super::rollout::{Activation, rollout_manifest};
+use super::rollout::{release_manifest, release_manifest_activated, sysext_artifact};
 use super::{KUBELET_RELEASES, KubeNode, KubeNodeConfig, KubeletImage, kubelet_sysext};
 use crate::apiserver::{ApiServer, run_kubectl};
 use crate::artifact_server::{Artifact, ArtifactServer};
@@ -270,9 +272,15 @@ impl KubeCluster {
     }
 
     /// Serves a kubelet image of `release` that cannot start (its drop-in passes a flag the
-    /// kubelet refuses) and returns its NodeRelease, named `kubelet-RELEASE-refuses-to-start`,
-    /// with a health-check timeout of 45 s.
-    pub async fn serve_broken_release(&self, release: &str) -> Result<String> {
+    /// kubelet refuses) and returns its NodeRelease, named `kubelet-RELEASE-refuses-to-start`
+    /// (`…-by-reboot` when `activation` is [`Activation::Reboot`]), with a health-check
+    /// timeout of 45 s (60 s after a reboot, so that the node is seen up before it reboots
+    /// back).
+    pub async fn serve_broken_release(
+        &self,
+        release: &str,
+        activation: Activation,
+    ) -> Result<String> {
         let image = kubelet_sysext(
             release,
             KubeletImage::RefusesToStart,
@@ -282,11 +290,16 @@ impl KubeCluster {
         self.server
             .put(&image_path(&image), Artifact::file(&image.path)?);
         // It never gets healthy: no need to wait the working release's 3 minutes.
-        Ok(release_manifest(
-            &format!("kubelet-{release}-refuses-to-start"),
+        let (suffix, timeout) = match activation {
+            Activation::Restart => ("", "45s"),
+            Activation::Reboot => ("-by-reboot", "60s"),
+        };
+        Ok(release_manifest_activated(
+            &format!("kubelet-{release}-refuses-to-start{suffix}"),
             release,
             &sysext_artifact(&self.server.url(&image_path(&image)), &image),
-            "45s",
+            timeout,
+            activation,
         ))
     }
 
@@ -401,48 +414,6 @@ fn image_path(image: &SysextImage) -> String {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
-    )
-}
-
-/// The NodeRollout `kubelets` of the release named `release`: every node, one at a time,
-/// halting at the first failure, with `disruption` (`None`, `Cordon` or `Drain`).
-pub fn rollout_manifest(release: &str, disruption: &str) -> String {
-    format!(
-        "apiVersion: inplace.dev/v1alpha1\nkind: NodeRollout\nmetadata:\n  name: kubelets\n\
-         spec:\n  release: {release}\n  maxUnavailable: 1\n  maxFailures: 0\n  disruption: {disruption}\n"
-    )
-}
-
-/// The NodeRelease `name` moving a node to kubelet `version` with `artifact` (a YAML list
-/// item): the kubelet restarted, healthy when its unit is steady and its Node `Ready` on
-/// `version` for 10 s, within `timeout`.
-fn release_manifest(name: &str, version: &str, artifact: &str, timeout: &str) -> String {
-    format!(
-        "apiVersion: inplace.dev/v1alpha1
-kind: NodeRelease
-metadata:
-  name: {name}
-spec:
-  version: {version}
-  kubernetesVersion: {version}
-  artifacts:
-{artifact}  activation:
-    restartUnits: [kubelet.service]
-  healthChecks:
-    units: [kubelet.service]
-    nodeKubeletVersion: true
-    nodeReady: true
-    window: 10s
-    timeout: {timeout}
-"
-    )
-}
-
-/// The `kubernetes` sysext artifact of `image`, served at `url`.
-fn sysext_artifact(url: &str, image: &SysextImage) -> String {
-    format!(
-        "  - name: kubernetes\n    type: Sysext\n    url: {url}\n    sha256: {}\n    size: {}\n",
-        image.sha256, image.size
     )
 }
 

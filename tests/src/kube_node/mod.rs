@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod config;
 pub mod kubelet;
 mod node;
+pub mod rollout;
 pub mod workload;
 
 use std::time::{Duration, Instant};
