@@ -2,10 +2,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start unit-and-fuzz fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start unit-and-side-checks arm64-unit arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went.
-test: test-start deps lint kube-smoke unit-and-fuzz
+test: test-start deps lint kube-smoke unit-and-side-checks
 	@./scripts/timed.sh --report
 
 # Each step of `make test` runs under TIMED, which logs its wall and CPU time for the report.
@@ -60,6 +60,7 @@ images: tools
 
 deps:
 	@$(TIMED) ./scripts/install-deps.sh
+	@$(TIMED) ./scripts/install-deps.sh --arm64
 
 ## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
 ## `make demo KUBECONFIG=path` runs it against that existing cluster instead of starting one
@@ -98,21 +99,37 @@ build-tests:
 testbed: build-tests
 	$(TIMED) $(TESTBED) build-rootfs
 
-# The tests and the fuzzing side by side: most of a node test is waiting (a boot, a kubelet's
-# start, a health window), and the fuzzing's build and runs fill the CPU it leaves idle
-# (docs/development/testing.md § Where the time goes). The fuzzing's output goes to FUZZ_LOG,
-# printed when both have ended; either failing fails the step.
-FUZZ_LOG = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/fuzz-short.log
-unit-and-fuzz:
-	@$(MAKE) --no-print-directory fuzz-short >"$(FUZZ_LOG)" 2>&1 & fuzz=$$!; \
+# The tests and the side checks side by side: most of a node test is waiting (a boot, a
+# kubelet's start, a health window), and the side checks' builds and runs fill the CPU it
+# leaves idle (docs/development/testing.md § Where the time goes). Their output goes to
+# SIDE_LOG, printed when both have ended; either failing fails the step.
+SIDE_CHECKS := fuzz-short arm64-unit
+SIDE_LOG = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/side-checks.log
+unit-and-side-checks:
+	@$(MAKE) --no-print-directory $(SIDE_CHECKS) >"$(SIDE_LOG)" 2>&1 & side=$$!; \
 	$(MAKE) --no-print-directory unit; unit=$$?; \
-	wait $$fuzz; fuzz=$$?; \
-	echo "== make fuzz-short, run beside the tests ($(FUZZ_LOG)):"; cat "$(FUZZ_LOG)"; \
-	[ $$unit -eq 0 ] && [ $$fuzz -eq 0 ]
+	wait $$side; side=$$?; \
+	echo "== make $(SIDE_CHECKS), run beside the tests ($(SIDE_LOG)):"; cat "$(SIDE_LOG)"; \
+	[ $$unit -eq 0 ] && [ $$side -eq 0 ]
+
+# arm64 nodes: builds for aarch64 with Debian's cross linker, run under qemu-user
+# (.cargo/config.toml), in a target directory of their own, so that they never wait for
+# the lock of the one the tests build in (nor make it wait).
+ARM64_TARGET_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/arm64
+## The agent's unit tests built for aarch64 and run under qemu-user.
+arm64-unit:
+	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent --lib
+
+## The agent's and the kubectl plugin's arm64 packages (ARCH=arm64 scripts/package.sh) and
+## the controller's arm64 release build.
+arm64: deps
+	ARCH=arm64 ./scripts/package.sh
+	$(CARGO) build --release --locked --target aarch64-unknown-linux-gnu -p inplace-controller
 
 ## cargo-fuzz and the nightly toolchain the fuzz targets build with.
 fuzz-deps:
-	@$(TIMED) ./scripts/install-deps.sh --fuzz
+	@$(TIMED) ./scripts/install-deps.sh
+	@$(TIMED) ./scripts/install-deps.sh --arm64 --fuzz
 
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix kubeconfig

@@ -24,6 +24,21 @@ if ((${#need_apt[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+# The arm64 builds (`--arm64`, run by `make arm64-unit` beside the tests): Debian's cross
+# compiler and qemu-user, and Rust's standard library for aarch64.
+if [[ ${1:-} == --arm64 ]]; then
+    need_cross=()
+    command -v aarch64-linux-gnu-gcc >/dev/null || need_cross+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+    command -v qemu-aarch64-static >/dev/null || need_cross+=(qemu-user-static)
+    if ((${#need_cross[@]})); then
+        echo "installing: ${need_cross[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_cross[@]}" >/dev/null
+    fi
+    rustup target list --installed | grep -q ^aarch64-unknown-linux-gnu ||
+        rustup target add aarch64-unknown-linux-gnu
+    exit 0
+fi
 # The cargo tools are built from source on a new machine. They share one target directory
 # (their common dependencies build once) and skip their release profiles' link-time
 # optimisation (cargo-deny's is fat LTO in one codegen unit): test tools that run for

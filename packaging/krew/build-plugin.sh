@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Packages the kubectl plugin for krew, for a plain download and for Debian/Ubuntu:
-#   OUT_DIR/kubectl-inplace-v<version>-linux-amd64.tar.gz   kubectl-inplace and LICENSE
-#   OUT_DIR/inplace.yaml   the krew manifest (packaging/krew/inplace.yaml) for that archive
-#   OUT_DIR/kubectl-inplace_<version>_amd64.deb   /usr/bin/kubectl-inplace (a package of its
+#   OUT_DIR/kubectl-inplace-v<version>-linux-<arch>.tar.gz   kubectl-inplace and LICENSE
+#   OUT_DIR/inplace.yaml   the krew manifest (packaging/krew/inplace.yaml) for the amd64 archive
+#   OUT_DIR/kubectl-inplace_<version>_<arch>.deb   /usr/bin/kubectl-inplace (a package of its
 #       own: the people who run kubectl are rarely on the nodes the agent's package is for)
 # (+ their lines in OUT_DIR/SHA256SUMS). Reproducible: every mtime is SOURCE_DATE_EPOCH
 # (default: the last commit's time, else 0).
 #
-# usage: build-plugin.sh BINARY VERSION OUT_DIR
+# usage: [ARCH=amd64|arm64] build-plugin.sh BINARY VERSION OUT_DIR   (ARCH: the binary's)
 set -euo pipefail
 binary=$1 version=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 epoch=${SOURCE_DATE_EPOCH:-$(git -C "$here" log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH=$epoch
-name=kubectl-inplace-v$version-linux-amd64.tar.gz
+arch=${ARCH:-amd64}
+name=kubectl-inplace-v$version-linux-$arch.tar.gz
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$out" "$stage/archive"
@@ -24,16 +25,19 @@ install -m 0644 "$repo/LICENSE" "$stage/archive/LICENSE"
 tar --sort=name --format=gnu --numeric-owner --owner=0 --group=0 --mtime="@$epoch" \
     -C "$stage/archive" -cf - LICENSE kubectl-inplace | gzip -n -9 >"$out/$name"
 sha=$(sha256sum "$out/$name" | cut -d' ' -f1)
-sed -e "s/@VERSION@/$version/g" -e "s/@SHA256@/$sha/" "$here/inplace.yaml" >"$out/inplace.yaml"
+# The krew manifest names the amd64 archive only (krew.md says so).
+if [[ $arch == amd64 ]]; then
+    sed -e "s/@VERSION@/$version/g" -e "s/@SHA256@/$sha/" "$here/inplace.yaml" >"$out/inplace.yaml"
+fi
 "$here/../add-sha256sum.sh" "$out" "$name"
 echo "$out/$name"
 
-deb=kubectl-inplace_${version}_amd64.deb
+deb=kubectl-inplace_${version}_${arch}.deb
 root=$stage/deb
 install -D -m 0755 "$binary" "$root/usr/bin/kubectl-inplace"
 install -D -m 0644 "$repo/LICENSE" "$root/usr/share/doc/kubectl-inplace/copyright"
 install -d -m 0755 "$root/DEBIAN"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
-sed -e "s/@VERSION@/$version/" -e "s/@SIZE@/$size/" "$here/control.in" >"$root/DEBIAN/control"
+sed -e "s/@VERSION@/$version/" -e "s/@SIZE@/$size/" -e "s/@ARCH@/$arch/" "$here/control.in" >"$root/DEBIAN/control"
 "$repo/packaging/pack-deb.sh" "$root" "$out" "$deb"
 echo "$out/$deb"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds the agent as a systemd-sysext image, like a sysext-bakery extension:
-#   OUT_DIR/inplace-agent-<version>-x86-64.raw  (+ a line in OUT_DIR/SHA256SUMS)
+#   OUT_DIR/inplace-agent-<version>-<x86-64|arm64>.raw  (+ a line in OUT_DIR/SHA256SUMS)
 # Contents: /usr/bin/inplace-agent, the unit, tmpfiles.d, the vendor config defaults
 # (/usr/lib/inplace/agent.toml) and the extension-release file. Inputs are the SAME files
 # the e2e suite installs (systemd/, packaging/agent/), never copies. Reproducible: every
 # mtime is SOURCE_DATE_EPOCH (default: the last commit's time, else 0).
 #
-# usage: build-sysext.sh BINARY VERSION OUT_DIR
+# usage: [ARCH=amd64|arm64] build-sysext.sh BINARY VERSION OUT_DIR   (ARCH: the binary's, as
+# Kubernetes names it; the image is named and marked as systemd and sysext-bakery name it)
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
@@ -17,7 +18,12 @@ binary=$1 version=$2 out=$3
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 command -v mksquashfs >/dev/null || { echo "mksquashfs missing: apt-get install squashfs-tools" >&2; exit 1; }
 epoch=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 0)}
-name="inplace-agent-${version}-x86-64.raw"
+case ${ARCH:-amd64} in
+amd64) systemd_arch=x86-64 ;;
+arm64) systemd_arch=arm64 ;;
+*) echo "ARCH=$ARCH: amd64 or arm64" >&2; exit 2 ;;
+esac
+name="inplace-agent-${version}-${systemd_arch}.raw"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -30,7 +36,7 @@ install -d -m 0755 "$stage/usr/lib/extension-release.d"
 # not tied to an OS release, unlike a kubernetes sysext.
 cat > "$stage/usr/lib/extension-release.d/extension-release.inplace-agent" <<RELEASE
 ID=_any
-ARCHITECTURE=x86-64
+ARCHITECTURE=${systemd_arch}
 EXTENSION_RELOAD_MANAGER=1
 RELEASE
 chmod 0644 "$stage/usr/lib/extension-release.d/extension-release.inplace-agent"
