@@ -128,8 +128,7 @@ arm64: deps
 
 ## cargo-fuzz and the nightly toolchain the fuzz targets build with.
 fuzz-deps:
-	@$(TIMED) ./scripts/install-deps.sh
-	@$(TIMED) ./scripts/install-deps.sh --arm64 --fuzz
+	@$(TIMED) ./scripts/install-deps.sh --fuzz
 
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix kubeconfig
