@@ -136,6 +136,20 @@ impl Named {
     }
 }
 
+impl std::fmt::Display for Named {
+    /// `REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]`, as a person writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.registry, self.repository)?;
+        if let Some(tag) = &self.tag {
+            write!(f, ":{tag}")?;
+        }
+        if let Some(digest) = &self.digest {
+            write!(f, "@sha256:{digest}")?;
+        }
+        Ok(())
+    }
+}
+
 /// The hex of a `sha256:<64 lowercase hex digits>` digest.
 fn sha256_hex(digest: &str) -> Result<String, String> {
     let hex = digest
@@ -258,8 +272,13 @@ mod tests {
             named.pinned(D),
             format!("oci://registry.example/sysext/kubernetes:v1.31.2@sha256:{D}")
         );
+        assert_eq!(
+            named.to_string(),
+            "registry.example/sysext/kubernetes:v1.31.2"
+        );
         let named = Named::parse(&format!("oci://r.example:5000/a@sha256:{D}")).unwrap();
         assert_eq!(named.manifest_reference(), format!("sha256:{D}"));
+        assert_eq!(named.to_string(), format!("r.example:5000/a@sha256:{D}"));
         assert_eq!(
             named.pinned(D),
             format!("oci://r.example:5000/a@sha256:{D}")

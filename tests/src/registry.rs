@@ -188,8 +188,21 @@ impl Registry {
         title: &str,
         file: &[u8],
     ) -> anyhow::Result<Pushed> {
+        self.push_platform_file(repository, tag, title, file, None)
+    }
+
+    /// [`Registry::push_file`] with the platform (`linux/arm64`) in the manifest's config,
+    /// where `crane index append` reads it (as `oras push --artifact-platform` writes it).
+    pub fn push_platform_file(
+        &self,
+        repository: &str,
+        tag: &str,
+        title: &str,
+        file: &[u8],
+        platform: Option<&str>,
+    ) -> anyhow::Result<Pushed> {
         let layout = tempfile::tempdir()?;
-        let pushed = write_layout(layout.path(), title, file)?;
+        let pushed = write_layout(layout.path(), title, file, platform)?;
         let target = format!("{}/{repository}:{tag}", self.host());
         let mut push = Command::new(tool("crane")?);
         push.arg("push").arg(layout.path()).arg(&target);
@@ -206,6 +219,32 @@ impl Registry {
             bail!("crane push printed {printed:?}, expected {expected}");
         }
         Ok(pushed)
+    }
+
+    /// Pushes an index of `manifests` (digests, 64 hex digits, already in `repository`) to
+    /// `repository:tag` with `crane index append`, which gives each entry the platform of
+    /// its manifest's config; the index's digest (64 hex digits).
+    pub fn push_index(
+        &self,
+        repository: &str,
+        tag: &str,
+        manifests: &[&str],
+    ) -> anyhow::Result<String> {
+        let name = format!("{}/{repository}", self.host());
+        let mut append = Command::new(tool("crane")?);
+        append.args(["index", "append", "-t", &format!("{name}:{tag}")]);
+        for digest in manifests {
+            append.args(["-m", &format!("{name}@sha256:{digest}")]);
+        }
+        if let Some(config) = &self.docker_config {
+            append.env("DOCKER_CONFIG", config);
+        }
+        let printed = run_ok(&mut append);
+        printed
+            .trim()
+            .strip_prefix(&format!("{name}@sha256:"))
+            .map(str::to_owned)
+            .with_context(|| format!("crane index append printed {printed:?}"))
     }
 }
 
@@ -231,8 +270,14 @@ pub fn crane_login(dir: &Path, registry: &str, user: &str, password: &str) -> an
     Ok(())
 }
 
-/// Writes an OCI image layout holding one artifact manifest for `file`.
-fn write_layout(dir: &Path, title: &str, file: &[u8]) -> anyhow::Result<Pushed> {
+/// Writes an OCI image layout holding one artifact manifest for `file`, for `platform`
+/// (`os/architecture`) when given.
+fn write_layout(
+    dir: &Path,
+    title: &str,
+    file: &[u8],
+    platform: Option<&str>,
+) -> anyhow::Result<Pushed> {
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs)?;
     let put = |bytes: &[u8]| -> anyhow::Result<String> {
@@ -240,7 +285,17 @@ fn write_layout(dir: &Path, title: &str, file: &[u8]) -> anyhow::Result<Pushed> 
         std::fs::write(blobs.join(&digest), bytes)?;
         Ok(digest)
     };
-    let config = b"{}";
+    // Without a platform the empty config of an OCI artifact; with one an image config
+    // that names it, the only place a manifest says what it is built for.
+    let (config, config_type) = match platform.map(|p| p.split_once('/')) {
+        None => (b"{}".to_vec(), "application/vnd.oci.empty.v1+json"),
+        Some(Some((os, architecture))) => (
+            serde_json::to_vec(&serde_json::json!({"architecture": architecture, "os": os}))?,
+            "application/vnd.oci.image.config.v1+json",
+        ),
+        Some(None) => bail!("{platform:?} is not os/architecture"),
+    };
+    let config = config.as_slice();
     let config_digest = put(config)?;
     let sha256 = put(file)?;
     let manifest = serde_json::to_vec(&serde_json::json!({
@@ -248,7 +303,7 @@ fn write_layout(dir: &Path, title: &str, file: &[u8]) -> anyhow::Result<Pushed> 
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "artifactType": SYSEXT_LAYER_TYPE,
         "config": {
-            "mediaType": "application/vnd.oci.empty.v1+json",
+            "mediaType": config_type,
             "digest": format!("sha256:{config_digest}"),
             "size": config.len(),
         },

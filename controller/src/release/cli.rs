@@ -5,11 +5,12 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Subcommand;
-use inplace_proto::NodeRelease;
+use inplace_proto::{ArchitectureBuild, NodeRelease};
 
+use crate::release::extension::{self, Image};
 use crate::release::fetch::{FetchSettings, MAX_SUMS_BYTES, fetch_text};
-use crate::release::import::{self, Image, ImportError, ReleaseOptions};
-use crate::release::oci::{self, OciSettings};
+use crate::release::import::{self, ImportError, ReleaseOptions};
+use crate::release::oci::{self, OciSettings, Resolved};
 
 /// The `release` subcommands.
 #[derive(Subcommand)]
@@ -20,7 +21,7 @@ pub enum ReleaseCommand {
     FromSha256sums(FromSha256sums),
     /// Print a NodeRelease for an extension image kept in an OCI registry
     /// (`REGISTRY/REPOSITORY:TAG` or `@sha256:DIGEST`): the release pins the manifest's
-    /// digest and the file's layer.
+    /// digest and the file's layer; from an index, one build per linux architecture.
     FromOci(FromOci),
 }
 
@@ -35,11 +36,12 @@ pub struct FromOci {
     /// The release's version (`v1.31.2`; for `--name kubernetes` also its Kubernetes version).
     #[arg(long)]
     version: String,
-    /// The platform taken from an index (`x86-64`, `arm64`; `amd64` works too).
-    #[arg(long, default_value = "x86-64")]
-    arch: String,
-    /// The layer that is the file, by its `org.opencontainers.image.title` (needed when the
-    /// manifest has more than one layer).
+    /// From an index, take only this architecture's manifest (`amd64`, `arm64`; `x86-64`
+    /// and `aarch64` work too); default: every linux architecture a release names.
+    #[arg(long)]
+    arch: Option<String>,
+    /// The layer that is the file, by its `org.opencontainers.image.title` (needed when a
+    /// manifest has more than one layer; for an index, in each platform's manifest).
     #[arg(long)]
     file: Option<String>,
     /// Reach the registry over http (one inside the cluster's own network), not https; a
@@ -144,15 +146,29 @@ fn release_from_sha256sums(args: FromSha256sums) -> anyhow::Result<()> {
 fn release_from_oci(args: FromOci) -> anyhow::Result<()> {
     // The kind goes first so that scripts can match on it.
     let import_failed = |e: ImportError| anyhow::anyhow!("[{}] {e}", e.kind());
-    let named = inplace_proto::oci::Named::parse(&args.reference).map_err(|message| {
+    let invalid = |flag, value: &str, message: String| {
         import_failed(ImportError::InvalidArgument {
-            flag: "REFERENCE",
-            value: args.reference.clone(),
+            flag,
+            value: value.to_owned(),
             message,
         })
-    })?;
-    let wanted =
-        import::Wanted::new(&args.name, &args.version, &args.arch).map_err(import_failed)?;
+    };
+    let named = inplace_proto::oci::Named::parse(&args.reference)
+        .map_err(|message| invalid("REFERENCE", &args.reference, message))?;
+    import::check_extension(&args.name, &args.version).map_err(import_failed)?;
+    let only = args
+        .arch
+        .as_deref()
+        .map(|arch| {
+            oci::architecture_named(arch).ok_or_else(|| {
+                invalid(
+                    "--arch",
+                    arch,
+                    "not a node architecture (amd64, arm64, riscv64, ppc64le, s390x)".into(),
+                )
+            })
+        })
+        .transpose()?;
     let settings = OciSettings {
         timeout: args.timeout.get(),
         plain_http: args.plain_http,
@@ -162,24 +178,17 @@ fn release_from_oci(args: FromOci) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     let resolved = runtime
-        .block_on(oci::resolve(
-            &named,
-            oci::oci_arch(&wanted.arch),
-            args.file.as_deref(),
-            &settings,
-        ))
+        .block_on(oci::resolve(&named, only, args.file.as_deref(), &settings))
         .map_err(|e| anyhow::anyhow!("[{}] {e}", e.kind()))?;
-    let image = Image {
-        url: resolved.url,
-        sha256: resolved.sha256,
-        size: Some(resolved.size),
-        signature_url: None,
-    };
+    for skipped in &resolved.skipped {
+        eprintln!("note: {named}: passed over {skipped}");
+    }
     let options = ReleaseOptions {
         release_name: args.print.release_name.clone(),
         signature_suffix: None,
     };
-    let release = import::release_for(image, &wanted, &options).map_err(import_failed)?;
+    let release = extension::release_for(image_of(resolved), &args.name, &args.version, &options)
+        .map_err(import_failed)?;
     write_release(
         &release,
         &format!("from-oci {}", args.reference),
@@ -187,11 +196,33 @@ fn release_from_oci(args: FromOci) -> anyhow::Result<()> {
     )
 }
 
+/// The artifact's image: the first build in `url`, the others in `otherArchitectures`.
+fn image_of(resolved: Resolved) -> Image {
+    Image {
+        url: resolved.build.url,
+        sha256: resolved.build.sha256,
+        size: Some(resolved.build.size),
+        signature_url: None,
+        architecture: resolved.architecture,
+        other_architectures: resolved
+            .others
+            .into_iter()
+            .map(|(architecture, build)| ArchitectureBuild {
+                architecture,
+                url: build.url,
+                sha256: build.sha256,
+                size: Some(build.size),
+                signature_url: None,
+            })
+            .collect(),
+    }
+}
+
 /// Prints `release` (or writes it to `--out`), a YAML one with a comment naming `made_by`.
 fn write_release(release: &NodeRelease, made_by: &str, print: Print) -> anyhow::Result<()> {
     let rendered = match print.output {
-        OutputFormat::Yaml => import::to_yaml(release, made_by),
-        OutputFormat::Json => import::to_json(release),
+        OutputFormat::Yaml => extension::to_yaml(release, made_by),
+        OutputFormat::Json => extension::to_json(release),
     };
     match print.out {
         Some(path) => {

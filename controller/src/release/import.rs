@@ -7,19 +7,11 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use inplace_proto::validate::{check_artifact_name, check_object_name, check_sha256};
-use inplace_proto::{
-    Activation, Artifact, ArtifactType, HealthChecks, NodeRelease, NodeReleaseSpec, Problems,
-    UpdateContent,
-};
+use inplace_proto::validate::{check_artifact_name, check_sha256};
+use inplace_proto::{NodeRelease, Problems};
+
+use super::extension::{Image, release_for};
 use url::Url;
-
-/// The unit the default activation restarts and the default health check watches: a
-/// sysext-bakery Kubernetes image brings a new kubelet, which only runs once restarted.
-pub const KUBELET_UNIT: &str = "kubelet.service";
-
-/// The extension name whose version is a Kubernetes version (sets `kubernetesVersion`).
-const KUBERNETES_EXTENSION: &str = "kubernetes";
 
 /// How many candidates an error lists before it only counts the rest.
 const MAX_LISTED: usize = 20;
@@ -194,8 +186,7 @@ impl Wanted {
             value: value.to_owned(),
             message,
         };
-        check_artifact_name(name).map_err(|m| invalid("--name", name, m))?;
-        check_file_name_part(version).map_err(|m| invalid("--version", version, m))?;
+        check_extension(name, version)?;
         check_file_name_part(arch).map_err(|m| invalid("--arch", arch, m))?;
         Ok(Wanted {
             name: name.to_owned(),
@@ -229,6 +220,17 @@ impl Wanted {
     }
 }
 
+/// Checks `--name` (an artifact name) and `--version` (part of a file name).
+pub fn check_extension(name: &str, version: &str) -> Result<(), ImportError> {
+    let invalid = |flag, value: &str, message: String| ImportError::InvalidArgument {
+        flag,
+        value: value.to_owned(),
+        message,
+    };
+    check_artifact_name(name).map_err(|m| invalid("--name", name, m))?;
+    check_file_name_part(version).map_err(|m| invalid("--version", version, m))
+}
+
 /// Versions and architectures become part of a file name in a URL: only characters that
 /// need no escaping.
 fn check_file_name_part(value: &str) -> Result<(), String> {
@@ -242,7 +244,7 @@ fn check_file_name_part(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn without_v(version: &str) -> &str {
+pub(super) fn without_v(version: &str) -> &str {
     version.strip_prefix('v').unwrap_or(version)
 }
 
@@ -397,82 +399,10 @@ pub fn build_release(
         sha256: entry.sha256.clone(),
         size: None,
         signature_url,
+        architecture: None,
+        other_architectures: Vec::new(),
     };
-    release_for(image, wanted, options)
-}
-
-/// Where one extension image is, as a release names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Image {
-    /// The artifact URL (http(s), or a pinned `oci://` reference).
-    pub url: String,
-    /// 64 lowercase hex digits.
-    pub sha256: String,
-    /// In bytes, when known.
-    pub size: Option<u64>,
-    /// The minisign signature's URL, if any.
-    pub signature_url: Option<String>,
-}
-
-/// The release of `image` as the extension `wanted`: one Sysext artifact; for the
-/// `kubernetes` extension `kubernetesVersion` and the kubelet version check;
-/// `kubelet.service` restarted and watched. The result passes [`NodeRelease::validate`].
-pub fn release_for(
-    image: Image,
-    wanted: &Wanted,
-    options: &ReleaseOptions,
-) -> Result<NodeRelease, ImportError> {
-    let release_name = match &options.release_name {
-        Some(name) => name.clone(),
-        None => format!("{}-{}", wanted.name, wanted.version).to_ascii_lowercase(),
-    };
-    check_object_name(&release_name).map_err(|message| ImportError::InvalidArgument {
-        flag: "--release-name",
-        value: release_name.clone(),
-        message: format!("{message}; choose another with --release-name"),
-    })?;
-    let kubernetes_version =
-        (wanted.name == KUBERNETES_EXTENSION).then(|| format!("v{}", without_v(&wanted.version)));
-    let content = UpdateContent {
-        health_checks: HealthChecks {
-            units: vec![KUBELET_UNIT.to_owned()],
-            // A kubelet release: the new kubelet must report its version and the Node Ready.
-            node_kubelet_version: kubernetes_version.is_some(),
-            node_ready: kubernetes_version.is_some(),
-            ..HealthChecks::default()
-        },
-        kubernetes_version,
-        artifacts: vec![Artifact {
-            name: wanted.name.clone(),
-            kind: ArtifactType::Sysext,
-            url: image.url,
-            sha256: image.sha256,
-            signature_url: image.signature_url,
-            size: image.size,
-            path: None,
-            members: Vec::new(),
-            max_extracted_size: None,
-            activation: None,
-            architecture: None,
-            other_architectures: Vec::new(),
-        }],
-        agent: None,
-        activation: Activation {
-            restart_units: vec![KUBELET_UNIT.to_owned()],
-            daemon_reload: None,
-            mode: None,
-        },
-    };
-    let release = NodeRelease::new(
-        &release_name,
-        NodeReleaseSpec {
-            version: wanted.version.clone(),
-            updates_control_plane: false,
-            content,
-        },
-    );
-    release.validate().map_err(ImportError::InvalidRelease)?;
-    Ok(release)
+    release_for(image, &wanted.name, &wanted.version, options)
 }
 
 /// Parses, selects and builds in one go.
@@ -485,24 +415,6 @@ pub fn release_from_sha256sums(
     let entries = parse_sha256sums(text)?;
     let entry = select(&entries, wanted)?;
     build_release(sums_url, entry, wanted, options)
-}
-
-/// The release as YAML, with a comment naming the command that made it
-/// (`from-sha256sums URL`).
-pub fn to_yaml(release: &NodeRelease, made_by: &str) -> String {
-    let yaml = serde_yaml::to_string(release).unwrap_or_else(|e| {
-        // Cannot happen: the API types always serialize.
-        format!("# cannot serialize the release: {e}\n")
-    });
-    format!("# Generated by inplace-controller release {made_by}\n{yaml}")
-}
-
-/// The release as pretty JSON.
-pub fn to_json(release: &NodeRelease) -> String {
-    let mut json = serde_json::to_string_pretty(release)
-        .unwrap_or_else(|e| format!("{{\"error\": \"cannot serialize the release: {e}\"}}"));
-    json.push('\n');
-    json
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod controller;
+pub mod extension;
 pub mod fetch;
 pub mod import;
 pub mod oci;

@@ -1,25 +1,20 @@
 //! `release from-oci`: an extension image kept in an OCI registry, resolved to what a
-//! release pins. The name may carry a tag; the manifest it names now (through an index, the
-//! platform's) is fetched, checked against its digest, and the layer that is the file
-//! chosen, so the release names `oci://REGISTRY/REPOSITORY[:TAG]@sha256:<manifest digest>`
-//! with the layer's sha256 and size: the bytes every node will install, whatever the tag
-//! points at later. Anonymous pulls, with the registry's `Bearer` token flow.
+//! release pins. The name may carry a tag; the manifest it names now is fetched, checked
+//! against its digest, and the layer that is the file chosen, so the release names
+//! `oci://REGISTRY/REPOSITORY[:TAG]@sha256:<manifest digest>` with the layer's sha256 and
+//! size: the bytes every node will install, whatever the tag points at later. An index
+//! (several platforms) gives one such build per linux architecture, each pinned to its
+//! own manifest, so that every node of a mixed fleet takes its own (the agent never reads
+//! an index). Anonymous pulls, with the registry's `Bearer` token flow.
 
 use std::time::Duration;
 
+use inplace_proto::Architecture;
 use inplace_proto::oci::Named;
-use inplace_proto::oci::wire::{
-    Descriptor, MANIFEST_TYPES, MAX_MANIFEST_BYTES, Manifest, bearer_params, token_of,
-};
-use reqwest::StatusCode;
-use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
-use sha2::{Digest, Sha256};
-use url::Url;
+use inplace_proto::oci::wire::{Descriptor, Manifest, Platform};
 
-use super::fetch::{chain, import_client};
-
-/// A token answer larger than this is not a token.
-const MAX_TOKEN_BYTES: usize = 64 << 10;
+use self::registry::Registry;
+use super::fetch::chain;
 
 /// How the registry is reached.
 #[derive(Debug, Clone)]
@@ -31,9 +26,22 @@ pub struct OciSettings {
     pub plain_http: bool,
 }
 
-/// The image as the release will name it.
+/// The image as the release will name it: one build, or one per platform of an index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
+    /// The artifact's own build: the image manifest's, or the index's first platform's.
+    pub build: Build,
+    /// For an index, the architecture of `build`.
+    pub architecture: Option<Architecture>,
+    /// The builds of the index's other platforms, in its order.
+    pub others: Vec<(Architecture, Build)>,
+    /// The index entries passed over, each with why (for a note on stderr).
+    pub skipped: Vec<String>,
+}
+
+/// One image manifest, pinned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Build {
     /// `oci://…@sha256:<the image manifest's digest>`.
     pub url: String,
     /// The file's layer digest, 64 hex digits.
@@ -78,13 +86,14 @@ pub enum OciError {
         /// What is wrong with the answer.
         message: String,
     },
-    /// An index without a manifest for the wanted platform.
-    #[error("{url} is an index without a linux/{arch} manifest; it has {}", .platforms.join(", "))]
+    /// An index without a linux manifest of the wanted architecture (`--arch`), or of any
+    /// architecture a release can name.
+    #[error("{reference} is an index without a linux manifest of {}; it has {}", .wanted, .platforms.join(", "))]
     NoPlatform {
-        /// The index's URL.
-        url: String,
-        /// The architecture looked for (OCI spelling).
-        arch: String,
+        /// The reference as given.
+        reference: String,
+        /// What was looked for, in words.
+        wanted: String,
         /// The platforms it has.
         platforms: Vec<String>,
     },
@@ -112,19 +121,22 @@ impl OciError {
     }
 }
 
-/// The OCI spelling (`amd64`, `arm64`) of an architecture as sysext-bakery spells it.
-pub fn oci_arch(bakery: &str) -> &str {
-    match bakery {
-        "x86-64" => "amd64",
-        other => other,
+/// The architecture `--arch` names: the API's (and OCI's) names, or sysext-bakery's and
+/// the kernel's spellings of them (`x86-64`, `x86_64`, `aarch64`).
+pub fn architecture_named(name: &str) -> Option<Architecture> {
+    match name {
+        "x86-64" | "x86_64" => Some(Architecture::Amd64),
+        "aarch64" => Some(Architecture::Arm64),
+        other => Architecture::parse(other),
     }
 }
 
-/// Resolves `named` to the image manifest for linux/`arch` (OCI spelling) and its layer
-/// titled `file` (or its only layer).
+/// Resolves `named` to its image manifest, or through an index to the linux manifest of
+/// each architecture (only `only`'s when given), and in each the layer titled `file` (or
+/// its only layer).
 pub async fn resolve(
     named: &Named,
-    arch: &str,
+    only: Option<Architecture>,
     file: Option<&str>,
     settings: &OciSettings,
 ) -> Result<Resolved, OciError> {
@@ -139,31 +151,66 @@ pub async fn resolve(
     );
     let registry = Registry::new(settings, &named.repository, &base)?;
     let first = format!("{base}{}", named.manifest_reference());
-    let (mut manifest, mut digest) = registry.manifest(&first, named.digest.as_deref()).await?;
-    let mut url = first;
-    if !manifest.manifests.is_empty() {
-        let entry =
-            platform_manifest(&manifest, arch).map_err(|platforms| OciError::NoPlatform {
-                url: url.clone(),
-                arch: arch.to_owned(),
-                platforms,
-            })?;
-        url = format!("{base}{}", entry.digest);
-        let expected = entry.sha256().to_owned();
-        (manifest, digest) = registry.manifest(&url, Some(&expected)).await?;
+    let (manifest, digest) = registry.manifest(&first, named.digest.as_deref()).await?;
+    if manifest.manifests.is_empty() {
+        return Ok(Resolved {
+            build: build(named, &first, &manifest, &digest, file)?,
+            architecture: None,
+            others: Vec::new(),
+            skipped: Vec::new(),
+        });
+    }
+    let platforms = linux_platforms(&manifest, only);
+    let mut builds = Vec::with_capacity(platforms.usable.len());
+    for (architecture, entry) in platforms.usable {
+        let url = format!("{base}{}", entry.digest);
+        let (manifest, digest) = registry.manifest(&url, Some(entry.sha256())).await?;
         if !manifest.manifests.is_empty() {
             return Err(OciError::BadAnswer {
                 url,
                 message: "the platform's entry is an index again, not an image manifest".into(),
             });
         }
+        builds.push((architecture, build(named, &url, &manifest, &digest, file)?));
     }
-    let layer = layer(&manifest, file).map_err(|message| OciError::NoLayer {
-        url: url.clone(),
+    let mut builds = builds.into_iter();
+    let Some((architecture, build)) = builds.next() else {
+        return Err(OciError::NoPlatform {
+            reference: named.to_string(),
+            wanted: only.map_or_else(
+                || {
+                    format!(
+                        "any architecture a release names ({})",
+                        architecture_names()
+                    )
+                },
+                |a| a.to_string(),
+            ),
+            platforms: platform_names(&manifest),
+        });
+    };
+    Ok(Resolved {
+        build,
+        architecture: Some(architecture),
+        others: builds.collect(),
+        skipped: platforms.skipped,
+    })
+}
+
+/// The build an image manifest (fetched from `url`, hashing to `digest`) gives.
+fn build(
+    named: &Named,
+    url: &str,
+    manifest: &Manifest,
+    digest: &str,
+    file: Option<&str>,
+) -> Result<Build, OciError> {
+    let layer = layer(manifest, file).map_err(|message| OciError::NoLayer {
+        url: url.to_owned(),
         message,
     })?;
-    Ok(Resolved {
-        url: named.pinned(&digest),
+    Ok(Build {
+        url: named.pinned(digest),
         sha256: layer.sha256().to_owned(),
         size: layer.size,
     })
@@ -179,29 +226,86 @@ fn is_loopback(registry: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// The index entry for linux/`arch`; else every platform the index has.
-pub fn platform_manifest<'m>(
-    index: &'m Manifest,
-    arch: &str,
-) -> Result<&'m Descriptor, Vec<String>> {
+/// What an index offers nodes: its linux manifests by architecture, in the index's order.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Platforms<'m> {
+    /// One entry per architecture a release can name (the first of each).
+    pub usable: Vec<(Architecture, &'m Descriptor)>,
+    /// The other entries, each with why it is passed over; entries of other architectures
+    /// than `only`'s are not listed (they were not asked for).
+    pub skipped: Vec<String>,
+}
+
+/// The index's linux entries of the architectures a release names (only `only`'s when
+/// given). A node installs the build of its own `kubernetes.io/arch`, so another OS, an
+/// architecture Kubernetes nodes do not run (`arm`, `386`), a second entry of the same
+/// architecture (another variant) and an entry without a platform (an attestation) cannot
+/// be offered.
+pub fn linux_platforms(index: &Manifest, only: Option<Architecture>) -> Platforms<'_> {
+    let mut platforms = Platforms {
+        usable: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for entry in &index.manifests {
+        let Some(platform) = &entry.platform else {
+            platforms
+                .skipped
+                .push(format!("{}: an entry without a platform", entry.digest));
+            continue;
+        };
+        let architecture = Architecture::parse(&platform.architecture);
+        if only.is_some() && architecture != only {
+            continue;
+        }
+        let why = match architecture {
+            _ if platform.os != "linux" => "not linux".to_owned(),
+            None => format!(
+                "not an architecture a release names ({})",
+                architecture_names()
+            ),
+            Some(a) if platforms.usable.iter().any(|(taken, _)| *taken == a) => {
+                format!("a second {a} entry; the first is taken")
+            }
+            Some(a) => {
+                platforms.usable.push((a, entry));
+                continue;
+            }
+        };
+        platforms.skipped.push(format!(
+            "{} ({}): {why}",
+            platform_name(platform),
+            entry.digest
+        ));
+    }
+    platforms
+}
+
+/// `os/architecture[/variant]`.
+fn platform_name(platform: &Platform) -> String {
+    match &platform.variant {
+        Some(variant) => format!("{}/{}/{variant}", platform.os, platform.architecture),
+        None => format!("{}/{}", platform.os, platform.architecture),
+    }
+}
+
+/// Every platform an index has, for an error.
+fn platform_names(index: &Manifest) -> Vec<String> {
     index
         .manifests
         .iter()
-        .find(|m| {
-            m.platform
-                .as_ref()
-                .is_some_and(|p| p.os == "linux" && p.architecture == arch)
+        .map(|m| match &m.platform {
+            Some(p) => platform_name(p),
+            None => "an entry without a platform".to_owned(),
         })
-        .ok_or_else(|| {
-            index
-                .manifests
-                .iter()
-                .map(|m| match &m.platform {
-                    Some(p) => format!("{}/{}", p.os, p.architecture),
-                    None => "an entry without a platform".to_owned(),
-                })
-                .collect()
-        })
+        .collect()
+}
+
+fn architecture_names() -> String {
+    Architecture::ALL
+        .iter()
+        .map(|a| a.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The layer that is the file: the one titled `file` (`org.opencontainers.image.title`,
@@ -238,163 +342,6 @@ pub fn layer<'m>(manifest: &'m Manifest, file: Option<&str>) -> Result<&'m Descr
     }
 }
 
-/// One registry's repository, read anonymously; a `Bearer` challenge is answered once with
-/// a token from the service it names.
-struct Registry {
-    client: reqwest::Client,
-    timeout: Duration,
-    /// The scope asked for when the challenge names none.
-    scope: String,
-}
-
-impl Registry {
-    fn new(settings: &OciSettings, repository: &str, base: &str) -> Result<Registry, OciError> {
-        let client = import_client(settings.timeout).map_err(|source| OciError::Transport {
-            url: base.to_owned(),
-            source,
-        })?;
-        Ok(Registry {
-            client,
-            timeout: settings.timeout,
-            scope: format!("repository:{repository}:pull"),
-        })
-    }
-
-    /// The manifest at `url`, checked to hash to `expected` when given; with its digest.
-    async fn manifest(
-        &self,
-        url: &str,
-        expected: Option<&str>,
-    ) -> Result<(Manifest, String), OciError> {
-        let body = self.get(url, MANIFEST_TYPES).await?;
-        let digest = hex::encode(Sha256::digest(&body));
-        if let Some(expected) = expected.filter(|e| **e != digest) {
-            return Err(OciError::BadAnswer {
-                url: url.to_owned(),
-                message: format!(
-                    "the manifest's sha256 is {digest}, not the digest asked for ({expected})"
-                ),
-            });
-        }
-        let manifest = serde_json::from_slice(&body).map_err(|e| OciError::BadAnswer {
-            url: url.to_owned(),
-            message: format!("not a manifest: {e}"),
-        })?;
-        Ok((manifest, digest))
-    }
-
-    /// The body at `url`, within [`MAX_MANIFEST_BYTES`], with a token if the registry
-    /// asks for one.
-    async fn get(&self, url: &str, accept: &str) -> Result<Vec<u8>, OciError> {
-        let request = || self.client.get(url).header(ACCEPT, accept);
-        let mut response = request().send().await.map_err(|e| self.failed(url, e))?;
-        if response.status() == StatusCode::UNAUTHORIZED {
-            let challenge = response
-                .headers()
-                .get_all(WWW_AUTHENTICATE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .find_map(bearer_params);
-            if let Some(challenge) = challenge {
-                let token = self.token(url, &challenge).await?;
-                response = request()
-                    .header(AUTHORIZATION, format!("Bearer {token}"))
-                    .send()
-                    .await
-                    .map_err(|e| self.failed(url, e))?;
-            }
-        }
-        if !response.status().is_success() {
-            return Err(OciError::Status {
-                url: url.to_owned(),
-                status: response.status().to_string(),
-            });
-        }
-        self.body(url, response, MAX_MANIFEST_BYTES).await
-    }
-
-    /// A pull token from the service the challenge names (anonymous).
-    async fn token(&self, url: &str, challenge: &[(String, String)]) -> Result<String, OciError> {
-        let param = |key: &str| {
-            challenge
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str())
-        };
-        let bad = |message: String| OciError::BadAnswer {
-            url: url.to_owned(),
-            message,
-        };
-        let realm =
-            param("realm").ok_or_else(|| bad("a Bearer challenge without a realm".into()))?;
-        let mut service = Url::parse(realm)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https"))
-            .ok_or_else(|| bad(format!("the token service {realm:?} is not an http(s) URL")))?;
-        {
-            let mut query = service.query_pairs_mut();
-            if let Some(name) = param("service") {
-                query.append_pair("service", name);
-            }
-            query.append_pair("scope", param("scope").unwrap_or(&self.scope));
-        }
-        let service = service.to_string();
-        let response = self
-            .client
-            .get(&service)
-            .send()
-            .await
-            .map_err(|e| self.failed(&service, e))?;
-        if !response.status().is_success() {
-            return Err(OciError::Status {
-                url: service,
-                status: response.status().to_string(),
-            });
-        }
-        let body = self.body(&service, response, MAX_TOKEN_BYTES).await?;
-        token_of(&body).ok_or_else(|| OciError::BadAnswer {
-            url: service,
-            message: "the token service's answer holds no token".into(),
-        })
-    }
-
-    async fn body(
-        &self,
-        url: &str,
-        mut response: reqwest::Response,
-        limit: usize,
-    ) -> Result<Vec<u8>, OciError> {
-        let too_large = || OciError::BadAnswer {
-            url: url.to_owned(),
-            message: format!("the answer is larger than {limit} bytes"),
-        };
-        if response.content_length().is_some_and(|l| l > limit as u64) {
-            return Err(too_large());
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.failed(url, e))? {
-            if body.len() + chunk.len() > limit {
-                return Err(too_large());
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
-    }
-
-    fn failed(&self, url: &str, source: reqwest::Error) -> OciError {
-        if source.is_timeout() {
-            OciError::Timeout {
-                url: url.to_owned(),
-                after: self.timeout,
-            }
-        } else {
-            OciError::Transport {
-                url: url.to_owned(),
-                source,
-            }
-        }
-    }
-}
-
+mod registry;
 #[cfg(test)]
 mod tests;

@@ -48,6 +48,9 @@ pub struct Platform {
     pub architecture: String,
     /// `linux`, …
     pub os: String,
+    /// `v8` for some arm64 images, `v7` for 32-bit arm, …
+    #[serde(default)]
+    pub variant: Option<String>,
 }
 
 /// The annotation that names a layer's file.

@@ -1,6 +1,8 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::release::extension::{KUBELET_UNIT, to_json, to_yaml};
+use inplace_proto::ArtifactType;
 
 const DIGEST_A: &str = "b806fe313ea409569badef99d400992176702e5feed3b4e5459d1881b19a06c2";
 const DIGEST_B: &str = "6c80df84d4374594f33519cf7de9b740681e3ff62bdb2e05efab9029a430bcee";
