@@ -5,7 +5,11 @@
 //! two-architecture release applied with kubectl to the API server (the real kube-apiserver
 //! by default) and found valid by the controller; what an index offers besides (another OS,
 //! `arm`) passed over with a note, `--arch`, a single manifest; then the ways it fails,
-//! each with its stable kind and nothing written.
+//! each with its stable kind and nothing written. And registries that want credentials (the
+//! CNCF Distribution registry in token mode and with htpasswd): the login § From a registry
+//! that wants credentials does, run as written; a Docker config.json's password, refresh
+//! token, or a token file; a missing or wrong credential refused naming the registry, never
+//! the secret.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
@@ -14,10 +18,11 @@ mod support;
 use std::path::Path;
 use std::process::Output;
 
+use base64::Engine;
 use inplace_proto::{Architecture, ArtifactType, NodeRelease};
 use inplace_tests::docs;
-use inplace_tests::registry::{Pushed, Registry};
-use support::{Bed, failure, release_command};
+use inplace_tests::registry::{Pushed, REFRESH_TOKEN, Registry, crane_login};
+use support::{Bed, failure, release_command, release_command_with_env};
 
 const REPOSITORY: &str = "sysext/kubernetes";
 const TAG: &str = "v1.31.2";
@@ -40,6 +45,20 @@ fn push_for(registry: &Registry, platform: &str, title: &str, file: &[u8]) -> Pu
     tokio::task::block_in_place(|| {
         registry.push_platform_file(REPOSITORY, &tag, title, file, Some(platform))
     })
+    .unwrap()
+}
+
+/// `PATH` with this build's `inplace-controller`, the tools and kubectl first, as a person
+/// who installed them has it.
+fn path_with_controller() -> std::ffi::OsString {
+    let controller_dir = Path::new(env!("CARGO_BIN_EXE_inplace-controller"))
+        .parent()
+        .unwrap();
+    std::env::join_paths(
+        std::iter::once(controller_dir.to_owned()).chain(std::env::split_paths(
+            &inplace_tests::tools::path_with_tools().unwrap(),
+        )),
+    )
     .unwrap()
 }
 
@@ -67,13 +86,7 @@ async fn the_documented_command_pins_each_platform_of_a_tagged_index_and_the_rel
     let work = tempfile::tempdir().unwrap();
     let kubeconfig = work.path().join("admin.kubeconfig");
     bed.api.write_admin_kubeconfig(&kubeconfig).unwrap();
-    let controller_dir = Path::new(env!("CARGO_BIN_EXE_inplace-controller"))
-        .parent()
-        .unwrap();
-    let path = std::env::join_paths(std::iter::once(controller_dir.to_owned()).chain(
-        std::env::split_paths(&inplace_tests::tools::path_with_tools().unwrap()),
-    ))
-    .unwrap();
+    let path = path_with_controller();
     tokio::task::block_in_place(|| {
         docs::run_as_a_person(
             &block,
@@ -255,4 +268,176 @@ async fn what_the_registry_does_not_hold_is_refused_by_kind() {
         "invalid_argument",
     );
     assert!(e.contains("neither a tag"), "{e}");
+}
+
+/// The pull user's password on the registries that want credentials.
+const PASSWORD: &str = "pw-91c4e7-never-printed";
+
+/// A registry behind a token service holding the kubernetes file, pushed by crane with its
+/// login.
+async fn private_registry() -> (Registry, inplace_tests::registry::Pushed) {
+    let registry = Registry::start_distribution_with_token_service("puller", PASSWORD)
+        .await
+        .unwrap();
+    let pushed =
+        tokio::task::block_in_place(|| registry.push_file(REPOSITORY, TAG, FILE, b"kubelet"))
+            .unwrap();
+    (registry, pushed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_login_reads_a_registry_behind_a_token_service() {
+    let (registry, pushed) = private_registry().await;
+    let home = tempfile::tempdir().unwrap();
+    let password_file = home.path().join("registry-puller.password");
+    std::fs::write(&password_file, PASSWORD).unwrap();
+
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage/standalone-rollouts.md");
+    let mut block =
+        docs::shell_block(&page, "#### From a registry that wants credentials").unwrap();
+    for (name, value) in [
+        ("REGISTRY", registry.host()),
+        ("PASSWORD_FILE", password_file.display().to_string()),
+    ] {
+        block = docs::with_assignment(&block, name, &value).unwrap();
+    }
+    let path = path_with_controller();
+    tokio::task::block_in_place(|| {
+        docs::run_as_a_person(
+            &block,
+            home.path(),
+            &[
+                ("HOME", home.path().as_os_str()),
+                ("PATH", path.as_os_str()),
+            ],
+        )
+    })
+    .unwrap();
+    assert!(
+        home.path().join(".docker/config.json").exists(),
+        "the login went where from-oci looks by default"
+    );
+    let written = std::fs::read_to_string(home.path().join("kubernetes-v1.31.2.yaml")).unwrap();
+    let release: NodeRelease = inplace_strict_yaml::object_from_yaml(&written).unwrap();
+    let artifact = &release.spec.content.artifacts[0];
+    assert_eq!(
+        artifact.url,
+        format!(
+            "oci://{}/{REPOSITORY}:{TAG}@sha256:{}",
+            registry.host(),
+            pushed.manifest_digest
+        )
+    );
+    assert_eq!(artifact.sha256, pushed.sha256);
+}
+
+/// `from-oci` of the private image with `args`, where the default login is `docker_dir`.
+async fn from_private(registry: &Registry, docker_dir: &Path, args: &[&str]) -> Output {
+    let image = format!("{}/{REPOSITORY}:{TAG}", registry.host());
+    release_command_with_env(
+        "from-oci",
+        &image,
+        TAG,
+        args,
+        &[("DOCKER_CONFIG", docker_dir)],
+    )
+    .await
+}
+
+/// The stderr of a refused `from-oci`, checked to name `registry` and no secret.
+fn refused(output: &Output, kind: &str, registry: &Registry, secrets: &[&str]) -> String {
+    let e = failure(output, kind);
+    assert!(e.contains(&registry.host()), "names the registry: {e}");
+    for secret in secrets {
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("puller:{secret}"));
+        assert!(
+            !e.contains(secret) && !e.contains(&basic),
+            "a secret was printed: {e}"
+        );
+    }
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_of_credential_is_used_and_a_wrong_one_never_printed() {
+    let (registry, pushed) = private_registry().await;
+    let work = tempfile::tempdir().unwrap();
+    let dir = |name: &str| {
+        let dir = work.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    };
+    let pinned = |output: &Output| {
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(stdout.contains(&pushed.sha256), "{stdout}");
+    };
+
+    let nobody = dir("nobody");
+    let e = refused(
+        &from_private(&registry, &nobody, &[]).await,
+        "unauthorized",
+        &registry,
+        &[],
+    );
+    assert!(e.contains("no Docker config.json was found"), "{e}");
+
+    let wrong = "wrong-3a8d0f-never-printed";
+    let wrong_login = dir("wrong");
+    crane_login(&wrong_login, &registry.host(), "puller", wrong).unwrap();
+    let config = wrong_login.join("config.json");
+    let args = ["--registry-config", config.to_str().unwrap()];
+    let e = refused(
+        &from_private(&registry, &nobody, &args).await,
+        "unauthorized",
+        &registry,
+        &[wrong, PASSWORD],
+    );
+    assert!(e.contains("the credentials for it from"), "{e}");
+    assert!(e.contains("were refused"), "{e}");
+    assert!(e.contains(config.to_str().unwrap()), "names the file: {e}");
+
+    let token_file = work.path().join("token");
+    std::fs::write(&token_file, format!("{wrong}\n")).unwrap();
+    let args = ["--registry-token-file", token_file.to_str().unwrap()];
+    let e = refused(
+        &from_private(&registry, &nobody, &args).await,
+        "unauthorized",
+        &registry,
+        &[wrong],
+    );
+    assert!(
+        e.contains(token_file.to_str().unwrap()),
+        "names the file: {e}"
+    );
+
+    let missing = work.path().join("missing.json");
+    let args = ["--registry-config", missing.to_str().unwrap()];
+    let e = refused(
+        &from_private(&registry, &nobody, &args).await,
+        "credentials",
+        &registry,
+        &[],
+    );
+    assert!(e.contains(missing.to_str().unwrap()), "{e}");
+
+    // An identitytoken, as a cloud registry's login leaves it: exchanged at the token service.
+    let identity = dir("identity");
+    let entry = serde_json::json!({"auths": {registry.host(): {"identitytoken": REFRESH_TOKEN}}});
+    std::fs::write(identity.join("config.json"), entry.to_string()).unwrap();
+    pinned(&from_private(&registry, &identity, &[]).await);
+
+    // A registry that asks for HTTP Basic itself (htpasswd), with the login's password.
+    let basic = Registry::start_distribution("puller", PASSWORD)
+        .await
+        .unwrap();
+    let pushed_basic =
+        tokio::task::block_in_place(|| basic.push_file(REPOSITORY, TAG, FILE, b"kubelet")).unwrap();
+    assert_eq!(pushed_basic.sha256, pushed.sha256);
+    let login = basic.docker_config.clone().unwrap();
+    pinned(&from_private(&basic, &login, &[]).await);
 }

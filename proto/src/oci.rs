@@ -5,6 +5,7 @@
 //! file as one of its layers (the way `oras push` and sysext publishers store a file); the
 //! plan's `sha256` chooses that layer.
 
+pub mod credentials;
 pub mod wire;
 
 /// The URL scheme of registry artifacts.

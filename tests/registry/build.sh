@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CNCF Distribution registry pinned in go.mod into OUT_DIR (default:
+# Builds the CNCF Distribution registry pinned in go.mod, an htpasswd line writer and a
+# token service for its token mode into OUT_DIR (default:
 # target/tools/bin at the repository root). Go's build and module caches make a rebuild with
 # nothing changed take seconds.
 set -euo pipefail
@@ -14,3 +15,5 @@ go build -trimpath -ldflags "-s -w" -o "$out/distribution-registry" \
 echo "$out/distribution-registry"
 go build -trimpath -ldflags "-s -w" -o "$out/distribution-htpasswd" ./htpasswd
 echo "$out/distribution-htpasswd"
+go build -trimpath -ldflags "-s -w" -o "$out/distribution-token-service" ./tokenservice
+echo "$out/distribution-token-service"

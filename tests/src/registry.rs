@@ -65,6 +65,8 @@ pub async fn wait_http_status(addr: &SocketAddr, path: &str, code: u16, what: &s
 /// A registry on loopback, stopped when dropped.
 pub struct Registry {
     _server: KillOnDrop,
+    /// The token service of a registry in token mode, which fronts it.
+    _token_service: Option<KillOnDrop>,
     /// Where it listens.
     pub addr: SocketAddr,
     /// For a registry that wants credentials: the directory of the Docker `config.json`
@@ -73,7 +75,7 @@ pub struct Registry {
     _dir: Option<tempfile::TempDir>,
 }
 
-/// The Distribution registry's configuration: files under `dir`, htpasswd authentication.
+/// The Distribution registry's configuration: files under `dir`, then its `auth` section.
 const DISTRIBUTION_CONFIG: &str = "version: 0.1
 log:
   level: warn
@@ -83,10 +85,25 @@ storage:
 http:
   addr: ADDR
 auth:
-  htpasswd:
+";
+
+/// htpasswd authentication: the registry asks for HTTP Basic itself.
+const HTPASSWD_AUTH: &str = "  htpasswd:
     realm: inplace-test
     path: DIR/htpasswd
 ";
+
+/// Token authentication: the registry answers `Bearer realm=…` and trusts the JWTs the
+/// token service (`tests/registry/tokenservice`, in front of it) signs with its JWKS' key.
+const TOKEN_AUTH: &str = "  token:
+    realm: http://TOKEN/token
+    service: inplace-test-registry
+    issuer: inplace-test-issuer
+    jwks: DIR/jwks.json
+";
+
+/// The OAuth2 refresh token (an `identitytoken`) a registry in token mode accepts.
+pub const REFRESH_TOKEN: &str = "refresh-5b2e9c-never-printed";
 
 /// A file pushed as an artifact.
 #[derive(Debug, Clone)]
@@ -113,6 +130,7 @@ impl Registry {
         wait_http_ok(&addr, "/v2/", "the registry").await;
         Ok(Registry {
             _server: server,
+            _token_service: None,
             addr,
             docker_config: None,
             _dir: None,
@@ -123,35 +141,61 @@ impl Registry {
     /// `user` with `password` only (htpasswd, HTTP Basic), and logs in to it with the real
     /// `crane auth login` into [`Registry::docker_config`].
     pub async fn start_distribution(user: &str, password: &str) -> anyhow::Result<Registry> {
-        let addr = free_addr();
         let dir = tempfile::tempdir()?;
         let line = run_ok(
             Command::new(crate::tools::distribution_tool("distribution-htpasswd")?)
                 .args([user, password]),
         );
         std::fs::write(dir.path().join("htpasswd"), line)?;
-        let config = DISTRIBUTION_CONFIG
-            .replace("DIR", &dir.path().display().to_string())
-            .replace("ADDR", &addr.to_string());
-        let config_path = dir.path().join("config.yml");
-        std::fs::write(&config_path, config)?;
-        let child = Command::new(crate::tools::distribution_tool("distribution-registry")?)
-            .arg("serve")
-            .arg(&config_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the Distribution registry")?;
-        let server = KillOnDrop(child);
-        wait_http_status(&addr, "/v2/", 401, "the Distribution registry").await;
-        let docker_config = dir.path().join("docker");
-        crane_login(&docker_config, &addr.to_string(), user, password)?;
-        Ok(Registry {
-            _server: server,
-            addr,
-            docker_config: Some(docker_config),
-            _dir: Some(dir),
-        })
+        let addr = free_addr();
+        let serving = Serving {
+            listen: addr,
+            reached: addr,
+            token_service: None,
+        };
+        serve_distribution(dir, HTPASSWD_AUTH, serving, user, password).await
+    }
+
+    /// Starts the CNCF Distribution registry in token mode: it answers 401 with a `Bearer`
+    /// challenge naming a token service that gives tokens to `user` with `password` (HTTP
+    /// Basic) or to [`REFRESH_TOKEN`] (an OAuth2 refresh-token grant), and nobody else. The
+    /// token service fronts the registry ([`Registry::addr`] is its address, `/token` its
+    /// realm), as crane trusts a token service on a loopback address only there. Logged in
+    /// to with the real `crane auth login` as [`Registry::start_distribution`].
+    pub async fn start_distribution_with_token_service(
+        user: &str,
+        password: &str,
+    ) -> anyhow::Result<Registry> {
+        let dir = tempfile::tempdir()?;
+        let (front, behind) = (free_addr(), free_addr());
+        let (password_file, refresh_file) =
+            (dir.path().join("password"), dir.path().join("refresh"));
+        std::fs::write(&password_file, password)?;
+        std::fs::write(&refresh_file, REFRESH_TOKEN)?;
+        let jwks = dir.path().join("jwks.json");
+        let child = Command::new(crate::tools::distribution_tool(
+            "distribution-token-service",
+        )?)
+        .arg(front.to_string())
+        .arg(&jwks)
+        .args(["inplace-test-issuer", "inplace-test-registry", user])
+        .arg(&password_file)
+        .arg(&refresh_file)
+        .arg(behind.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the token service")?;
+        let token_service = KillOnDrop(child);
+        // It writes the JWKS before it listens, so the registry finds the key at start.
+        wait_http_status(&front, "/token", 401, "the token service").await;
+        let auth = TOKEN_AUTH.replace("TOKEN", &front.to_string());
+        let serving = Serving {
+            listen: behind,
+            reached: front,
+            token_service: Some(token_service),
+        };
+        serve_distribution(dir, &auth, serving, user, password).await
     }
 
     /// Overwrites the stored blob `sha256` (64 hex digits) of a Distribution registry with
@@ -246,6 +290,48 @@ impl Registry {
             .map(str::to_owned)
             .with_context(|| format!("crane index append printed {printed:?}"))
     }
+}
+
+/// Where a Distribution registry listens and is reached, and what fronts it.
+struct Serving {
+    listen: SocketAddr,
+    reached: SocketAddr,
+    token_service: Option<KillOnDrop>,
+}
+
+/// Serves the Distribution registry from `dir` with the `auth` section, and logs in to it
+/// as `user` with `crane auth login`.
+async fn serve_distribution(
+    dir: tempfile::TempDir,
+    auth: &str,
+    serving: Serving,
+    user: &str,
+    password: &str,
+) -> anyhow::Result<Registry> {
+    let (listen, addr) = (serving.listen, serving.reached);
+    let config = format!("{DISTRIBUTION_CONFIG}{auth}")
+        .replace("DIR", &dir.path().display().to_string())
+        .replace("ADDR", &listen.to_string());
+    let config_path = dir.path().join("config.yml");
+    std::fs::write(&config_path, config)?;
+    let child = Command::new(crate::tools::distribution_tool("distribution-registry")?)
+        .arg("serve")
+        .arg(&config_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the Distribution registry")?;
+    let server = KillOnDrop(child);
+    wait_http_status(&addr, "/v2/", 401, "the Distribution registry").await;
+    let docker_config = dir.path().join("docker");
+    crane_login(&docker_config, &addr.to_string(), user, password)?;
+    Ok(Registry {
+        _server: server,
+        _token_service: serving.token_service,
+        addr,
+        docker_config: Some(docker_config),
+        _dir: Some(dir),
+    })
 }
 
 /// `crane auth login REGISTRY -u USER --password-stdin` into `DOCKER_CONFIG=dir`: the

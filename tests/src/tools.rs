@@ -34,15 +34,19 @@ pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// The CNCF Distribution registry's tool `name` (`distribution-registry`,
-/// `distribution-htpasswd`), built from `tests/registry` on first use: only the credential
+/// `distribution-htpasswd`, `distribution-token-service`), built from `tests/registry` on first use: only the credential
 /// suite needs it, so `make tools` does not build it.
 pub fn distribution_tool(name: &str) -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            // build.sh builds distribution-htpasswd last.
-            ensure_built("registry", &["", "htpasswd"], "distribution-htpasswd")
-                .map_err(|e| format!("{e:#}"))
+            // build.sh builds distribution-token-service last.
+            ensure_built(
+                "registry",
+                &["", "htpasswd", "tokenservice"],
+                "distribution-token-service",
+            )
+            .map_err(|e| format!("{e:#}"))
         })
         .clone()
         .map_err(anyhow::Error::msg)?;

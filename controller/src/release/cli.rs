@@ -10,7 +10,7 @@ use inplace_proto::{ArchitectureBuild, NodeRelease};
 use crate::release::extension::{self, Image};
 use crate::release::fetch::{FetchSettings, MAX_SUMS_BYTES, fetch_text};
 use crate::release::import::{self, ImportError, ReleaseOptions};
-use crate::release::oci::{self, OciSettings, Resolved};
+use crate::release::oci::{self, Credentials, OciSettings, Resolved};
 
 /// The `release` subcommands.
 #[derive(Subcommand)]
@@ -48,6 +48,14 @@ pub struct FromOci {
     /// registry on localhost or 127.0.0.0/8 is reached over http anyway.
     #[arg(long)]
     plain_http: bool,
+    /// The Docker `config.json` holding the credential for the registry (as `docker login`
+    /// and `crane auth login` write it). Default: `$DOCKER_CONFIG/config.json`, else
+    /// `~/.docker/config.json`, when it exists; without one the registry is read anonymously.
+    #[arg(long, value_name = "PATH")]
+    registry_config: Option<PathBuf>,
+    /// A file holding a bearer token for the registry, sent as is (instead of a login).
+    #[arg(long, value_name = "PATH")]
+    registry_token_file: Option<PathBuf>,
     #[command(flatten)]
     print: Print,
     /// Give each request to the registry up after this long (`30s`, `2m`).
@@ -172,6 +180,10 @@ fn release_from_oci(args: FromOci) -> anyhow::Result<()> {
     let settings = OciSettings {
         timeout: args.timeout.get(),
         plain_http: args.plain_http,
+        credentials: Credentials {
+            token_file: args.registry_token_file.clone(),
+            docker_config: args.registry_config.clone().or_else(default_docker_config),
+        },
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -216,6 +228,17 @@ fn image_of(resolved: Resolved) -> Image {
             })
             .collect(),
     }
+}
+
+/// The Docker `config.json` a login wrote, where Docker, containerd and crane look for it:
+/// `$DOCKER_CONFIG/config.json` when `DOCKER_CONFIG` is set, else `~/.docker/config.json`;
+/// none when that file does not exist (the registry is then read anonymously).
+fn default_docker_config() -> Option<PathBuf> {
+    let dir = match std::env::var_os("DOCKER_CONFIG") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".docker"),
+    };
+    Some(dir.join("config.json")).filter(|path| path.exists())
 }
 
 /// Prints `release` (or writes it to `--out`), a YAML one with a comment naming `made_by`.

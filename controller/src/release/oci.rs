@@ -5,7 +5,8 @@
 //! size: the bytes every node will install, whatever the tag points at later. An index
 //! (several platforms) gives one such build per linux architecture, each pinned to its
 //! own manifest, so that every node of a mixed fleet takes its own (the agent never reads
-//! an index). Anonymous pulls, with the registry's `Bearer` token flow.
+//! an index). The registry is read with the person's credential for it, if any
+//! (`registry`: a Docker `config.json` or a bearer token file), and its token flow.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use inplace_proto::Architecture;
 use inplace_proto::oci::Named;
 use inplace_proto::oci::wire::{Descriptor, Manifest, Platform};
 
+pub use self::registry::Credentials;
 use self::registry::Registry;
 use super::fetch::chain;
 
@@ -24,6 +26,8 @@ pub struct OciSettings {
     /// Speak http to the registry (one inside the cluster's own network), not https. A
     /// registry on `localhost` or `127.0.0.0/8` is always reached over http.
     pub plain_http: bool,
+    /// Where the credential for the registry is.
+    pub credentials: Credentials,
 }
 
 /// The image as the release will name it: one build, or one per platform of an index.
@@ -86,6 +90,27 @@ pub enum OciError {
         /// What is wrong with the answer.
         message: String,
     },
+    /// The registry (or its token service) answered 401 and nothing more can be tried:
+    /// no credential for it, or one it refused. Names the registry and the file, never
+    /// the credential.
+    #[error("registry {registry}: GET {url} answered 401 Unauthorized: {message}")]
+    Unauthorized {
+        /// `host[:port]`.
+        registry: String,
+        /// The URL asked for.
+        url: String,
+        /// Why, and where the credential came from or was looked for.
+        message: String,
+    },
+    /// The credential for the registry could not be read (its file is missing, broken or
+    /// has no usable entry for it).
+    #[error("the credentials for registry {registry}: {message}")]
+    Credentials {
+        /// `host[:port]`.
+        registry: String,
+        /// What is wrong with the file.
+        message: String,
+    },
     /// An index without a linux manifest of the wanted architecture (`--arch`), or of any
     /// architecture a release can name.
     #[error("{reference} is an index without a linux manifest of {}; it has {}", .wanted, .platforms.join(", "))]
@@ -115,6 +140,8 @@ impl OciError {
             OciError::Timeout { .. } => "timeout",
             OciError::Transport { .. } => "transport",
             OciError::BadAnswer { .. } => "bad_answer",
+            OciError::Unauthorized { .. } => "unauthorized",
+            OciError::Credentials { .. } => "credentials",
             OciError::NoPlatform { .. } => "no_platform",
             OciError::NoLayer { .. } => "no_layer",
         }
@@ -149,7 +176,7 @@ pub async fn resolve(
         "{scheme}://{}/v2/{}/manifests/",
         named.registry, named.repository
     );
-    let registry = Registry::new(settings, &named.repository, &base)?;
+    let registry = Registry::new(settings, named, &base)?;
     let first = format!("{base}{}", named.manifest_reference());
     let (manifest, digest) = registry.manifest(&first, named.digest.as_deref()).await?;
     if manifest.manifests.is_empty() {

@@ -582,10 +582,22 @@ pub async fn release_command(
     version: &str,
     extra: &[&str],
 ) -> std::process::Output {
+    release_command_with_env(command, source, version, extra, &[]).await
+}
+
+/// [`release_command`] with `envs` set (`DOCKER_CONFIG`, where a login is looked for).
+pub async fn release_command_with_env(
+    command: &str,
+    source: &str,
+    version: &str,
+    extra: &[&str],
+    envs: &[(&str, &std::path::Path)],
+) -> std::process::Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_inplace-controller"))
         .args(["release", command, source])
         .args(["--name", "kubernetes", "--version", version])
         .args(extra)
+        .envs(envs.iter().copied())
         .output()
         .await
         .unwrap()
