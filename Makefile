@@ -2,11 +2,14 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start unit-and-side-checks arm64-unit arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start prepare suites cargo-tools unit-and-side-checks arm64-unit arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went.
-test: test-start deps lint kube-smoke unit-and-side-checks
+test: test-start deps prepare kube-smoke unit-and-side-checks
 	@./scripts/timed.sh --report
+
+# The cargo target directory (CARGO_TARGET_DIR when set).
+TARGET := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
 # Each step of `make test` runs under TIMED, which logs its wall and CPU time for the report.
 TIMED = ./scripts/timed.sh $@
@@ -15,7 +18,7 @@ test-start:
 
 # The real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) of the release
 # pinned in tests/kube/go.mod, built from the official Go modules; the suites run against it.
-KUBE_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/kube/bin
+KUBE_BIN := $(TARGET)/kube/bin
 export PATH := $(KUBE_BIN):$(PATH)
 
 ## Build (cached) kube-testbed: etcd + kube-apiserver + kube-controller-manager + kubectl.
@@ -24,14 +27,14 @@ kube:
 
 ## Build (cached) Cluster API's core controller manager of the release tests/capi/go.mod pins
 ## into target/capi/bin (shares Go's build cache with `make kube`; tests/capi/README-manager.md).
-CAPI_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/capi/bin
+CAPI_BIN := $(TARGET)/capi/bin
 capi: kube
 	@$(TIMED) ./tests/capi/build-manager.sh "$(CAPI_BIN)"
 
 ## Build (cached) the real kubelet of every release pinned under tests/kubelet into
 ## target/kubelet/bin (they share Go's build cache with `make kube`), and the container images
 ## the real nodes import (target/node-images).
-KUBELET_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/kubelet/bin
+KUBELET_BIN := $(TARGET)/kubelet/bin
 kubelets: kube tools
 	@$(TIMED) ./tests/kubelet/build.sh "$(KUBELET_BIN)"
 	@$(TIMED) ./tests/tools/node-images.sh
@@ -44,11 +47,11 @@ kube-smoke: kube testbed
 ## (tests/butane/go.mod) into target/butane/bin, and ansible-core + ansible-lint
 ## (tests/ansible/requirements.txt) into the venv target/ansible/venv.
 node-tools:
-	@$(TIMED) ./tests/butane/build.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/butane/bin"
-	@$(TIMED) ./tests/ansible/install.sh "$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/ansible/venv"
+	@$(TIMED) ./tests/butane/build.sh "$(TARGET)/butane/bin"
+	@$(TIMED) ./tests/ansible/install.sh "$(TARGET)/ansible/venv"
 
 ## Build (cached) the packaging tools pinned in tests/tools: crane, helm, krew's manifest validator.
-TOOLS_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/tools/bin
+TOOLS_BIN := $(TARGET)/tools/bin
 tools:
 	@$(TIMED) ./tests/tools/build.sh "$(TOOLS_BIN)"
 
@@ -58,9 +61,14 @@ tools:
 images: tools
 	@$(TIMED) ./scripts/build-image.sh
 
+## The system packages the test beds need and the arm64 cross tools (scripts/install-deps.sh).
 deps:
-	@$(TIMED) ./scripts/install-deps.sh
+	@$(TIMED) ./scripts/install-deps.sh --system
 	@$(TIMED) ./scripts/install-deps.sh --arm64
+
+## cargo-nextest and cargo-deny (built from source on a new machine).
+cargo-tools:
+	@$(TIMED) ./scripts/install-deps.sh --cargo-tools
 
 ## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
 ## `make demo KUBECONFIG=path` runs it against that existing cluster instead of starting one
@@ -74,40 +82,59 @@ demo:
 bench:
 	@./scripts/bench.sh $(BENCH_ARGS)
 
-lint:
+# clippy checks in a target directory of its own: under `make test` it runs beside the
+# suites, whose builds (inplace_tests::workspace_build) would otherwise wait for its lock.
+lint: cargo-tools
 	$(TIMED) $(CARGO) fmt --all --check
-	$(TIMED) $(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(TIMED) $(CARGO) clippy --workspace --all-targets --target-dir "$(TARGET)/clippy" -- -D warnings
 	$(TIMED) $(CARGO) deny --log-level error check bans licenses sources
 
+## Every suite: what they run (make prepare), then cargo nextest run over the workspace.
+unit: prepare
+	@$(MAKE) --no-print-directory suites
+
+# Everything the suites run, built side by side: the Go builds, the cargo tools, the Rust
+# test build and the root filesystem fill each other's idle CPU (a download, a link on one
+# core); make keeps each target's output together. Then the image, from the test build.
 # images: the suites run the install pages, which push what `make images` wrote. Under `make
 # test` the image packs the debug build the suites run (IMAGE_BINARY, exported, so the pages'
 # own `make images` packs it too): a release build would cost the run 8 CPU-minutes for a
 # binary no test needs optimised (docs/development/testing.md § The install paths).
-unit: export IMAGE_BINARY ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug/inplace-controller
-unit: testbed kube kubelets capi node-tools tools images
+PREPARE_JOBS ?= 3
+DEBUG_CONTROLLER = $(TARGET)/debug/inplace-controller
+prepare: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
+prepare: deps
+	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) --output-sync=target \
+		cargo-tools build-tests testbed kube kubelets capi node-tools tools
+	@$(MAKE) --no-print-directory images
+
+# The suites alone, on what `make prepare` built.
+suites: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
+suites:
 	$(TIMED) $(CARGO) nextest run --workspace --no-fail-fast
 
 # The debug build of everything the suites run, made once: the test binaries and the
 # workspace's programs with the features the whole workspace resolves. The bed's tools and
 # the suites' own builds (inplace_tests::workspace_build) then find it current; a
 # `cargo run -p inplace-tests` here resolved other features and built the kube stack again.
-TESTBED := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug/inplace-testbed
-build-tests:
+TESTBED := $(TARGET)/debug/inplace-testbed
+build-tests: cargo-tools
 	$(TIMED) $(CARGO) nextest run --workspace --no-run
 
 ## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.
 testbed: build-tests
 	$(TIMED) $(TESTBED) build-rootfs
 
-# The tests and the side checks side by side: most of a node test is waiting (a boot, a
-# kubelet's start, a health window), and the side checks' builds and runs fill the CPU it
-# leaves idle (docs/development/testing.md § Where the time goes). Their output goes to
-# SIDE_LOG, printed when both have ended; either failing fails the step.
-SIDE_CHECKS := fuzz-short arm64-unit
-SIDE_LOG = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/side-checks.log
-unit-and-side-checks:
+# The suites and the side checks side by side, once `make prepare` has built what the
+# suites run: most of a node test is waiting (a boot, a kubelet's start, a health window),
+# and the side checks' builds and runs fill the CPU it leaves idle (docs/development/testing.md
+# § Where the time goes). Their output goes to SIDE_LOG, printed when both have ended; either
+# failing fails the step.
+SIDE_CHECKS := lint fuzz-short arm64-unit
+SIDE_LOG = $(TARGET)/side-checks.log
+unit-and-side-checks: prepare
 	@$(MAKE) --no-print-directory $(SIDE_CHECKS) >"$(SIDE_LOG)" 2>&1 & side=$$!; \
-	$(MAKE) --no-print-directory unit; unit=$$?; \
+	$(MAKE) --no-print-directory suites; unit=$$?; \
 	wait $$side; side=$$?; \
 	echo "== make $(SIDE_CHECKS), run beside the tests ($(SIDE_LOG)):"; cat "$(SIDE_LOG)"; \
 	[ $$unit -eq 0 ] && [ $$side -eq 0 ]
@@ -115,7 +142,7 @@ unit-and-side-checks:
 # arm64 nodes: builds for aarch64 with Debian's cross linker, run under qemu-user
 # (.cargo/config.toml), in a target directory of their own, so that they never wait for
 # the lock of the one the tests build in (nor make it wait).
-ARM64_TARGET_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/arm64
+ARM64_TARGET_DIR = $(TARGET)/arm64
 ## The agent's unit tests built for aarch64 and run under qemu-user.
 arm64-unit:
 	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent --lib

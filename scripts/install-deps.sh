@@ -3,6 +3,12 @@
 # root, Rust by rustup, Go). Idempotent and quick when everything is there. kubectl is not
 # installed here: the suites use the one built with kube-apiserver from the pinned release
 # (tests/kube, `make kube`).
+#   install-deps.sh                the system packages, then the cargo tools: all a person needs
+#   install-deps.sh --system       the system packages (`make deps`)
+#   install-deps.sh --arm64        the aarch64 cross tools (`make deps`)
+#   install-deps.sh --cargo-tools  cargo-nextest and cargo-deny (`make cargo-tools`, which
+#                                  `make prepare` builds beside the Go builds)
+#   install-deps.sh --fuzz         cargo-fuzz and the nightly toolchain (`make fuzz-deps`)
 set -euo pipefail
 
 if ! command -v go >/dev/null; then
@@ -11,51 +17,67 @@ if ! command -v go >/dev/null; then
     exit 1
 fi
 
-need_apt=()
-command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)
-command -v debootstrap >/dev/null || need_apt+=(debootstrap)
-command -v mksquashfs >/dev/null || need_apt+=(squashfs-tools)
-command -v minisign >/dev/null || need_apt+=(minisign) # docs/usage/agent-updates.md signs with it
-command -v nsenter >/dev/null || need_apt+=(util-linux)
-command -v systemctl >/dev/null || need_apt+=(systemd)
-[[ -f /etc/ssl/certs/ca-certificates.crt ]] || need_apt+=(ca-certificates) # the controller image's
-if ((${#need_apt[@]})); then
-    echo "installing: ${need_apt[*]}"
+apt_install() {
+    ((${#@})) || return 0
+    echo "installing: $*"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
-# The arm64 builds (`--arm64`, run by `make arm64-unit` beside the tests): Debian's cross
-# compiler and qemu-user, and Rust's standard library for aarch64.
-if [[ ${1:-} == --arm64 ]]; then
-    need_cross=()
-    command -v aarch64-linux-gnu-gcc >/dev/null || need_cross+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
-    command -v qemu-aarch64-static >/dev/null || need_cross+=(qemu-user-static)
-    if ((${#need_cross[@]})); then
-        echo "installing: ${need_cross[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_cross[@]}" >/dev/null
-    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+install_system_packages() {
+    local need=()
+    command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+    command -v debootstrap >/dev/null || need+=(debootstrap)
+    command -v mksquashfs >/dev/null || need+=(squashfs-tools)
+    command -v minisign >/dev/null || need+=(minisign) # docs/usage/agent-updates.md signs with it
+    command -v nsenter >/dev/null || need+=(util-linux)
+    command -v systemctl >/dev/null || need+=(systemd)
+    [[ -f /etc/ssl/certs/ca-certificates.crt ]] || need+=(ca-certificates) # the controller image's
+    apt_install "${need[@]}"
+}
+
+# The arm64 builds (`make arm64-unit`, beside the tests): Debian's cross compiler and
+# qemu-user, and Rust's standard library for aarch64.
+install_cross_tools() {
+    local need=()
+    command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+    command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+    apt_install "${need[@]}"
     rustup target list --installed | grep -q ^aarch64-unknown-linux-gnu ||
         rustup target add aarch64-unknown-linux-gnu
-    exit 0
-fi
+}
+
 # The cargo tools are built from source on a new machine. They share one target directory
-# (their common dependencies build once) and skip their release profiles' link-time
-# optimisation (cargo-deny's is fat LTO in one codegen unit): test tools that run for
-# seconds, where the build cost minutes (docs/development/testing.md § Where the time goes).
-tools_target=$(mktemp -d)
+# (their common dependencies build once), skip their release profiles' link-time
+# optimisation (cargo-deny's is fat LTO in one codegen unit) and optimise at level 1: test
+# tools that run for seconds, where the build costs minutes of a new machine's first run
+# (docs/development/testing.md § Where the time goes).
 install_tool() {
     command -v "$1" >/dev/null && return
     CARGO_TARGET_DIR=$tools_target CARGO_PROFILE_RELEASE_LTO=false \
-        CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo install "$1" --locked
+        CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+        cargo install "$1" --locked
 }
-# The fuzzing tools (`--fuzz`) are installed by `make fuzz-short` itself, which `make test`
-# runs beside the tests: their build then fills the CPU the node tests leave idle.
-if [[ ${1:-} == --fuzz ]]; then
-    install_tool cargo-fuzz
-    rustup toolchain list | grep -q ^nightly || rustup toolchain install nightly --profile minimal
-else
+tools_target=$(mktemp -d)
+trap 'rm -rf "$tools_target"' EXIT
+
+install_cargo_tools() {
     install_tool cargo-nextest
     install_tool cargo-deny
-fi
-rm -rf "$tools_target"
+}
+
+# Installed by `make fuzz-short` itself, which `make test` runs beside the tests: their
+# build then fills the CPU the node tests leave idle.
+install_fuzz_tools() {
+    install_tool cargo-fuzz
+    rustup toolchain list | grep -q ^nightly || rustup toolchain install nightly --profile minimal
+}
+
+case ${1:-all} in
+all) install_system_packages && install_cargo_tools ;;
+--system) install_system_packages ;;
+--arm64) install_cross_tools ;;
+--cargo-tools) install_cargo_tools ;;
+--fuzz) install_fuzz_tools ;;
+*) echo "install-deps.sh: unknown option $1 (--system, --arm64, --cargo-tools or --fuzz)" >&2; exit 2 ;;
+esac

@@ -4,6 +4,7 @@ seconds), then the slowest tests and the test binaries by their summed time, fro
 JUnit file. usage: test-times.py STEPS_TSV [JUNIT_XML]"""
 
 import collections
+import os
 import sys
 import xml.etree.ElementTree as ET
 
@@ -25,7 +26,14 @@ def steps(path):
         print(f"{name:<16} {wall / 60:10.1f} {cpu / 60:11.1f}")
     wall = sum(w for w, _ in totals.values())
     cpu = sum(c for _, c in totals.values())
-    print(f"{'total':<16} {wall / 60:10.1f} {cpu / 60:11.1f}")
+    print(f"{'sum of steps':<16} {wall / 60:10.1f} {cpu / 60:11.1f}")
+    try:
+        with open(path + ".start") as start:
+            # from --start to the end of the last step logged
+            elapsed = os.path.getmtime(path) - int(start.read())
+        print(f"{'the whole run':<16} {elapsed / 60:10.1f}   (steps run side by side)")
+    except (FileNotFoundError, ValueError):
+        pass
 
 
 def tests(path):

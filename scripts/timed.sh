@@ -3,10 +3,11 @@
 # time went (docs/development/testing.md § Where the time goes):
 #   scripts/timed.sh STEP COMMAND...   runs COMMAND, appends "STEP wall cpu" (seconds; cpu is
 #                                      user + system of the processes it waited for) to the log
-#   scripts/timed.sh --start           empties the log
+#   scripts/timed.sh --start           empties the log and notes when the run started
 #   scripts/timed.sh --report          prints each step's wall and CPU time, and the slowest
 #                                      tests of the run (from nextest's JUnit file, which
-#                                      nextest writes under the repository's target/ always)
+#                                      nextest writes under the repository's target/ always),
+#                                      and the run's own wall time: steps run side by side
 # The log is $TARGET/test-steps.tsv, TARGET being CARGO_TARGET_DIR or ./target.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +18,7 @@ mkdir -p "$target"
 case ${1:-} in
 --start)
     : >"$log"
+    date +%s >"$log.start"
     exit 0
     ;;
 --report)

@@ -132,19 +132,26 @@ fn an_architecture_the_builders_do_not_know_is_refused_by_name() {
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
 }
 
-/// `make test` installs each set of tools where it is used: the test tools and the arm64
-/// cross tools in `make deps`, cargo-fuzz and the nightly toolchain in `make fuzz-deps`
-/// (beside the tests). 6e0ecef ran `install-deps.sh --arm64 --fuzz` there, which installed
-/// the cross tools and never cargo-fuzz: a new machine's fuzzing would have failed.
+/// `make test` installs each set of tools where it is used: the system packages and the
+/// arm64 cross tools in `make deps`, the cargo tools in `make cargo-tools` (beside the Go
+/// builds), cargo-fuzz and the nightly toolchain in `make fuzz-deps` (beside the tests).
+/// 6e0ecef ran `install-deps.sh --arm64 --fuzz` there, which installed the cross tools and
+/// never cargo-fuzz: a new machine's fuzzing would have failed.
 #[test]
 fn make_installs_the_test_the_arm64_and_the_fuzzing_tools_each_once() {
     let planned = run(Command::new("make")
-        .args(["-n", "--no-print-directory", "deps", "fuzz-deps"])
+        .args([
+            "-n",
+            "--no-print-directory",
+            "deps",
+            "cargo-tools",
+            "fuzz-deps",
+        ])
         .current_dir(repo()));
     let installs: Vec<String> = String::from_utf8_lossy(&planned.stdout)
         .lines()
         .filter_map(|line| line.split_once("./scripts/install-deps.sh"))
         .map(|(_, args)| args.trim().to_owned())
         .collect();
-    assert_eq!(installs, ["", "--arm64", "--fuzz"]);
+    assert_eq!(installs, ["--system", "--arm64", "--cargo-tools", "--fuzz"]);
 }
