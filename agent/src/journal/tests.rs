@@ -1,5 +1,7 @@
 //! The journal's transitions, refusals and file handling.
 
+use std::path::Path;
+
 use super::*;
 
 fn content() -> UpdateContent {
