@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start prepare suites cargo-tools unit-and-side-checks arm64-unit arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start prepare suites cargo-tools agent-versions unit-and-side-checks arm64-unit arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went.
 test: test-start deps prepare kube-smoke unit-and-side-checks
@@ -105,7 +105,7 @@ DEBUG_CONTROLLER = $(TARGET)/debug/inplace-controller
 prepare: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
 prepare: deps
 	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) --output-sync=target \
-		cargo-tools build-tests testbed kube kubelets capi node-tools tools
+		cargo-tools build-tests testbed kube kubelets capi node-tools tools agent-versions
 	@$(MAKE) --no-print-directory images
 
 # The suites alone, on what `make prepare` built.
@@ -120,6 +120,12 @@ suites:
 TESTBED := $(TARGET)/debug/inplace-testbed
 build-tests: cargo-tools
 	$(TIMED) $(CARGO) nextest run --workspace --no-run
+
+# The agent's dependencies, built once where the suites build the agent at other versions
+# (tests/src/agent_images.rs: <target>/agent-versions): each version then rebuilds only the
+# agent crate, where the first suite to ask paid about four CPU-minutes within its time limit.
+agent-versions:
+	$(TIMED) $(CARGO) build -q -p inplace-agent --bin inplace-agent --target-dir "$(TARGET)/agent-versions"
 
 ## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.
 testbed: build-tests
