@@ -2,10 +2,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start prepare suites cargo-tools agent-versions unit-and-side-checks arm64-unit arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start prepare suites fetch nextest lint-tools agent-versions suites-and-side-checks arm64-unit arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went.
-test: test-start deps prepare kube-smoke unit-and-side-checks
+test: test-start deps fetch suites-and-side-checks
 	@./scripts/timed.sh --report
 
 # The cargo target directory (CARGO_TARGET_DIR when set).
@@ -66,9 +66,13 @@ deps:
 	@$(TIMED) ./scripts/install-deps.sh --system
 	@$(TIMED) ./scripts/install-deps.sh --arm64
 
-## cargo-nextest and cargo-deny (built from source on a new machine).
-cargo-tools:
-	@$(TIMED) ./scripts/install-deps.sh --cargo-tools
+## The test runner, cargo-nextest (built from source on a new machine).
+nextest:
+	@$(TIMED) ./scripts/install-deps.sh --nextest
+
+## cargo-deny, which `make lint` runs (built from source on a new machine).
+lint-tools:
+	@$(TIMED) ./scripts/install-deps.sh --deny
 
 ## The local demo fleet: 3 nspawn nodes, the real agent, the controller, a v1 → v2 rollout.
 ## `make demo KUBECONFIG=path` runs it against that existing cluster instead of starting one
@@ -84,7 +88,7 @@ bench:
 
 # clippy checks in a target directory of its own: under `make test` it runs beside the
 # suites, whose builds (inplace_tests::workspace_build) would otherwise wait for its lock.
-lint: cargo-tools
+lint: lint-tools
 	$(TIMED) $(CARGO) fmt --all --check
 	$(TIMED) $(CARGO) clippy --workspace --all-targets --target-dir "$(TARGET)/clippy" -- -D warnings
 	$(TIMED) $(CARGO) deny --log-level error check bans licenses sources
@@ -105,7 +109,7 @@ DEBUG_CONTROLLER = $(TARGET)/debug/inplace-controller
 prepare: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
 prepare: deps
 	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) --output-sync=target \
-		cargo-tools build-tests testbed kube kubelets capi node-tools tools agent-versions
+		nextest build-tests testbed kube kubelets capi node-tools tools agent-versions
 	@$(MAKE) --no-print-directory images
 
 # The suites alone, on what `make prepare` built.
@@ -118,8 +122,10 @@ suites:
 # the suites' own builds (inplace_tests::workspace_build) then find it current; a
 # `cargo run -p inplace-tests` here resolved other features and built the kube stack again.
 TESTBED := $(TARGET)/debug/inplace-testbed
-build-tests: cargo-tools
-	$(TIMED) $(CARGO) nextest run --workspace --no-run
+# `cargo test --no-run` is what nextest runs to build (same profile, same features): the
+# build need not wait for nextest's own.
+build-tests:
+	$(TIMED) $(CARGO) test --workspace --no-run
 
 # The agent's dependencies, built once where the suites build the agent at other versions
 # (tests/src/agent_images.rs: <target>/agent-versions): each version then rebuilds only the
@@ -131,19 +137,28 @@ agent-versions:
 testbed: build-tests
 	$(TIMED) $(TESTBED) build-rootfs
 
-# The suites and the side checks side by side, once `make prepare` has built what the
-# suites run: most of a node test is waiting (a boot, a kubelet's start, a health window),
-# and the side checks' builds and runs fill the CPU it leaves idle (docs/development/testing.md
-# § Where the time goes). Their output goes to SIDE_LOG, printed when both have ended; either
-# failing fails the step.
-SIDE_CHECKS := lint fuzz-short arm64-unit
+# The side checks run beside everything else from the start, in the background class
+# (scripts/background.sh: CPU time nothing else wants): their builds fill what the Go
+# links, the downloads, the boots and the health windows leave idle, and never slow the
+# builds and tests on the way to the end (docs/development/testing.md § Where the time goes).
+# The workspace's crates are fetched first, so that nothing on that way waits for the
+# background's hold on cargo's download lock; arm64-unit goes first, as its crates are
+# among them, and the side checks that install a tool (lint's cargo-deny, fuzz-short's
+# cargo-fuzz) download theirs after nextest's install has ended. Their output goes to
+# SIDE_LOG, printed when both have ended; either failing fails the step. (`-o deps`: made
+# already.)
+SIDE_CHECKS := arm64-unit lint fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
-unit-and-side-checks: prepare
-	@$(MAKE) --no-print-directory $(SIDE_CHECKS) >"$(SIDE_LOG)" 2>&1 & side=$$!; \
-	$(MAKE) --no-print-directory suites; unit=$$?; \
+suites-and-side-checks: deps fetch
+	@./scripts/background.sh $(MAKE) --no-print-directory $(SIDE_CHECKS) >"$(SIDE_LOG)" 2>&1 & side=$$!; \
+	$(MAKE) --no-print-directory -o deps prepare kube-smoke suites; unit=$$?; \
 	wait $$side; side=$$?; \
 	echo "== make $(SIDE_CHECKS), run beside the tests ($(SIDE_LOG)):"; cat "$(SIDE_LOG)"; \
 	[ $$unit -eq 0 ] && [ $$side -eq 0 ]
+
+# Every crate the workspace's builds need, downloaded once before they start.
+fetch:
+	@$(TIMED) $(CARGO) fetch --locked
 
 # arm64 nodes: builds for aarch64 with Debian's cross linker, run under qemu-user
 # (.cargo/config.toml), in a target directory of their own, so that they never wait for

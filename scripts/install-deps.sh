@@ -6,8 +6,11 @@
 #   install-deps.sh                the system packages, then the cargo tools: all a person needs
 #   install-deps.sh --system       the system packages (`make deps`)
 #   install-deps.sh --arm64        the aarch64 cross tools (`make deps`)
-#   install-deps.sh --cargo-tools  cargo-nextest and cargo-deny (`make cargo-tools`, which
-#                                  `make prepare` builds beside the Go builds)
+#   install-deps.sh --cargo-tools  cargo-nextest and cargo-deny
+#   install-deps.sh --nextest      cargo-nextest (`make nextest`, which `make prepare` builds
+#                                  beside the Go builds)
+#   install-deps.sh --deny         cargo-deny (`make lint-tools`, in the background under
+#                                  `make test`)
 #   install-deps.sh --fuzz         cargo-fuzz and the nightly toolchain (`make fuzz-deps`)
 set -euo pipefail
 
@@ -47,22 +50,28 @@ install_cross_tools() {
         rustup target add aarch64-unknown-linux-gnu
 }
 
-# The cargo tools are built from source on a new machine. They share one target directory
-# (their common dependencies build once), skip their release profiles' link-time
+# The cargo tools are built from source on a new machine. Those installed together share
+# one target directory (their common dependencies build once), skip their release profiles' link-time
 # optimisation (cargo-deny's is fat LTO in one codegen unit) and optimise at level 1: test
 # tools that run for seconds, where the build costs minutes of a new machine's first run
 # (docs/development/testing.md § Where the time goes).
+# install_tool NAME [CARGO-INSTALL-OPTION...]
 install_tool() {
     command -v "$1" >/dev/null && return
     CARGO_TARGET_DIR=$tools_target CARGO_PROFILE_RELEASE_LTO=false \
         CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
-        cargo install "$1" --locked
+        cargo install "$@" --locked
+}
+# nextest without its default features: they are its self-update (an HTTP client and a TLS
+# stack, most of its build) and USDT probes, neither of which a test run uses.
+install_nextest() {
+    install_tool cargo-nextest --no-default-features
 }
 tools_target=$(mktemp -d)
 trap 'rm -rf "$tools_target"' EXIT
 
 install_cargo_tools() {
-    install_tool cargo-nextest
+    install_nextest
     install_tool cargo-deny
 }
 
@@ -78,6 +87,8 @@ all) install_system_packages && install_cargo_tools ;;
 --system) install_system_packages ;;
 --arm64) install_cross_tools ;;
 --cargo-tools) install_cargo_tools ;;
+--nextest) install_nextest ;;
+--deny) install_tool cargo-deny ;;
 --fuzz) install_fuzz_tools ;;
-*) echo "install-deps.sh: unknown option $1 (--system, --arm64, --cargo-tools or --fuzz)" >&2; exit 2 ;;
+*) echo "install-deps.sh: unknown option $1 (--system, --arm64, --cargo-tools, --nextest, --deny or --fuzz)" >&2; exit 2 ;;
 esac

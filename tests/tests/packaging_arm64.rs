@@ -133,8 +133,9 @@ fn an_architecture_the_builders_do_not_know_is_refused_by_name() {
 }
 
 /// `make test` installs each set of tools where it is used: the system packages and the
-/// arm64 cross tools in `make deps`, the cargo tools in `make cargo-tools` (beside the Go
-/// builds), cargo-fuzz and the nightly toolchain in `make fuzz-deps` (beside the tests).
+/// arm64 cross tools in `make deps`, the test runner in `make nextest` (beside the Go
+/// builds), cargo-deny in `make lint-tools` and cargo-fuzz and the nightly toolchain in
+/// `make fuzz-deps` (in the background).
 /// 6e0ecef ran `install-deps.sh --arm64 --fuzz` there, which installed the cross tools and
 /// never cargo-fuzz: a new machine's fuzzing would have failed.
 #[test]
@@ -144,7 +145,8 @@ fn make_installs_the_test_the_arm64_and_the_fuzzing_tools_each_once() {
             "-n",
             "--no-print-directory",
             "deps",
-            "cargo-tools",
+            "nextest",
+            "lint-tools",
             "fuzz-deps",
         ])
         .current_dir(repo()));
@@ -153,5 +155,8 @@ fn make_installs_the_test_the_arm64_and_the_fuzzing_tools_each_once() {
         .filter_map(|line| line.split_once("./scripts/install-deps.sh"))
         .map(|(_, args)| args.trim().to_owned())
         .collect();
-    assert_eq!(installs, ["--system", "--arm64", "--cargo-tools", "--fuzz"]);
+    assert_eq!(
+        installs,
+        ["--system", "--arm64", "--nextest", "--deny", "--fuzz"]
+    );
 }
