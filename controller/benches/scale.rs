@@ -24,6 +24,12 @@
 //! the emulator and the simulated agents; the real server's processes) divided by the
 //! machine's cores is a third lower limit: on a machine the bed saturates, the rollout
 //! cannot end sooner, whatever the controller costs.
+//!
+//! With `INPLACE_BENCH_FANOUT_MIB` the staging is real downloads through one capped link
+//! (`scale/fanout.rs`).
+
+#[path = "scale/fanout.rs"]
+mod fanout;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -322,13 +328,20 @@ async fn create_release(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn rollout(max_unavailable: &IntOrString) -> anyhow::Result<NodeRollout> {
-    Ok(serde_json::from_value(json!({
+fn rollout(
+    max_unavailable: &IntOrString,
+    staging: Option<serde_json::Value>,
+) -> anyhow::Result<NodeRollout> {
+    let mut rollout = json!({
         "apiVersion": "inplace.dev/v1alpha1", "kind": "NodeRollout",
         "metadata": {"name": "bench"},
         "spec": {"release": "bench", "maxUnavailable": max_unavailable,
                  "nodeSelector": {"matchLabels": {"pool": "bench"}}},
-    }))?)
+    });
+    if let Some(staging) = staging {
+        rollout["spec"]["staging"] = staging;
+    }
+    Ok(serde_json::from_value(rollout)?)
 }
 
 /// Follows the rollout until `Complete=True`, printing progress every 5 s; the wall time
@@ -426,6 +439,7 @@ async fn main() -> anyhow::Result<()> {
     let writes_per_second = create_nodes(&client, settings.nodes).await?;
     let load_start = load_average();
 
+    let fanout = fanout::Fanout::from_env(settings.nodes).await?;
     let fleet = Fleet::start(
         client.clone(),
         SimConfig {
@@ -433,6 +447,7 @@ async fn main() -> anyhow::Result<()> {
             activate: settings.update / 2,
             verify: settings.update - settings.update / 2,
             every_phase: false,
+            download_from: fanout.as_ref().map(fanout::Fanout::url),
             ..SimConfig::default()
         },
     );
@@ -443,8 +458,13 @@ async fn main() -> anyhow::Result<()> {
     let bed = bed_processes(&api)?;
     let before = Counters::read(&controller, &bed, ticks).await;
     let rollouts: Api<NodeRollout> = Api::all(client.clone());
+    let began = Instant::now();
+    let staging = fanout.as_ref().and_then(fanout::Fanout::staging);
     rollouts
-        .create(&PostParams::default(), &rollout(&settings.max_unavailable)?)
+        .create(
+            &PostParams::default(),
+            &rollout(&settings.max_unavailable, staging)?,
+        )
         .await?;
     let (wall, peak_kib) = follow(&rollouts, &fleet, controller.pid()).await?;
 
@@ -475,6 +495,9 @@ async fn main() -> anyhow::Result<()> {
         load: (load_start, load_average()),
     };
     run.report();
+    if let Some(fanout) = &fanout {
+        fanout.report(began, &fleet);
+    }
     if let Some(server) = api.real() {
         for (name, pid) in server.processes()? {
             println!(

@@ -30,7 +30,7 @@
 //! | stall | [`Fault::StallAfter`], [`Fault::DelayHeaders`] |
 //! | 500/502/503/429 (+ Retry-After), 404/401/403 | [`Fault::Status`] |
 //! | redirect to http / another host | [`Fault::Redirect`] (a second server on `127.0.0.2` is "another host") |
-//! | slow link | [`Fault::Throttle`] |
+//! | slow link | [`Fault::Throttle`] (one answer), [`ArtifactServer::share_link`] (all of them) |
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -46,6 +46,9 @@ use tokio::task::AbortHandle;
 use crate::error::IoContext;
 use crate::sysext::sha256_hex;
 use crate::{Error, Result};
+
+mod link;
+pub use link::SharedLink;
 
 const CHUNK: usize = 64 * 1024;
 /// Base of the synthetic `Last-Modified` times (2023-11-14); each `put` moves it on a minute.
@@ -266,6 +269,7 @@ struct State {
     log: Vec<RequestRecord>,
     puts: u64,
     connections: Vec<AbortHandle>,
+    link: Option<Arc<SharedLink>>,
 }
 
 /// The server. Dropping it stops accepting and aborts open connections.
@@ -428,6 +432,15 @@ impl ArtifactServer {
     pub fn clear_requests(&self) {
         lock(&self.state).log.clear();
     }
+
+    /// From now on every answer's body shares one link of `bytes_per_second` (as the
+    /// uplink of a server that a fleet downloads from); returns it, to read how many bodies
+    /// were ever on it at once.
+    pub fn share_link(&self, bytes_per_second: u64) -> Arc<SharedLink> {
+        let link = Arc::new(SharedLink::new(bytes_per_second));
+        lock(&self.state).link = Some(Arc::clone(&link));
+        link
+    }
 }
 
 impl Drop for ArtifactServer {
@@ -520,7 +533,7 @@ async fn serve_connection(stream: TcpStream, state: &Mutex<State>) -> std::io::R
     let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream);
     while let Some(req) = read_request(&mut reader).await? {
-        let (artifact, fault) = {
+        let (artifact, fault, link) = {
             let mut st = lock(state);
             let fault = st
                 .faults
@@ -534,7 +547,7 @@ async fn serve_connection(stream: TcpStream, state: &Mutex<State>) -> std::io::R
                 }
                 st.artifacts.insert(req.path.clone(), new);
             }
-            (st.artifacts.get(&req.path).cloned(), fault)
+            (st.artifacts.get(&req.path).cloned(), fault, st.link.clone())
         };
         let mut record = RequestRecord {
             method: req.method.clone(),
@@ -548,7 +561,12 @@ async fn serve_connection(stream: TcpStream, state: &Mutex<State>) -> std::io::R
             at: SystemTime::now(),
         };
         let stream = reader.get_mut();
-        let outcome = respond(stream, &req, artifact.as_ref(), fault.as_ref(), &mut record).await;
+        let served = Served {
+            artifact: artifact.as_ref(),
+            fault: fault.as_ref(),
+            link: link.as_deref(),
+        };
+        let outcome = respond(stream, &req, served, &mut record).await;
         lock(state).log.push(record);
         let client_closes = req
             .header("connection")
@@ -572,13 +590,24 @@ async fn serve_connection(stream: TcpStream, state: &Mutex<State>) -> std::io::R
     Ok(())
 }
 
+/// What a request is answered with: the artifact at its path, the fault set for it, and
+/// the link the server's answers share, if one is set.
+#[derive(Clone, Copy)]
+struct Served<'a> {
+    artifact: Option<&'a Artifact>,
+    fault: Option<&'a Fault>,
+    link: Option<&'a SharedLink>,
+}
+
 async fn respond(
     stream: &mut TcpStream,
     req: &Request,
-    artifact: Option<&Artifact>,
-    fault: Option<&Fault>,
+    served: Served<'_>,
     record: &mut RequestRecord,
 ) -> std::io::Result<After> {
+    let Served {
+        artifact, fault, ..
+    } = served;
     let head_only = req.method == "HEAD";
     if req.method != "GET" && !head_only {
         record.status = 405;
@@ -629,7 +658,11 @@ async fn respond(
         return Ok(After::KeepAlive);
     };
     record.status = status;
-    send_part(stream, artifact, fault, (status, start, end), head_only).await
+    let served = Served {
+        artifact: Some(artifact),
+        ..served
+    };
+    send_part(stream, served, (status, start, end), head_only).await
 }
 
 /// Answers a request the fault decides alone (an injected status, a redirect, a closed
@@ -712,11 +745,18 @@ fn requested_part(
 /// Content-Length, a truncation, a reset, a stall, a throttle, junk after the body).
 async fn send_part(
     stream: &mut TcpStream,
-    artifact: &Artifact,
-    fault: Option<&Fault>,
+    served: Served<'_>,
     (status, start, end): (u16, u64, u64),
     head_only: bool,
 ) -> std::io::Result<After> {
+    let Served {
+        artifact: Some(artifact),
+        fault,
+        link,
+    } = served
+    else {
+        return Ok(After::Close);
+    };
     let total = artifact.len();
     let mut headers: Vec<(&str, String)> = vec![
         ("Content-Type", artifact.content_type.clone()),
@@ -770,11 +810,14 @@ async fn send_part(
         Some(Fault::StallAfter { bytes, duration }) => Some((*bytes, *duration)),
         _ => None,
     };
-    let rate = match fault {
-        Some(Fault::Throttle(bps)) => Some((*bps).max(1)),
-        _ => None,
+    let pace = Pace {
+        rate: match fault {
+            Some(Fault::Throttle(bps)) => Some((*bps).max(1)),
+            _ => None,
+        },
+        link,
     };
-    send_body(stream, artifact, start, end, limit, stall, rate).await?;
+    send_body(stream, artifact, start, end, limit, stall, pace).await?;
     if let Some(Fault::EndlessAfterBody) = fault {
         let junk = vec![0xa5_u8; CHUNK];
         loop {
@@ -785,6 +828,13 @@ async fn send_part(
     Ok(after)
 }
 
+/// How fast a body goes: one answer's own cap ([`Fault::Throttle`]), and the link all
+/// answers share ([`ArtifactServer::share_link`]).
+struct Pace<'a> {
+    rate: Option<u64>,
+    link: Option<&'a SharedLink>,
+}
+
 async fn send_body(
     stream: &mut TcpStream,
     artifact: &Artifact,
@@ -792,8 +842,10 @@ async fn send_body(
     end: u64,
     limit: Option<u64>,
     stall: Option<(u64, Duration)>,
-    rate: Option<u64>,
+    pace: Pace<'_>,
 ) -> std::io::Result<()> {
+    let Pace { rate, link } = pace;
+    let _on_link = link.map(SharedLink::enter);
     let end = limit.map_or(end, |n| end.min(start.saturating_add(n)));
     let mut file = match &artifact.source {
         Source::File { path, .. } => {
@@ -822,6 +874,9 @@ async fn send_body(
             want = want.min((bps / 10).max(1));
         }
         let n = usize::try_from(want).unwrap_or(CHUNK);
+        if let Some(link) = link {
+            link.pass(n).await;
+        }
         match (&artifact.source, file.as_mut()) {
             (Source::Bytes(b), _) => {
                 let from = usize::try_from(pos).unwrap_or(usize::MAX);

@@ -17,6 +17,7 @@
 //! (`system:node:NAME`), through the shipped agent RBAC and admission policy, as the agent
 //! does; [`Fleet::start`] writes every status with one client (the scale benchmark).
 
+mod download;
 mod protocol;
 mod stepper;
 
@@ -83,6 +84,20 @@ pub struct FleetStats {
     pub staging_now: AtomicUsize,
     /// The most nodes ever staging at once (`every_phase` only).
     pub max_staging: AtomicUsize,
+    /// With [`SimConfig::download_from`]: each node's download, when it ended and how
+    /// long it took.
+    pub downloads: Mutex<Vec<Download>>,
+    /// With [`SimConfig::download_from`]: the attempts that failed and were repeated.
+    pub failed_downloads: AtomicUsize,
+}
+
+/// One node's download ([`SimConfig::download_from`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Download {
+    /// When its last byte arrived.
+    pub ended: std::time::Instant,
+    /// From its first attempt to its last byte.
+    pub took: Duration,
 }
 
 /// A running fleet of simulated agents.
@@ -215,13 +230,23 @@ async fn drive(
             if step.is_none() {
                 s.running.remove(&node);
             }
-            step
+            step.map(|(step, seen)| {
+                let staged = step.1.phase == Some(Phase::Staged) && local.phase != step.1.phase;
+                (step, seen, staged)
+            })
         };
-        let Some(((delay, next), seen)) = step else {
+        let Some(((delay, next), seen, staged)) = step else {
             return;
         };
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+        match &config.download_from {
+            Some(url) if staged => {
+                let (took, failed) = download::download(url).await;
+                let ended = std::time::Instant::now();
+                lock(&stats.downloads).push(Download { ended, took });
+                stats.failed_downloads.fetch_add(failed, Ordering::Relaxed);
+            }
+            _ if !delay.is_zero() => tokio::time::sleep(delay).await,
+            _ => {}
         }
         let phase = next.phase.unwrap_or(Phase::Pending);
         let now = k8s_openapi::jiff::Timestamp::now().to_string();

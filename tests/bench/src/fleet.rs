@@ -11,7 +11,7 @@ use crate::report::repo_root;
 use crate::{Opts, Row};
 
 /// The number after `key` in `text` (up to the next character that is not part of a number).
-fn number_after(text: &str, key: &str) -> Option<f64> {
+pub(crate) fn number_after(text: &str, key: &str) -> Option<f64> {
     let rest = &text[text.find(key)? + key.len()..];
     let rest = rest.trim_start();
     let end = rest
@@ -20,11 +20,11 @@ fn number_after(text: &str, key: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+pub(crate) fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
     text.lines().find(|l| l.trim_start().starts_with(prefix))
 }
 
-async fn build_exe() -> Result<String> {
+pub(crate) async fn build_exe() -> Result<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("fleet: building the controller's scale bench");
     let build = tokio::process::Command::new(&cargo)

@@ -6,6 +6,7 @@
 //! fails because a number is bad.
 
 mod download;
+mod fanout;
 mod fleet;
 mod machine;
 mod node;
@@ -48,6 +49,20 @@ struct Opts {
     /// 3,000 is the default so that a `make bench` beside other work ends in minutes.
     #[arg(long, default_value_t = 3_000)]
     real_fleet_nodes: u64,
+    /// Nodes of the staging fan-out runs (0: skip them): each downloads --fanout-mib from
+    /// one artifact server through a --fanout-link-mibps link, once without a staging
+    /// limit and once with --fanout-max-concurrent.
+    #[arg(long, default_value_t = 1_000)]
+    fanout_nodes: u64,
+    /// MiB each node downloads in the fan-out runs.
+    #[arg(long, default_value_t = 4)]
+    fanout_mib: u64,
+    /// The artifact server's uplink in the fan-out runs, MiB/s, shared by every download.
+    #[arg(long, default_value_t = 100)]
+    fanout_link_mibps: u64,
+    /// `spec.staging.maxConcurrent` of the limited run (a count or a percentage).
+    #[arg(long, default_value = "50")]
+    fanout_max_concurrent: String,
     /// A smoke run: 16 MiB, one repetition, 3 s idle, 300 simulated nodes (100 on the real
     /// API server).
     #[arg(long)]
@@ -87,6 +102,7 @@ impl Opts {
             self.idle_seconds = self.idle_seconds.min(3);
             self.fleet_nodes = vec![300];
             self.real_fleet_nodes = self.real_fleet_nodes.min(100);
+            self.fanout_nodes = self.fanout_nodes.min(100);
         }
         self
     }
@@ -105,6 +121,9 @@ enum Command {
     /// (4) The controller's rollout simulation (3,000 and 30,000 nodes, and on the real
     /// API server).
     Fleet(Opts),
+    /// (4, fan-out) The rollout simulation staging through one capped link, without and
+    /// with `spec.staging.maxConcurrent`.
+    Fanout(Opts),
     /// Everything; prints one table and writes docs/benchmarks.md.
     All(Opts),
     /// Internal: one fetch with the agent's fetcher; prints seconds and peak RSS (KiB).
@@ -165,6 +184,11 @@ fn main() -> Result<()> {
             report::print_table(&rows);
             Ok(())
         }
+        Command::Fanout(o) => {
+            let rows = multi_thread()?.block_on(fanout::run(&o.effective()))?;
+            report::print_table(&rows);
+            Ok(())
+        }
         Command::All(o) => {
             let o = o.effective();
             let rt = multi_thread()?;
@@ -176,6 +200,7 @@ fn main() -> Result<()> {
                 ("node", rt.block_on(node::run(&o))),
                 ("real node", rt.block_on(real_node::run(&o))),
                 ("fleet", rt.block_on(fleet::run(&o))),
+                ("fan-out", rt.block_on(fanout::run(&o))),
             ] {
                 match result {
                     Ok(r) => rows.extend(r),

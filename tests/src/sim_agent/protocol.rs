@@ -49,6 +49,10 @@ pub struct SimConfig {
     pub fixed_by_retry: HashSet<String>,
     /// The revision a node runs before its first plan, if the status should name one.
     pub running_before: Option<String>,
+    /// When set, staging downloads the bytes at this `http://` URL (each node its own
+    /// connection, the body read and dropped) instead of waiting `download`: the fan-out
+    /// as an artifact server sees it.
+    pub download_from: Option<String>,
 }
 
 impl Default for SimConfig {
@@ -62,6 +66,7 @@ impl Default for SimConfig {
             every_phase: true,
             fixed_by_retry: HashSet::new(),
             running_before: None,
+            download_from: None,
         }
     }
 }
