@@ -11,8 +11,9 @@
 //! (the primitives those use: switch the links, refresh sysext and units, restore the
 //! priors, detect drift), `agent_switch.rs` (an agent update: the old agent's switch, the
 //! new one's confirmation, the guard's rollback reported), `collect.rs` (files no kept
-//! revision references), `report.rs` (the
-//! status, a pure function of journal, plan and what was observed). The journal moves
+//! revision references), `report.rs` (what
+//! the agent says: report texts, the status as a pure function of journal, plan and what
+//! was observed, and its publishing). The journal moves
 //! only through its named transitions ([`crate::journal::Journal`]).
 
 mod activation;

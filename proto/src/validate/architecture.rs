@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use super::{Collector, check_source};
+use super::Collector;
+use super::artifact::check_source;
 use crate::content::Artifact;
 
 /// Checks `artifact`'s builds for other architectures; `path` is the artifact's.

@@ -1,10 +1,17 @@
 //! The status built from journal, plan and observation, case by case.
 
+use super::texts::kubelet_note;
 use super::*;
-use crate::journal::Step;
 use crate::journal::tests::at_step;
+use crate::journal::{Failure, Journal, Step};
+use crate::machine::PlanView;
 use chrono::Utc;
-use inplace_proto::UpdateContent;
+use inplace_proto::reason::plan_condition;
+use inplace_proto::{
+    ArtifactProgress, DesiredState, NodeUpdatePlanStatus, Phase, Reason, UpdateContent,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).unwrap()
