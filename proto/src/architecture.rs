@@ -9,6 +9,9 @@ use crate::content::{Artifact, UpdateContent};
 use crate::reason::Reason;
 use crate::validate::FieldError;
 
+/// The label the kubelet sets on its Node to the node's architecture (`amd64`, `arm64`).
+pub const ARCHITECTURE_LABEL: &str = "kubernetes.io/arch";
+
 /// A node architecture, named as Kubernetes names it in a Node's `kubernetes.io/arch` label
 /// and `status.nodeInfo.architecture` (Go's `GOARCH`): `amd64` for x86-64, `arm64` for
 /// aarch64.
@@ -107,6 +110,26 @@ impl Artifact {
 }
 
 impl UpdateContent {
+    /// The architectures a node may take this content on: those every artifact built for
+    /// an architecture has a build for, in documentation order. `None` when every artifact
+    /// serves every architecture. A node of an architecture outside the list (or of one
+    /// Kubernetes has no name for) gets `ArchitectureUnsupported` from
+    /// [`UpdateContent::for_architecture`]; a rollout passes such nodes over.
+    pub fn architectures(&self) -> Option<Vec<Architecture>> {
+        let mut built = self
+            .artifacts
+            .iter()
+            .filter(|a| a.architecture.is_some())
+            .map(Artifact::architectures)
+            .peekable();
+        built.peek()?;
+        let mut supported = Architecture::ALL.to_vec();
+        for builds in built {
+            supported.retain(|a| builds.contains(a));
+        }
+        Some(supported)
+    }
+
     /// The content a node of `architecture` installs: every artifact narrowed to its build
     /// for that architecture ([`Artifact::for_architecture`]). An artifact without one is
     /// a problem at `{at}.artifacts[i]` with reason `ArchitectureUnsupported`: the node

@@ -33,6 +33,9 @@ pub mod rollout_condition {
     /// True when selected nodes were left out because another rollout owns them (reason
     /// `NodeOwnedByOtherRollout`).
     pub const NODES_REFUSED: &str = "NodesRefused";
+    /// True when selected nodes were passed over because the release has no build for their
+    /// `kubernetes.io/arch` (reason `ArchitectureUnsupported`): counted as skipped.
+    pub const NODES_UNSUPPORTED: &str = "NodesUnsupported";
 }
 
 macro_rules! reasons {
@@ -84,8 +87,10 @@ reasons! {
     InvalidPlan,
     /// The plan asks for something this node's local policy forbids; nothing was done.
     PolicyDenied,
-    /// An artifact of the plan has no build for this node's architecture (the message names
-    /// the artifact, the node's architecture and the ones it has); nothing was done.
+    /// An artifact has no build for a node's architecture: the agent refuses such a plan (the
+    /// message names the artifact, the node's architecture and the ones it has), and a
+    /// rollout passes such nodes over (condition `NodesUnsupported` names each node and its
+    /// `kubernetes.io/arch`; they are counted as skipped, not failed); nothing was done.
     ArchitectureUnsupported,
     /// A binary's or archive member's directory is reached through a symlink below an
     /// allowed target directory (the message names it); nothing was changed.

@@ -312,8 +312,9 @@ pub struct NodeRolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_nodes: Vec<String>,
 
-    /// Nodes a person skips (the Node's `inplace.dev/skip` annotation): left at their current
-    /// revision, counted in `nodes.skipped`, never as failed.
+    /// Nodes left at their current revision, counted in `nodes.skipped`, never as failed: a
+    /// person skips them (the Node's `inplace.dev/skip` annotation), or the release has no
+    /// build for their `kubernetes.io/arch` (condition `NodesUnsupported`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_nodes: Vec<String>,
 
@@ -324,7 +325,7 @@ pub struct NodeRolloutStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub foreign_disruptions: Vec<ForeignDisruption>,
 
-    /// `Progressing`, `Complete` and `Halted`.
+    /// `Progressing`, `Complete`, `Halted`, `NodesRefused` and `NodesUnsupported`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -356,7 +357,8 @@ pub struct NodeCounts {
     pub succeeded: i32,
     /// Failed or rolled back.
     pub failed: i32,
-    /// Skipped by a person (`inplace.dev/skip`): left at their current revision.
+    /// Left at their current revision: skipped by a person (`inplace.dev/skip`), or without a
+    /// build in the release for their `kubernetes.io/arch`.
     #[serde(default)]
     pub skipped: i32,
 }

@@ -161,3 +161,29 @@ fn an_architecture_is_named_as_kubernetes_names_it() {
     };
     assert_eq!(Architecture::of_this_build(), expected);
 }
+
+#[test]
+fn a_release_names_the_architectures_every_artifact_has_a_build_for() {
+    let content = plan().spec.content;
+    assert_eq!(
+        content.architectures(),
+        Some(vec![Architecture::Amd64, Architecture::Arm64])
+    );
+    // A second artifact built for amd64 alone narrows the release to amd64.
+    let mut narrower = content.clone();
+    let mut amd64_only = narrower.artifacts[0].clone();
+    amd64_only.name = "kernel".into();
+    amd64_only.other_architectures.clear();
+    narrower.artifacts.push(amd64_only);
+    assert_eq!(narrower.architectures(), Some(vec![Architecture::Amd64]));
+    for architecture in Architecture::ALL {
+        let takes = narrower
+            .for_architecture(Some(architecture), "spec")
+            .is_ok();
+        assert_eq!(takes, architecture == Architecture::Amd64, "{architecture}");
+    }
+    // Artifacts without an architecture serve every node.
+    let mut shared = content;
+    shared.artifacts.remove(0);
+    assert_eq!(shared.architectures(), None);
+}

@@ -168,6 +168,7 @@ fn classify_node(
     }
     super::steer::retry(node, &mut class.state, &mut class.intent);
     super::steer::steer(node, &mut class.state, &mut class.intent);
+    super::architecture::pass_over(input, node, &mut class.state);
     if class.state == NodeState::Succeeded {
         class.soaking = soaks(input, node, &mut class);
     }

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use inplace_proto::{AgentReport, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase, Steering};
+use inplace_proto::{
+    AgentReport, Architecture, NodeRolloutSpec, NodeRolloutStatus, Outcome, Phase, Steering,
+};
 use k8s_openapi::jiff::Timestamp;
 
 use super::kured::KuredView;
@@ -140,6 +142,9 @@ pub struct NodeView {
     /// The autoscaler's scale-down annotation on the Node, and whether inplace set it
     /// (`autoscaler.rs`).
     pub scale_down: ScaleDownMark,
+    /// Its `kubernetes.io/arch` label, as the kubelet sets it (`architecture.rs`); `None`
+    /// when it has none (the node is not judged, its agent is).
+    pub architecture: Option<String>,
     /// `status.nodeInfo.kubeletVersion`, as its kubelet reports it (the skew guard,
     /// `version_skew.rs`); `None` when it reports none.
     pub kubelet_version: Option<String>,
@@ -166,6 +171,10 @@ pub struct RolloutInput<'a> {
     pub previous: Option<&'a NodeRolloutStatus>,
     /// The release.
     pub release: ReleaseState,
+    /// The architectures the release has a build of every artifact for
+    /// ([`inplace_proto::UpdateContent::architectures`]; `architecture.rs`); `None`: it serves
+    /// every architecture, or there is no valid release.
+    pub architectures: Option<Vec<Architecture>>,
     /// The selected nodes.
     pub nodes: Vec<NodeView>,
     /// The order `nodes` come in.

@@ -11,7 +11,9 @@
 //! A release the skew guard refuses (`version_skew.rs`: a kubelet newer than the API
 //! server, a skipped minor version, a downgrade) touches no node. Otherwise
 //! `decide` runs its phases, each a pure function in its own file: `classify.rs` (where
-//! each owned node stands, its plan intent, its drain), `foreign.rs` (the nodes others
+//! each owned node stands, its plan intent, its drain; with a person's steering, `steer.rs`,
+//! and the architecture preflight, `architecture.rs`: a node the release has no build for
+//! is passed over, not failed), `foreign.rs` (the nodes others
 //! took down, each occupying a slot), `grant.rs` (the halt rule and the activation slots),
 //! `autoscaler.rs` (the autoscaler's scale-down annotation on nodes holding a slot),
 //! `actions.rs` (cordons, uncordons and plan applies in activation order), `status.rs`
@@ -32,6 +34,7 @@ use inplace_proto::{DesiredState, NodeRolloutStatus};
 use k8s_openapi::jiff::Timestamp;
 
 mod actions;
+mod architecture;
 mod autoscaler;
 mod classify;
 mod drain;

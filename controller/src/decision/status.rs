@@ -1,7 +1,7 @@
 //! Phase 5 of the decision: the rollout's status — node counts, active and failed nodes,
 //! the conditions `Progressing` (which also says why no activation starts: paused, a
 //! maintenance window, a health gate; and which nodes wait for a full topology group),
-//! `Complete`, `Halted` and `NodesRefused` (through proto's
+//! `Complete`, `Halted`, `NodesRefused` and `NodesUnsupported` (through proto's
 //! one condition setter, which keeps `lastTransitionTime` while a status holds) — and the
 //! Events for nodes that finished and conditions that changed.
 
@@ -92,6 +92,7 @@ pub(super) fn nothing_touched(
         ConditionUpdate::new(rollout_condition::COMPLETE, false, reason, message),
         not_halted(),
         refused,
+        super::architecture::unsupported_condition(input, &[], &[]),
     ];
     finish_conditions(input, decision, conditions);
 }
@@ -159,6 +160,11 @@ pub(super) fn report_status(input: &RolloutInput<'_>, found: Found<'_>, decision
     }
     let mut conditions = rollout_conditions(input, &found, &counts);
     conditions.push(found.refused);
+    conditions.push(super::architecture::unsupported_condition(
+        input,
+        found.owned,
+        found.states,
+    ));
     decision.status.foreign_disruptions = found.foreign;
     decision.status.nodes = counts;
     decision.status.failed_nodes = found.failures;
@@ -419,7 +425,7 @@ fn condition_event(update: &ConditionUpdate, before: Option<&Condition>) -> Opti
                 if resumed { "Resumed" } else { "RollingOut" },
             ))
         }
-        (rollout_condition::NODES_REFUSED, true, _) => {
+        (rollout_condition::NODES_REFUSED | rollout_condition::NODES_UNSUPPORTED, true, _) => {
             Some(note(EventKind::Warning, reason.as_str()))
         }
         _ => None,

@@ -55,6 +55,7 @@ pub(super) fn node(name: &str) -> NodeView {
         drain: None,
         steering: Steering::default(),
         scale_down: Default::default(),
+        architecture: None,
         kubelet_version: None,
         rebooted_by: None,
         version: 0,
@@ -142,6 +143,7 @@ fn input<'a>(spec: &'a NodeRolloutSpec, nodes: Vec<NodeView>) -> RolloutInput<'a
         release: ReleaseState::Valid {
             revision: REV.into(),
         },
+        architectures: None,
         nodes,
         order: NodeOrder::Any,
         alerts: AlertObservation::NotAsked,
@@ -246,6 +248,7 @@ fn carry_out(v: &mut NodeView, action: &NodeAction) {
     }
 }
 
+mod architecture;
 mod autoscaler;
 mod cordon;
 mod drain;

@@ -62,6 +62,19 @@ pub fn release_state(release: Option<&NodeRelease>) -> ReleaseState {
     }
 }
 
+/// The architectures a valid release has a build of every artifact for (the decision's
+/// architecture preflight, `decision/architecture.rs`); `None` for a release that serves
+/// every architecture, or none that is usable.
+pub fn release_architectures(
+    state: &ReleaseState,
+    release: Option<&NodeRelease>,
+) -> Option<Vec<inplace_proto::Architecture>> {
+    match state {
+        ReleaseState::Valid { .. } => release?.spec.content.architectures(),
+        _ => None,
+    }
+}
+
 /// What the skew guard compares the nodes' kubelets with: the release's
 /// `kubernetesVersion` and, unless the rollout allows skew, the API server's version
 /// (asked only for a release that brings a Kubernetes version).
@@ -224,6 +237,7 @@ async fn apply(rollout: &NodeRollout, ctx: &Context) -> Result<Action> {
         spec: &rollout.spec,
         previous: previous.as_ref(),
         release: release_state.clone(),
+        architectures: release_architectures(&release_state, release.as_deref()),
         nodes: std::mem::take(&mut view.nodes),
         // The view keeps its nodes so (`RolloutView::sort`).
         order: NodeOrder::Activation,

@@ -26,7 +26,7 @@ use crate::decision::{
     needs_drain_pass,
 };
 use crate::error::Result;
-use crate::rollout::controller::release_state;
+use crate::rollout::controller::{release_architectures, release_state};
 use crate::rollout::plans::{plan_owner, plan_view};
 use crate::rollout::view::{ViewBuilder, rollouts_by_age};
 
@@ -111,6 +111,7 @@ pub fn preview(rollout: &NodeRollout, cluster: &Cluster<'_>) -> Result<Preview> 
         spec: &rollout.spec,
         previous: None,
         release: release.clone(),
+        architectures: release_architectures(&release, cluster.release),
         nodes,
         order: NodeOrder::Activation,
         // Prometheus is the controller's to ask: the preview leaves alert gates open.

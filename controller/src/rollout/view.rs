@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use inplace_proto::architecture::ARCHITECTURE_LABEL;
 use inplace_proto::{NodeRollout, NodeRolloutSpec, NodeUpdatePlan, Steering};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
@@ -438,6 +439,7 @@ impl<'a> ViewBuilder<'a> {
             drain: None,
             steering: Steering::of(node.metadata.annotations.as_ref()),
             scale_down: ScaleDownMark::of(node.metadata.annotations.as_ref()),
+            architecture: labels.get(ARCHITECTURE_LABEL).cloned(),
             kubelet_version: crate::rollout::node_readiness::kubelet_version(node),
             rebooted_by: fluo::rebooting(labels, node.metadata.annotations.as_ref())
                 .then_some(fluo::FLUO)

@@ -95,6 +95,7 @@ mod tests {
             drain: None,
             steering: Steering::default(),
             scale_down: Default::default(),
+            architecture: None,
             kubelet_version: None,
             rebooted_by: None,
             version: 0,

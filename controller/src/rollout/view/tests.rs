@@ -12,6 +12,7 @@ fn view_of(name: usize, control_plane: bool) -> (NodeView, String) {
         drain: None,
         steering: Steering::default(),
         scale_down: Default::default(),
+        architecture: None,
         kubelet_version: None,
         rebooted_by: None,
         version: 0,
