@@ -50,10 +50,12 @@ node-tools:
 	@$(TIMED) ./tests/butane/build.sh "$(TARGET)/butane/bin"
 	@$(TIMED) ./tests/ansible/install.sh "$(TARGET)/ansible/venv"
 
-## Build (cached) the packaging tools pinned in tests/tools: crane, helm, krew's manifest validator.
+## Build (cached) the packaging tools pinned in tests/tools: crane, helm, krew's manifest validator;
+## and the registries of tests/registry (CNCF Distribution, its htpasswd writer and token service).
 TOOLS_BIN := $(TARGET)/tools/bin
 tools:
 	@$(TIMED) ./tests/tools/build.sh "$(TOOLS_BIN)"
+	@$(TIMED) ./tests/registry/build.sh "$(TOOLS_BIN)"
 
 ## The controller image from the release build (IMAGE_BINARY=path packs that binary instead),
 ## without a container daemon, into target/images/ (IMAGES_DIR overrides): a docker-load-able

@@ -220,18 +220,8 @@ async fn an_address_allow_list_refuses_other_hosts_and_updates_still_commit_on_a
         bed.server.url("/"),
         other.url("/")
     );
-    bed.node
-        .write_file(
-            "/etc/inplace/agent.d/50-hosts.toml",
-            config.as_bytes(),
-            0o644,
-        )
-        .await
-        .unwrap();
-    bed.node
-        .systemctl(&["restart", "inplace-agent.service"])
-        .await
-        .unwrap();
+    bed.configure_agent("/etc/inplace/agent.d/50-hosts.toml", &config)
+        .await;
 
     let bytes = b"#!/bin/sh\necho elsewhere\n".to_vec();
     other.put_bytes("/elsewhere", bytes.clone());

@@ -43,6 +43,9 @@ mod real_kubelet;
 #[path = "e2e_bed/reboot.rs"]
 mod reboot;
 
+#[path = "e2e_bed/registry_mirror.rs"]
+mod registry_mirror;
+
 /// Builds kubernetes sysext images with the stand-in kubelet listening on one port.
 struct Images {
     fake_kubelet: PathBuf,
@@ -869,8 +872,9 @@ async fn binary_and_archive_artifacts_install_roll_back_and_resume_on_a_real_nod
 /// Issue 18: a download survives the agent's death. The agent is killed (SIGKILL) in the
 /// middle of a large, throttled download; systemd restarts it, and its second request is
 /// a `Range` for exactly the bytes the first process left on disk, with `If-Range` naming
-/// the object's ETag. The file ends complete and verified in the store.
-#[tokio::test]
+/// the object's ETag. The file ends complete and verified in the store. Then, on the same
+/// node, issue 39's registry case (`e2e_bed/registry_mirror.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_resumes_after_the_agent_is_killed_on_a_real_node() {
     use inplace_tests::artifact_server::Fault;
 
@@ -893,21 +897,7 @@ async fn a_download_resumes_after_the_agent_is_killed_on_a_real_node() {
     bed.apply(&plan).await;
 
     let partial = format!("/var/lib/inplace/tmp/.payload.{}.partial", &sha256[..16]);
-    let size_on_disk = || async {
-        bed.node
-            .exec_ok(&["stat", "-c", "%s", &partial])
-            .await
-            .map_or(0, |s| s.trim().parse::<u64>().unwrap_or(0))
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while size_on_disk().await < 16 << 20 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the download never reached 16 MiB: {}",
-            bed.diagnostics().await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    bed.wait_file_size(&partial, 16 << 20).await;
     bed.node
         .systemctl(&["kill", "--signal=SIGKILL", "inplace-agent.service"])
         .await
@@ -915,7 +905,7 @@ async fn a_download_resumes_after_the_agent_is_killed_on_a_real_node() {
     // The unit restarts after RestartSec (10 s); what is on disk now is what the killed
     // process left.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let left = size_on_disk().await;
+    let left = bed.node.file_size(&partial).await.unwrap();
     assert!(
         left >= 16 << 20 && left < bytes.len() as u64,
         "{left} bytes left"
@@ -968,20 +958,12 @@ async fn a_download_resumes_after_the_agent_is_killed_on_a_real_node() {
         "0",
         "no partial download left"
     );
-    let agent_log = output(
-        &bed,
-        &[
-            "journalctl",
-            "-u",
-            "inplace-agent",
-            "-o",
-            "cat",
-            "--no-pager",
-        ],
-    )
-    .await;
+    let agent_log = bed.agent_messages(None).await;
     assert!(
         agent_log.contains("resuming the partial download of an earlier run"),
         "{agent_log}"
     );
+
+    registry_mirror::a_private_sysext_through_a_mirror_resumes_after_a_restart(&bed).await;
+    bed.node.poweroff().await.unwrap();
 }

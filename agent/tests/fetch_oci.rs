@@ -72,26 +72,13 @@ fn artifact(registry: &Registry, pushed: &Pushed) -> Artifact {
     }
 }
 
-/// Bytes that compress badly, so nothing along the way can shortcut them.
-fn image(len: usize) -> Vec<u8> {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
-
 async fn pushed(len: usize) -> (Registry, Pushed, Vec<u8>) {
     push_to(Registry::start().await.unwrap(), len)
 }
 
 /// `len` bytes pushed to `registry` as the kubernetes sysext.
 fn push_to(registry: Registry, len: usize) -> (Registry, Pushed, Vec<u8>) {
-    let file = image(len);
+    let file = inplace_tests::sysext::incompressible(len);
     let pushed = tokio::task::block_in_place(|| {
         registry.push_file("sysext/kubernetes", "v1.31.2", "kubernetes.raw", &file)
     })

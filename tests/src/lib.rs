@@ -16,6 +16,7 @@
 //!   on them.
 //! - [`install`]: inplace installed into a test cluster and onto a node as its docs say.
 //! - [`registry`]: a real OCI registry on loopback, and files pushed to it with `crane`.
+//! - [`slow_link`]: a throttled, cuttable TCP link to a server that cannot be slowed itself.
 //! - [`sim_agent`]: simulated agents that follow the agent's status protocol on plans, on
 //!   timers ([`sim_agent::Fleet`]) or a phase per call ([`sim_agent::Stepper`]).
 //! - [`prereq`]: checks that the host has what the real test beds need, with install hints.
@@ -38,6 +39,7 @@ pub mod plans;
 pub mod prereq;
 pub mod registry;
 pub mod sim_agent;
+pub mod slow_link;
 pub mod sysext;
 pub mod test_api;
 pub mod tools;

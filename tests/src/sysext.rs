@@ -361,6 +361,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// `len` bytes that compress badly (xorshift), so that nothing along the way can shortcut
+/// them: neither mksquashfs (an image padded with them stays larger than they are) nor a
+/// transfer.
+pub fn incompressible(len: usize) -> Vec<u8> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
 fn relative(path: &Path) -> Result<&Path> {
     let rel = path.strip_prefix("/").unwrap_or(path);
     if rel.as_os_str().is_empty() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {

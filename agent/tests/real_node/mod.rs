@@ -152,6 +152,46 @@ impl AgentNode {
         format!("status: {status:?}\nagent journal:\n{journal}")
     }
 
+    /// Writes `text` into the agent's config fragment `path` (under `/etc/inplace/agent.d`)
+    /// and restarts the agent to read it.
+    pub async fn configure_agent(&self, path: &str, text: &str) {
+        self.node
+            .write_file(path, text.as_bytes(), 0o644)
+            .await
+            .unwrap();
+        self.node
+            .systemctl(&["restart", "inplace-agent.service"])
+            .await
+            .unwrap();
+    }
+
+    /// The agent's journal as its messages only, all of it or from `since` on
+    /// ([`Node::messages`]).
+    pub async fn agent_messages(&self, since: Option<&str>) -> String {
+        self.node
+            .messages("inplace-agent.service", since)
+            .await
+            .expect("the agent's journal")
+    }
+
+    /// Waits until the file at `path` on the node (a partial download) holds `at_least`
+    /// bytes; its size then.
+    pub async fn wait_file_size(&self, path: &str, at_least: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let size = self.node.file_size(path).await.unwrap();
+            if size >= at_least {
+                return size;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path} never reached {at_least} bytes: {}",
+                self.diagnostics().await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// The `Ready` condition's reason and message.
     pub async fn ready(&self) -> (String, String) {
         let status = self.api.get(self.name()).await.unwrap().status.unwrap();

@@ -687,6 +687,25 @@ unset INPLACE_CGROUPS; exec "$@""#,
             .success())
     }
 
+    /// The size of the file at `path` inside the node; 0 while there is none.
+    pub async fn file_size(&self, path: impl AsRef<Path>) -> Result<u64> {
+        let path = absolute(path.as_ref())?;
+        let stat = self
+            .run(
+                &[
+                    OsStr::new("stat"),
+                    OsStr::new("-c"),
+                    OsStr::new("%s"),
+                    OsStr::new("--"),
+                    path.as_os_str(),
+                ],
+                None,
+                self.options.exec_timeout,
+            )
+            .await?;
+        Ok(stat.stdout_text().trim().parse().unwrap_or(0))
+    }
+
     /// `ln -sfn target link` inside the node (parents created).
     pub async fn symlink(&self, target: impl AsRef<Path>, link: impl AsRef<Path>) -> Result<()> {
         let link = absolute(link.as_ref())?;
@@ -755,6 +774,16 @@ unset INPLACE_CGROUPS; exec "$@""#,
             unit,
         ])
         .await
+    }
+
+    /// A unit's journal as its messages only (`-o cat`): all of it, or what was logged from
+    /// `since` on (a `journalctl --since` time, e.g. `@SECONDS`).
+    pub async fn messages(&self, unit: &str, since: Option<&str>) -> Result<String> {
+        let mut args = vec!["journalctl", "--no-pager", "-o", "cat", "-u", unit];
+        if let Some(since) = since {
+            args.extend(["--since", since]);
+        }
+        self.exec_ok(&args).await
     }
 
     /// Installs a service into the running node: writes its files and unit, reloads systemd,
