@@ -3,13 +3,16 @@
 //! a node held with `inplace.dev/hold` is staged but never activated until released, a node
 //! skipped with `inplace.dev/skip` keeps the revision it runs and is counted as skipped, a
 //! failed node that is skipped un-halts the rollout, and the rollout completes around them.
-//! `kubectl describe node` (the pinned release's kubectl) shows each node's own story.
+//! `kubectl describe node` (the pinned release's kubectl) shows each node's own story. The
+//! controller's own pass-over, too: a node whose `kubernetes.io/arch` has no build in the
+//! release is skipped, and `kubectl get` / `describe` say which and why.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
 use inplace_proto::{DesiredState, Phase};
+use inplace_tests::fixtures::ReleaseFixture;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -213,4 +216,81 @@ async fn a_failed_node_retried_with_a_token_is_staged_again_and_updated() {
     let plan_status = plan.status.unwrap();
     assert_eq!(plan_status.retry_honoured.as_deref(), Some("t1"));
     assert_eq!(plan_status.phase, Some(Phase::Succeeded));
+}
+
+/// The architecture preflight through the API: a release built for amd64 and arm64, nodes
+/// labelled `kubernetes.io/arch` amd64, arm64 and riscv64. The riscv64 node gets no plan and
+/// is counted as skipped, not failed (`maxFailures: 0` would halt on it); the others update
+/// and the rollout completes; `NodesUnsupported` names the node and its architecture, with a
+/// Warning Event, and `kubectl get noderollouts` counts it under SKIPPED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_build_for_its_architecture_is_passed_over_and_the_rest_completes() {
+    let bed = Bed::start_with_shipped_rbac().await;
+    let _fleet = bed.fleet(SimConfig::default());
+    for (name, arch) in [("x86", "amd64"), ("arm", "arm64"), ("riscv", "riscv64")] {
+        create_node(&bed.client, name, &[("kubernetes.io/arch", arch)]).await;
+    }
+    ReleaseFixture::kubelet("rel", "v2", "v1.31.2")
+        .artifact(json!({
+            "name": "kubernetes", "type": "Sysext", "architecture": "amd64",
+            "url": "https://extensions.example/kubernetes-v2-x86-64.raw",
+            "sha256": "4f0c".repeat(16),
+            "otherArchitectures": [{
+                "architecture": "arm64",
+                "url": "https://extensions.example/kubernetes-v2-arm64.raw",
+                "sha256": "5e1d".repeat(16),
+            }],
+        }))
+        .create(&bed.client)
+        .await
+        .unwrap();
+    create_rollout(
+        &bed.client,
+        "ro",
+        json!({"release": "rel", "maxUnavailable": 2, "maxFailures": 0}),
+    )
+    .await;
+
+    let done = rollout_when(&bed.client, "ro", "Complete=True", |r| {
+        has_condition(r, "Complete", "True", "AllNodesUpdated")
+    })
+    .await;
+    let (status, reason, message) = condition(&done, "NodesUnsupported").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "ArchitectureUnsupported")
+    );
+    assert!(
+        message.contains("built for amd64, arm64): riscv (riscv64);"),
+        "{message}"
+    );
+    let status = done.status.unwrap();
+    let counts = &status.nodes;
+    assert_eq!((counts.succeeded, counts.skipped, counts.failed), (2, 1, 0));
+    assert_eq!(names(&status.skipped_nodes), ["riscv"]);
+    assert!(
+        bed.plans().get_opt("riscv").await.unwrap().is_none(),
+        "a node without a build for its architecture gets no plan"
+    );
+    assert!(
+        events_for(&bed.client, "ro")
+            .await
+            .iter()
+            .any(|(reason, note)| reason == "ArchitectureUnsupported" && note.contains("riscv")),
+        "a Warning Event names the node"
+    );
+
+    let real = bed.api.real().expect("the real API server");
+    let table = real.run_kubectl(&["get", "noderollouts", "ro"]).unwrap();
+    let (header, row) = table.trim().split_once('\n').expect("a header and a row");
+    let skipped_column = header.split_whitespace().position(|c| c == "SKIPPED");
+    let row: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(skipped_column.map(|i| row[i]), Some("1"), "{table}");
+    described_with(
+        &bed,
+        "noderollout",
+        "ro",
+        &["NodesUnsupported", "riscv (riscv64)"],
+    )
+    .await;
 }
