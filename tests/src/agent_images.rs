@@ -114,7 +114,7 @@ fn agent_binary_built(version: &str, failpoints: bool) -> anyhow::Result<PathBuf
     std::fs::create_dir_all(&target).with_context(|| format!("creating {}", target.display()))?;
     let lock = std::fs::File::create(target.join("build.lock")).context("the build lock")?;
     lock.lock().context("taking the build lock")?;
-    let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+    let status = crate::workspace_build::cargo()
         .current_dir(repo_root())
         .args([
             "build",

@@ -67,7 +67,8 @@ pub fn with_assignment(block: &str, name: &str, value: &str) -> Result<String> {
 
 /// Runs `script` (a documented block) with bash `-euo pipefail` in `dir`, in a person's shell
 /// rather than the test runner's: without what cargo, nextest and make set for this process
-/// (they would make a documented `make` look for a jobserver and its `cargo build` rebuild),
+/// (they would make a documented `make` look for a jobserver and its `cargo build` rebuild:
+/// [`crate::workspace_build::cargo`]),
 /// with `$INPLACE` set to the checkout and `envs` on top. Its standard output, or an error
 /// with the script and both outputs.
 pub fn run_as_a_person(
@@ -76,24 +77,7 @@ pub fn run_as_a_person(
     envs: &[(&str, &std::ffi::OsStr)],
 ) -> Result<String> {
     let mut command = std::process::Command::new("bash");
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        let from_the_runner =
-            (name.starts_with("CARGO") && name != "CARGO_HOME" && name != "CARGO_TARGET_DIR")
-                || name.starts_with("NEXTEST")
-                || [
-                    "RUST_RECURSION_COUNT",
-                    "LD_LIBRARY_PATH",
-                    "MAKEFLAGS",
-                    "MAKELEVEL",
-                    "MFLAGS",
-                ]
-                .contains(&name.as_ref());
-        if from_the_runner {
-            command.env_remove(name.as_ref());
-        }
-    }
-    let output = command
+    let output = crate::workspace_build::without_the_test_runners_env(&mut command)
         .args(["-euo", "pipefail", "-c", script])
         .current_dir(dir)
         .env("INPLACE", crate::apiserver::repo_root())

@@ -17,6 +17,54 @@ use std::sync::OnceLock;
 use crate::apiserver::repo_root;
 use crate::{Error, Result};
 
+/// cargo, run as `make` runs it: without the variables cargo, nextest and make set for the
+/// running test ([`set_by_the_test_runner`]). cargo compares the variables a build script
+/// names in `rerun-if-env-changed` with its own environment, and ring's build script names
+/// `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME`: inside a test they are the test's package, so
+/// a test's cargo found ring dirty where `make` had built it, and rebuilt it and everything
+/// over it (rustls, kube, the workspace), then again for the next package's tests.
+pub fn cargo() -> Command {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    without_the_test_runners_env(&mut cargo);
+    cargo
+}
+
+/// `command` without the variables [`set_by_the_test_runner`] for this process.
+pub fn without_the_test_runners_env(command: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        if set_by_the_test_runner(&name.to_string_lossy()) {
+            command.env_remove(&name);
+        }
+    }
+    command
+}
+
+/// Whether cargo, nextest or make set the environment variable `name` for the running test,
+/// rather than the person or CI that started `make test`: the running package's `CARGO_*`
+/// (cargo's environment for the crates it runs), nextest's, the library path both extend, and
+/// make's jobserver.
+pub fn set_by_the_test_runner(name: &str) -> bool {
+    const SET: [&str; 13] = [
+        "CARGO",
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "RUST_RECURSION_COUNT",
+        "LD_LIBRARY_PATH",
+        "MAKEFLAGS",
+        "MAKELEVEL",
+        "MFLAGS",
+    ];
+    SET.contains(&name)
+        || ["CARGO_PKG_", "CARGO_BIN_", "NEXTEST"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+}
+
 /// The path of the workspace binary `name`, built first (a no-op when current).
 pub fn workspace_bin(name: &str) -> Result<PathBuf> {
     static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
@@ -44,7 +92,7 @@ fn build() -> Result<PathBuf> {
         Some("debug") | None => "dev".to_owned(),
         Some(other) => other.to_owned(),
     };
-    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    let mut cargo = cargo();
     cargo.args(["build", "--quiet", "--workspace", "--bins"]);
     if profile == "dev" {
         cargo.args(["--tests", "--examples"]);
@@ -62,4 +110,81 @@ fn build() -> Result<PathBuf> {
         )));
     }
     Ok(profile_dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A crate whose build script asks to be rerun when `CARGO_MANIFEST_DIR` or
+    /// `CARGO_PKG_NAME` change, as ring's does, built first as `make` builds it (a person's
+    /// shell): the build [`cargo`] runs from inside this test must find all of it fresh. With
+    /// the test's own environment, cargo saw this package's values where the first build had
+    /// none and ran the build script and compiled the crate again.
+    #[test]
+    fn cargo_inside_a_test_finds_what_make_built_fresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("src")).unwrap();
+        std::fs::write(
+            root.join("Cargo.toml"),
+            "[package]\nname = \"witness\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("build.rs"),
+            "fn main() {\n    println!(\"cargo:rerun-if-env-changed=CARGO_MANIFEST_DIR\");\n    \
+             println!(\"cargo:rerun-if-env-changed=CARGO_PKG_NAME\");\n}\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("src/lib.rs"), "").unwrap();
+        let build = "cargo build --offline --quiet --target-dir target\n";
+        crate::docs::run_as_a_person(build, root, &[]).unwrap();
+
+        let output = cargo()
+            .args([
+                "build",
+                "--offline",
+                "--message-format=json",
+                "--target-dir",
+            ])
+            .arg(root.join("target"))
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let messages = String::from_utf8(output.stdout).unwrap();
+        let built: Vec<serde_json::Value> = messages
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| {
+                m["reason"] == "compiler-artifact" || m["reason"] == "build-script-executed"
+            })
+            .collect();
+        assert!(!built.is_empty(), "{messages}");
+        for message in &built {
+            assert_ne!(message["fresh"], false, "built again: {message}");
+        }
+    }
+
+    #[test]
+    fn the_runner_s_variables_are_told_from_a_person_s() {
+        for name in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_BIN_EXE_x",
+            "NEXTEST_RUN_ID",
+        ] {
+            assert!(set_by_the_test_runner(name), "{name}");
+        }
+        for name in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "PATH",
+            "HOME",
+        ] {
+            assert!(!set_by_the_test_runner(name), "{name}");
+        }
+    }
 }
