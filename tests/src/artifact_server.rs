@@ -845,7 +845,7 @@ async fn send_body(
     pace: Pace<'_>,
 ) -> std::io::Result<()> {
     let Pace { rate, link } = pace;
-    let _on_link = link.map(SharedLink::enter);
+    let mut on_link = link.map(SharedLink::enter);
     let end = limit.map_or(end, |n| end.min(start.saturating_add(n)));
     let mut file = match &artifact.source {
         Source::File { path, .. } => {
@@ -876,6 +876,12 @@ async fn send_body(
         let n = usize::try_from(want).unwrap_or(CHUNK);
         if let Some(link) = link {
             link.pass(n).await;
+            if pos + n as u64 >= end {
+                // Its last bytes have passed the link: it leaves before they are written,
+                // so that nothing the client does once it has them (a status report, the
+                // next node's download) can be counted beside it.
+                on_link = None;
+            }
         }
         match (&artifact.source, file.as_mut()) {
             (Source::Bytes(b), _) => {
