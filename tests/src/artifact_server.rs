@@ -880,7 +880,7 @@ async fn send_body(
                 // Its last bytes have passed the link: it leaves before they are written,
                 // so that nothing the client does once it has them (a status report, the
                 // next node's download) can be counted beside it.
-                on_link = None;
+                drop(on_link.take());
             }
         }
         match (&artifact.source, file.as_mut()) {
