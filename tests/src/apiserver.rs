@@ -369,14 +369,28 @@ impl ApiServer {
     pub async fn apply_crd_dir(&self, dir: &Path) -> anyhow::Result<()> {
         let dir = dir.to_str().context("CRD directory is not UTF-8")?;
         self.run_kubectl(&["apply", "--server-side", "-f", dir])?;
-        self.run_kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=120s",
-            "-f",
-            dir,
-        ])?;
-        Ok(())
+        // A CRD the server has just created has `status.conditions: null` until its
+        // controller first writes them, and kubectl wait fails at once on that null ("accessor
+        // error: <nil> is of the type <nil>") instead of waiting; so it is asked again.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let waited = self.run_kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=120s",
+                "-f",
+                dir,
+            ]);
+            match waited {
+                Err(error)
+                    if error.to_string().contains("accessor error")
+                        && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                waited => return waited.map(drop),
+            }
+        }
     }
 
     /// The processes of the control plane, by name: `etcd` (embedded in the `kube-testbed
