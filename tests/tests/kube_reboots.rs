@@ -4,7 +4,11 @@
 //! {mode: Reboot}`); each node's agent asks logind, the node reboots (systemd-nspawn ends with
 //! 133 and the bed boots it again, as a machine comes back), merges the extension at boot and
 //! runs the new kubelet; the agent of the new boot verifies and commits. Each node reboots
-//! exactly once, in its slot: sampled throughout, never two nodes down at once.
+//! exactly once, in its slot: sampled throughout, never two nodes down at once. The rollout
+//! says `disruption: Drain`, and the nodes run a DaemonSet and a Deployment with a
+//! PodDisruptionBudget: each node is drained before it reboots (every web Pod is evicted and
+//! replaced, none ever stopped by a reboot, the budget holds), its DaemonSet Pod runs again
+//! after the boot in a new container, and every node is uncordoned at the end.
 //!
 //! Then, on the same nodes, a second reboot release whose kubelet cannot start (its drop-in
 //! passes a flag the real kubelet refuses): the first node reboots into it, fails its health
@@ -23,6 +27,10 @@ use inplace_tests::docs::fenced_block;
 use inplace_tests::install::workspace_binaries;
 use inplace_tests::kube_node::cluster::{Activation, rollout_manifest};
 use inplace_tests::kube_node::kubelet::KUBELET_DROP_IN_PATH;
+use inplace_tests::kube_node::workload::{
+    RunningContainer, RunningPodsWatch, check_web_replaced, run_drained_workload,
+    running_containers, wait_uncordoned_on,
+};
 use inplace_tests::kube_node::{self, ClusterOptions, KubeCluster, KubeletImage};
 use k8s_openapi::api::core::v1::Node as NodeObject;
 use kube::api::{Api, ListParams};
@@ -194,13 +202,15 @@ async fn each_node_reboots_once_in_its_slot(
     cluster: &mut KubeCluster,
     client: &kube::Client,
 ) -> BTreeMap<String, String> {
+    let (daemons, web) = run_drained_workload(cluster).await.unwrap();
+    let web_running = RunningPodsWatch::start(cluster, "app=web").await.unwrap();
     let before = boot_ids(cluster).await;
     let watch = DownWatch::start(client.clone());
     let started = Instant::now();
     let (release, manifest) = documented_release(cluster);
     cluster.apply("release", &manifest).unwrap();
     cluster
-        .apply("rollout", &rollout_manifest(&release, "None"))
+        .apply("rollout", &rollout_manifest(&release, "Drain"))
         .unwrap();
 
     // Nobody reboots a node but its agent: the bed only boots it again once it went down.
@@ -233,6 +243,15 @@ async fn each_node_reboots_once_in_its_slot(
         assert_eq!(node.node.merged_extensions().await.unwrap(), ["kubernetes"]);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let fewest = web_running.fewest_running();
+    eprintln!("fewest running web Pods through the reboots: {fewest}");
+    assert!(
+        fewest >= 2,
+        "the budget (minAvailable 2) was broken: {fewest}"
+    );
+    check_web_replaced(cluster, &web).await.unwrap();
+    wait_daemons_back(cluster, &daemons).await;
+    wait_uncordoned_on(cluster, NEWER).await.unwrap();
     let seen = watch.seen();
     eprintln!(
         "{} samples; most down at once: {:?}",
@@ -256,6 +275,30 @@ async fn each_node_reboots_once_in_its_slot(
         );
     }
     after
+}
+
+/// Waits until every DaemonSet Pod of `before` runs again: the same Pod (a drain leaves a
+/// DaemonSet's Pods on their node), in a new container (the reboot stopped the old one).
+async fn wait_daemons_back(cluster: &KubeCluster, before: &BTreeMap<String, RunningContainer>) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let now = running_containers(cluster, "app=node-agent").await;
+        let back = now.as_ref().is_ok_and(|now| {
+            now.len() == before.len()
+                && before.iter().all(|(pod, old)| {
+                    now.get(pod)
+                        .is_some_and(|new| new.pod_uid == old.pod_uid && new.id != old.id)
+                })
+        });
+        if back {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the DaemonSet's Pods are not back in new containers: before {before:?}\nnow {now:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// A reboot release whose kubelet refuses to start, over the nodes `booted` left on

@@ -104,6 +104,73 @@ pub async fn run_workload(cluster: &KubeCluster) -> Result<BTreeMap<String, Runn
     running_containers(cluster, "app=web").await
 }
 
+/// The workload a drain meets: the DaemonSet `node-agent` (one Pod on every node, which a
+/// drain leaves alone) and the Deployment `web`, one Pod per node as far as the scheduler can
+/// keep it so, with its PodDisruptionBudget. Waits until both run; returns their containers
+/// (the DaemonSet's, then web's).
+pub async fn run_drained_workload(
+    cluster: &KubeCluster,
+) -> Result<(
+    BTreeMap<String, RunningContainer>,
+    BTreeMap<String, RunningContainer>,
+)> {
+    let replicas = cluster.nodes.len();
+    cluster.apply("node-agent", &daemonset_manifest())?;
+    cluster.apply("web", &web_manifest("default", replicas, Spread::Preferred))?;
+    for workload in ["daemonset/node-agent", "deployment/web"] {
+        cluster.kubectl(&["rollout", "status", workload, "--timeout=300s"])?;
+    }
+    Ok((
+        running_containers(cluster, "app=node-agent").await?,
+        running_containers(cluster, "app=web").await?,
+    ))
+}
+
+/// Checks that every Pod of `web` (the Deployment of [`run_drained_workload`], whose Pods
+/// were `before`) was evicted and replaced: as many run as before, none of them an old Pod,
+/// none ever restarted (a Pod a reboot had stopped would have been).
+pub async fn check_web_replaced(
+    cluster: &KubeCluster,
+    before: &BTreeMap<String, RunningContainer>,
+) -> Result<()> {
+    cluster.kubectl(&["rollout", "status", "deployment/web", "--timeout=300s"])?;
+    let after = running_containers(cluster, "app=web").await?;
+    let replaced = after.len() == before.len()
+        && after
+            .values()
+            .all(|c| c.restarts == "0" && !before.values().any(|b| b.pod_uid == c.pod_uid));
+    if !replaced {
+        return Err(Error::Invalid(format!(
+            "not every web Pod was evicted and replaced by one that never restarted:\nbefore {before:?}\nafter {after:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Waits (up to a minute) until every Node is schedulable again (a drain cordons it, the
+/// rollout uncordons it once the node's plan ended) and runs kubelet `version`.
+pub async fn wait_uncordoned_on(cluster: &KubeCluster, version: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let nodes = cluster.kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.unschedulable} {.status.nodeInfo.kubeletVersion}{\"\\n\"}{end}",
+        ])?;
+        let on_version = format!("  {version}");
+        if nodes.lines().all(|line| line.ends_with(&on_version)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Invalid(format!(
+                "not every Node is uncordoned on {version} (NAME UNSCHEDULABLE VERSION):\n{nodes}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Checks that the workload of [`run_workload`] still runs in the containers of `before`
 /// (the same Pods, containers and processes, never restarted) and that every node is `Ready`
 /// on kubelet `version` in `kubectl get nodes` (printed).
@@ -278,6 +345,56 @@ impl ReadinessWatch {
 }
 
 impl Drop for ReadinessWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Samples the Pods labelled `selector` in `default` every 250 ms until dropped, and keeps
+/// the fewest of them running and not being deleted at any moment: what a drain's evictions
+/// took away. Counted from the Pods, not from a Deployment's availability, which also drops
+/// when a loaded machine delays a Node's heartbeat past the node lifecycle controller's grace
+/// period.
+pub struct RunningPodsWatch {
+    fewest: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningPodsWatch {
+    /// Starts counting the Pods labelled `selector`.
+    pub async fn start(cluster: &KubeCluster, selector: &str) -> Result<RunningPodsWatch> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(cluster.client().await?, "default");
+        let fewest = std::sync::Arc::new(AtomicUsize::new(usize::MAX));
+        let record = fewest.clone();
+        let listed = kube::api::ListParams::default().labels(selector);
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(list) = pods.list(&listed).await {
+                    let running = list
+                        .items
+                        .iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none())
+                        .filter(|p| {
+                            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                        })
+                        .count();
+                    record.fetch_min(running, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        Ok(RunningPodsWatch { fewest, task })
+    }
+
+    /// The fewest Pods seen running so far.
+    pub fn fewest_running(&self) -> usize {
+        self.fewest.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for RunningPodsWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
