@@ -8,13 +8,15 @@
 //! unclaimed, so Cluster API replaces the machine when anything else changes. The claim is a
 //! JSON Patch over the *current* object that sets exactly the claimed fields to their desired
 //! values. A control-plane Machine is claimed only with a release that says it updates
-//! control-plane nodes ([`control_plane`]).
+//! control-plane nodes ([`control_plane`]); a Machine whose node the release has no build
+//! for is not claimed ([`architecture`]: the lookup the extension passes in says so).
 
 use inplace_proto::version::{is_downgrade, skips_a_minor};
 use serde_json::{Value, json};
 
 use crate::catalog::ReleaseLookup;
 
+pub mod architecture;
 pub mod control_plane;
 
 /// Where the Kubernetes version sits in a Machine.

@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use inplace_proto::{DesiredState, NodeUpdatePlan, NodeUpdatePlanSpec};
+use inplace_proto::{DesiredState, NodeUpdatePlan};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ListParams, Patch as KubePatch, PatchParams};
+use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-use crate::catalog::{FoundRelease, ReleaseCatalog, ReleaseLookup};
-use crate::claim::{self, ObjectPair, control_plane};
+use crate::catalog::{ReleaseCatalog, ReleaseLookup};
+use crate::claim::{self, ObjectPair, architecture, control_plane};
 use crate::drain::{DrainStatus, Drainer};
 use crate::error::Error;
 use crate::hooks::{
@@ -19,6 +18,7 @@ use crate::hooks::{
     CanUpdateMachineSetResponse, HOOKS_API_VERSION, Patch, PatchType, ResponseStatus,
     UpdateMachineRequest, UpdateMachineResponse,
 };
+use crate::machine_plan;
 use crate::machines::{self, ManagementMachines};
 use crate::progress::{self, Answer, NextStep};
 use crate::target::{MachineTarget, cluster_of};
@@ -28,8 +28,6 @@ use crate::workload::WorkloadClusters;
 /// from the standalone controller's `inplace-controller`, so `managedFields` tell who wrote
 /// a plan; the apply is forced, so the extension takes over a plan the controller wrote.
 pub const FIELD_MANAGER: &str = "inplace-capi";
-/// Annotation on plans written by the extension: `<namespace>/<machine>`.
-pub const MACHINE_ANNOTATION: &str = "inplace.dev/capi-machine";
 
 /// How the hooks behave.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,10 +79,11 @@ impl Extension {
         }
     }
 
-    /// The release for a changed version, and whether the object's workload cluster can
-    /// take a plan at all: a claim for a Cluster the management cluster does not hold, for
-    /// a cluster without the NodeUpdatePlan CRD (so without agents) or without a usable
-    /// kubeconfig Secret would be a claim the extension cannot honour.
+    /// The release for a changed version, and whether the object's node and workload
+    /// cluster can take a plan at all: a claim for a Machine whose node the release has no
+    /// build for, for a Cluster the management cluster does not hold, for a cluster without
+    /// the NodeUpdatePlan CRD (so without agents) or without a usable kubeconfig Secret
+    /// would be a claim the extension cannot honour.
     async fn lookup_if_changed(
         &self,
         change: Option<&claim::VersionChange>,
@@ -94,6 +93,11 @@ impl Extension {
             return Ok(None);
         };
         let lookup = self.catalog.lookup(&change.to).await?;
+        if !matches!(lookup, ReleaseLookup::Found(_)) {
+            return Ok(Some(lookup));
+        }
+        let architecture = self.node_architecture(object).await?;
+        let lookup = architecture::restrict(lookup, architecture.as_deref());
         if !matches!(lookup, ReleaseLookup::Found(_)) {
             return Ok(Some(lookup));
         }
@@ -131,6 +135,25 @@ impl Extension {
                 source,
             }),
         }
+    }
+
+    /// The architecture of a Machine's node, as the stored Machine has it (Cluster API copies
+    /// its Node's `nodeInfo`; the hooks' requests carry no status). `None` for a MachineSet,
+    /// a Machine not stored or not yet on a node.
+    async fn node_architecture(&self, object: &Value) -> Result<Option<String>, Error> {
+        let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str);
+        let (Some("Machine"), Some(namespace), Some(name)) = (
+            text("/kind"),
+            text("/metadata/namespace"),
+            text("/metadata/name"),
+        ) else {
+            return Ok(None);
+        };
+        let stored = self.machines.machine(namespace, name).await?;
+        Ok(stored
+            .as_ref()
+            .and_then(architecture::of_machine)
+            .map(str::to_owned))
     }
 
     /// The claim for one request: `main` holds the version at `version_pointer`, `others`
@@ -295,16 +318,17 @@ impl Extension {
         // Checked again here, on the stored Machine: a CanUpdateMachine claim is no proof
         // that this call follows one (anyone who reaches the extension can call).
         let lookup = self.catalog.lookup(&target.version).await?;
+        let unusable = |lookup: ReleaseLookup| {
+            Error::NoRelease(format!(
+                "cannot update Machine {}/{} in place: {}",
+                target.namespace,
+                target.name,
+                lookup.explain(&target.version)
+            ))
+        };
         let release = match control_plane::restrict(lookup, target.control_plane) {
-            ReleaseLookup::Found(found) => *found,
-            other => {
-                return Err(Error::NoRelease(format!(
-                    "cannot update Machine {}/{} in place: {}",
-                    target.namespace,
-                    target.name,
-                    other.explain(&target.version)
-                )));
-            }
+            ReleaseLookup::Found(found) => found,
+            other => return Err(unusable(other)),
         };
         let cluster_key = format!("{}/{}", target.namespace, target.cluster);
         let client = self
@@ -327,6 +351,13 @@ impl Extension {
                 cluster: cluster_key.clone(),
                 node: target.node.clone(),
             })?;
+        // A node the release has no build for is refused before any plan is written (its
+        // agent would refuse the plan); the claim does the same when the Machine says.
+        let on_node = architecture::of_node(&node);
+        let release = match architecture::restrict(ReleaseLookup::Found(release), on_node) {
+            ReleaseLookup::Found(found) => *found,
+            other => return Err(unusable(other)),
+        };
         let plans = Api::<NodeUpdatePlan>::all(client.clone());
         let existing = plans
             .get_opt(&target.node)
@@ -362,20 +393,12 @@ impl Extension {
                 },
             };
 
-        let plan = match existing {
-            Some(plan) if plan_is_current(&plan, &target, &release, desired_state) => plan,
-            _ => {
-                let desired = desired_plan(&target, &release, desired_state, &node);
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                plans
-                    .patch(&target.node, &params, &KubePatch::Apply(&desired))
-                    .await
-                    .map_err(workload_error(format!(
-                        "applying NodeUpdatePlan {}",
-                        target.node
-                    )))?
-            }
-        };
+        let plan = machine_plan::ensure(&plans, existing, &target, &release, desired_state, &node)
+            .await
+            .map_err(workload_error(format!(
+                "applying NodeUpdatePlan {}",
+                target.node
+            )))?;
 
         let answer = progress::answer(&target.node, &release.name, &release.revision, &plan);
         // Done, or failed back onto the previous (verified) revision: either way the node
@@ -416,65 +439,6 @@ impl Extension {
         }
         Ok(target)
     }
-}
-
-/// Whether `plan` already says what this call would write (then nothing is written, so
-/// repeated calls do not even touch the object).
-fn plan_is_current(
-    plan: &NodeUpdatePlan,
-    target: &MachineTarget,
-    release: &FoundRelease,
-    desired_state: DesiredState,
-) -> bool {
-    plan.spec
-        == NodeUpdatePlanSpec::for_release(
-            &target.node,
-            &release.name,
-            &release.spec,
-            desired_state,
-        )
-        && plan
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(MACHINE_ANNOTATION))
-            .is_some_and(|m| *m == format!("{}/{}", target.namespace, target.name))
-        && plan
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "Node" && o.name == target.node)
-}
-
-/// The plan this extension applies: the release's content for the node, owned by the Node
-/// (deleted with it), annotated with the Machine it serves.
-pub fn desired_plan(
-    target: &MachineTarget,
-    release: &FoundRelease,
-    desired_state: DesiredState,
-    node: &Node,
-) -> NodeUpdatePlan {
-    let spec =
-        NodeUpdatePlanSpec::for_release(&target.node, &release.name, &release.spec, desired_state);
-    let mut plan = NodeUpdatePlan::new(&target.node, spec);
-    plan.metadata.annotations = Some(
-        [(
-            MACHINE_ANNOTATION.to_owned(),
-            format!("{}/{}", target.namespace, target.name),
-        )]
-        .into(),
-    );
-    if let Some(uid) = node.metadata.uid.clone() {
-        plan.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "Node".into(),
-            name: target.node.clone(),
-            uid,
-            ..Default::default()
-        }]);
-    }
-    plan
 }
 
 fn json_patch(bytes: Vec<u8>) -> Patch {

@@ -19,6 +19,7 @@ pub mod error;
 pub mod extension;
 pub mod hooks;
 pub mod kubeconfig;
+pub mod machine_plan;
 pub mod machines;
 pub mod progress;
 pub mod server;

@@ -285,8 +285,8 @@ impl Bed {
         self.post_update_machine(machine).await
     }
 
-    /// Stores `machine` (its spec, labels, annotations and status.nodeRef) in the management
-    /// cluster, as Cluster API's controllers leave it when they call UpdateMachine.
+    /// Stores `machine` (its spec, labels, annotations and status) in the management cluster,
+    /// as Cluster API's controllers leave it when they call UpdateMachine.
     pub async fn store_machine(&self, machine: &Value) {
         let machines = capi_objects(&self.management_client, "machines");
         let name = machine["metadata"]["name"].as_str().unwrap();
@@ -302,8 +302,8 @@ impl Bed {
             .patch(name, &params, &Patch::Apply(&stored))
             .await
             .unwrap();
-        if let Some(node_ref) = machine.pointer("/status/nodeRef") {
-            let status = json!({"status": {"nodeRef": node_ref}});
+        if let Some(status) = machine.get("status") {
+            let status = json!({ "status": status });
             machines
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
                 .await

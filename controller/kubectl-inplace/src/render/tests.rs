@@ -151,6 +151,25 @@ fn rollout_view_has_a_bar_and_one_line_per_owned_node() {
     assert!(coloured.iter().any(|l| l.contains("\x1b[32mSucceeded")));
 }
 
+/// A node passed over for its architecture (issue 39): the status says how many were
+/// skipped and why, in the words of the rollout's `NodesUnsupported` condition.
+#[test]
+fn nodes_passed_over_for_their_architecture_are_counted_and_named() {
+    let r = rollout(json!({"revision": "abcdef0123456789",
+        "nodes": {"total": 2, "succeeded": 1, "updating": 0, "staged": 0, "pending": 0,
+                  "failed": 0, "skipped": 1},
+        "conditions": [{"type": "NodesUnsupported", "status": "True",
+            "reason": "ArchitectureUnsupported",
+            "message": "1 selected nodes passed over, the release has no build for their kubernetes.io/arch (release \"kubelet-v2\" is built for amd64): arm-1 (arm64); they keep the revision they run and are counted as skipped",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}));
+    let lines = rollout_lines(&r, &[], &Style::plain());
+    assert!(lines[1].ends_with(", failed 0, skipped 1"), "{lines:?}");
+    assert_eq!(
+        lines[2],
+        "  NodesUnsupported=True ArchitectureUnsupported: 1 selected nodes passed over, the release has no build for their kubernetes.io/arch (release \"kubelet-v2\" is built for amd64): arm-1 (arm64); they keep the revision they run and are counted as skipped"
+    );
+}
+
 #[test]
 fn explain_a_rolled_back_plan() {
     let p = plan(
