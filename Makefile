@@ -135,7 +135,8 @@ build-tests:
 agent-versions:
 	$(TIMED) $(CARGO) build -q -p inplace-agent --bin inplace-agent --target-dir "$(TARGET)/agent-versions"
 
-## Build (once) the cached Debian root filesystem the systemd-nspawn nodes boot from.
+## Build (once) the cached Debian root filesystems the systemd-nspawn nodes boot from (bookworm
+## and trixie, side by side).
 testbed: build-tests
 	$(TIMED) $(TESTBED) build-rootfs
 

@@ -37,5 +37,5 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 # the HTTP client, 0.8 MiB), and the binary measured would not be the one that ships.
 cargo build --profile node -q -p inplace-agent --bin inplace-agent
 cargo build --profile node -q -p inplace-bench -p inplace-tests --bin inplace-bench --bin fake-kubelet
-cargo run --profile node -q -p inplace-tests --bin inplace-testbed -- build-rootfs
+cargo run --profile node -q -p inplace-tests --bin inplace-testbed -- build-rootfs --suite bookworm
 exec "$CARGO_TARGET_DIR/node/inplace-bench" all "$@"

@@ -22,6 +22,7 @@ pub const BUILD_VERSION: &str = match option_env!("INPLACE_AGENT_VERSION") {
 pub mod archive;
 pub mod beneath;
 pub mod check_config;
+pub mod confext;
 pub mod credentials;
 pub mod failpoints;
 pub mod fetch;

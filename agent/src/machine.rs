@@ -10,6 +10,17 @@ use crate::self_update::admission::{self, Admission};
 use crate::settings::Settings;
 use crate::sysupdate::{self, Transfer};
 
+/// What the agent read from the node for a plan, before [`PlanView::new`] (which does no
+/// I/O).
+#[derive(Debug, Clone, Default)]
+pub struct NodeFacts {
+    /// systemd-sysupdate's transfer files.
+    pub transfers: Vec<Transfer>,
+    /// PID 1's major version, read when the plan has a configuration extension (`Err`: it
+    /// could not be read).
+    pub systemd_version: Option<Result<u32, String>>,
+}
+
 /// What the agent needs to know about its plan, computed once per plan version.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanView {
@@ -34,13 +45,14 @@ pub struct PlanView {
 
 impl PlanView {
     /// Validates `plan` (API rules, then this node's policy, then whether it may replace
-    /// the agent, then whether systemd-sysupdate's `transfers` manage one of its
-    /// extensions) without any I/O.
+    /// the agent, then whether systemd-sysupdate's transfers manage one of its extensions,
+    /// then whether this node's systemd can merge its configuration extensions) without
+    /// any I/O.
     pub fn new(
         plan: &NodeUpdatePlan,
         settings: &Settings,
         self_update: &Admission,
-        transfers: &[Transfer],
+        facts: &NodeFacts,
     ) -> PlanView {
         let mut problems = plan.validate().err().map(|p| p.0).unwrap_or_default();
         // What this node installs: each artifact's build for its architecture. The
@@ -57,7 +69,15 @@ impl PlanView {
             problems.extend(more.0);
         }
         problems.extend(admission::check(&content, &settings.policy, self_update));
-        problems.extend(sysupdate::conflicts(&content, &settings.paths, transfers));
+        problems.extend(sysupdate::conflicts(
+            &content,
+            &settings.paths,
+            &facts.transfers,
+        ));
+        problems.extend(crate::confext::unsupported(
+            &content,
+            facts.systemd_version.as_ref(),
+        ));
         PlanView {
             generation: plan.metadata.generation,
             revision: inplace_proto::revision_of(&plan.spec.content),

@@ -52,6 +52,14 @@ pub fn extension_release(paths: &Paths, name: &str) -> PathBuf {
         .join(format!("extension-release.{name}"))
 }
 
+/// Where a merged configuration extension's release file is (`/etc/extension-release.d`).
+pub fn confext_release(paths: &Paths, name: &str) -> PathBuf {
+    paths
+        .merged_root
+        .join("etc/extension-release.d")
+        .join(format!("extension-release.{name}"))
+}
+
 /// The sha256 of a file, lowercase hex.
 pub fn hash_file(path: &Path) -> io::Result<String> {
     let mut file = fs::File::open(path)?;

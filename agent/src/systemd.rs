@@ -6,13 +6,22 @@
 //! result other than `done` (`failed`, `timeout`, `dependency`, `canceled`, `skipped`)
 //! fails the step.
 //!
-//! Extensions are refreshed by `systemd-sysext refresh` run by PID 1 as a transient
-//! oneshot unit, not by restarting `systemd-sysext.service`: on systemd 252 that unit's
-//! start runs `merge`, which fails ("Hierarchy '/usr' is already merged") whenever the
-//! unit is inactive while `/usr` is merged — after `systemd-sysext refresh` by hand, as a
-//! running node is set up. `refresh` is right from every state (merged or not, unit active
-//! or not) and leaves `systemd-sysext.service` alone, and running it in PID 1's mount
-//! namespace (not the agent's private one) is what makes the merge the host's.
+//! Extensions are refreshed by `systemd-sysext refresh` (configuration extensions by
+//! `systemd-confext refresh`) run by PID 1 as a transient oneshot unit, not by restarting
+//! `systemd-sysext.service`: on systemd 252 that unit's start runs `merge`, which fails
+//! ("Hierarchy '/usr' is already merged") whenever the unit is inactive while `/usr` is
+//! merged — after `systemd-sysext refresh` by hand, as a running node is set up. `refresh` is
+//! right from every state (merged or not, unit active or not) and leaves
+//! `systemd-sysext.service` alone, and running it in PID 1's mount namespace (not the agent's
+//! private one) is what makes the merge the host's.
+//!
+//! The transient unit merges in the node's mutable mode (systemd >= 256): the `--mutable=`
+//! of the class's own unit (`systemd-sysext.service`, `systemd-confext.service`), from its
+//! command line or its `SYSTEMD_SYSEXT_MUTABLE_MODE` / `SYSTEMD_CONFEXT_MUTABLE_MODE`
+//! environment. Without it, `refresh` merges read-only (systemd's default `no`): a node whose
+//! boot merges `/usr` writable, with the writes kept in `/var/lib/extensions.mutable`, would
+//! lose its writable `/usr` and the files written there at the agent's first refresh, and get
+//! them back, over what the agent verified, at its next boot.
 
 use std::time::Duration;
 
@@ -50,8 +59,97 @@ impl UnitState {
 /// The transient unit in which PID 1 runs `systemd-sysext refresh`.
 pub const SYSEXT_REFRESH_UNIT: &str = "inplace-sysext-refresh.service";
 
-/// systemd-sysext, where systemd installs it (Flatcar, Debian, Fedora).
-const SYSTEMD_SYSEXT: &str = "/usr/bin/systemd-sysext";
+/// The transient unit in which PID 1 runs `systemd-confext refresh`.
+pub const CONFEXT_REFRESH_UNIT: &str = "inplace-confext-refresh.service";
+
+/// The first systemd with `systemd-confext`.
+pub const CONFEXT_SINCE: u32 = 254;
+
+/// Which extensions a refresh merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtensionClass {
+    /// System extensions: `/usr` and `/opt` (`systemd-sysext`).
+    Sysext,
+    /// Configuration extensions: `/etc` (`systemd-confext`, systemd >= 254).
+    Confext,
+}
+
+impl ExtensionClass {
+    /// The tool, where systemd installs it (Flatcar, Debian, Fedora).
+    pub fn tool(self) -> &'static str {
+        match self {
+            ExtensionClass::Sysext => "/usr/bin/systemd-sysext",
+            ExtensionClass::Confext => "/usr/bin/systemd-confext",
+        }
+    }
+
+    /// The tool's name, as in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExtensionClass::Sysext => "systemd-sysext",
+            ExtensionClass::Confext => "systemd-confext",
+        }
+    }
+
+    /// The node's own unit that merges this class at boot: its mutable mode is the node's.
+    pub fn boot_unit(self) -> &'static str {
+        match self {
+            ExtensionClass::Sysext => "systemd-sysext.service",
+            ExtensionClass::Confext => "systemd-confext.service",
+        }
+    }
+
+    /// The transient unit the agent's refresh runs in.
+    pub fn refresh_unit(self) -> &'static str {
+        match self {
+            ExtensionClass::Sysext => SYSEXT_REFRESH_UNIT,
+            ExtensionClass::Confext => CONFEXT_REFRESH_UNIT,
+        }
+    }
+
+    /// The environment variable that sets the tool's mutable mode (systemd >= 256).
+    fn mutable_mode_env(self) -> &'static str {
+        match self {
+            ExtensionClass::Sysext => "SYSTEMD_SYSEXT_MUTABLE_MODE",
+            ExtensionClass::Confext => "SYSTEMD_CONFEXT_MUTABLE_MODE",
+        }
+    }
+}
+
+/// The mutable mode a unit runs the extension tool with: the last `--mutable=` of its
+/// `ExecStart=` command lines, else its environment's variable for `class`; `None` when
+/// neither says (systemd's default, `no`).
+pub fn mutable_mode(
+    class: ExtensionClass,
+    exec_start: &[Vec<String>],
+    environment: &[String],
+) -> Option<String> {
+    let from_command = exec_start
+        .iter()
+        .flatten()
+        .filter_map(|arg| arg.strip_prefix("--mutable="))
+        .next_back();
+    let prefix = format!("{}=", class.mutable_mode_env());
+    let from_environment = environment
+        .iter()
+        .filter_map(|entry| entry.strip_prefix(prefix.as_str()))
+        .next_back();
+    from_command
+        .or(from_environment)
+        .filter(|mode| !mode.is_empty())
+        .map(str::to_owned)
+}
+
+/// The major version in PID 1's `Version` property (`252.39-1~deb12u1`, `257.9-1~deb13u1`,
+/// `v257`).
+pub fn major_version(version: &str) -> Option<u32> {
+    let digits: String = version
+        .trim_start_matches('v')
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
 
 /// Why a systemd operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -88,10 +186,16 @@ impl From<zbus::Error> for SystemdError {
 pub trait SystemdManager: Send + Sync {
     /// Restarts `unit` (mode `replace`) and waits for the job to end `done`.
     async fn restart_unit(&self, unit: &str) -> Result<(), SystemdError>;
-    /// Runs `systemd-sysext refresh` in PID 1's namespace (the transient unit
-    /// [`SYSEXT_REFRESH_UNIT`]) and waits for it to exit 0: the linked images become
-    /// the merged ones, whatever was merged before and however.
-    async fn refresh_extensions(&self) -> Result<(), SystemdError>;
+    /// Runs `systemd-sysext refresh` (or `systemd-confext refresh`) in PID 1's namespace
+    /// (the transient unit [`ExtensionClass::refresh_unit`]), in the mutable mode of the
+    /// class's own unit, and waits for it to exit 0: the linked images become the merged
+    /// ones, whatever was merged before and however.
+    async fn refresh_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError>;
+    /// Runs `systemd-confext unmerge` (or `systemd-sysext unmerge`) the same way and waits
+    /// for it to exit 0.
+    async fn unmerge_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError>;
+    /// PID 1's major version (`252`).
+    async fn version(&self) -> Result<u32, SystemdError>;
     /// Reloads unit files (daemon-reload); returns when the reload is done.
     async fn daemon_reload(&self) -> Result<(), SystemdError>;
     /// Reads a unit's state.
@@ -128,46 +232,19 @@ impl SystemdManager for DbusSystemd {
         self.wait_for_job(&mut removed, &job, unit).await
     }
 
-    async fn refresh_extensions(&self) -> Result<(), SystemdError> {
-        let manager = ManagerProxy::new(&self.connection).await?;
-        let mut removed = manager.receive_job_removed().await?;
-        let deadline = tokio::time::Instant::now() + self.job_timeout;
-        loop {
-            match manager
-                .start_transient_unit(
-                    SYSEXT_REFRESH_UNIT.to_owned(),
-                    "fail".to_owned(),
-                    sysext_refresh_properties()?,
-                    Vec::new(),
-                )
-                .await
-            {
-                Ok(job) => {
-                    return self
-                        .wait_for_job(&mut removed, &job, SYSEXT_REFRESH_UNIT)
-                        .await;
-                }
-                // A refresh started by an agent that was killed is still running: it
-                // is collected when it ends, then the name is free again.
-                Err(e) if e.to_string().contains("UnitExists") => {
-                    if tokio::time::Instant::now() > deadline {
-                        return Err(SystemdError::Timeout {
-                            unit: SYSEXT_REFRESH_UNIT.into(),
-                            timeout: self.job_timeout,
-                        });
-                    }
-                    let ended = async {
-                        while let Some(signal) = removed.next().await {
-                            if signal.args().is_ok_and(|a| a.unit() == SYSEXT_REFRESH_UNIT) {
-                                return;
-                            }
-                        }
-                    };
-                    let _ = tokio::time::timeout(Duration::from_millis(500), ended).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+    async fn refresh_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError> {
+        self.run_tool(class, "refresh").await
+    }
+
+    async fn unmerge_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError> {
+        self.run_tool(class, "unmerge").await
+    }
+
+    async fn version(&self) -> Result<u32, SystemdError> {
+        let version = ManagerProxy::new(&self.connection).await?.version().await?;
+        major_version(&version).ok_or_else(|| {
+            SystemdError::Bus(format!("PID 1's Version {version:?} has no major number"))
+        })
     }
 
     async fn daemon_reload(&self) -> Result<(), SystemdError> {
@@ -210,6 +287,77 @@ impl SystemdManager for DbusSystemd {
 }
 
 impl DbusSystemd {
+    /// Runs `class`'s tool with `verb` in PID 1's namespace as the transient unit
+    /// [`ExtensionClass::refresh_unit`], in the mutable mode of the class's boot unit.
+    async fn run_tool(&self, class: ExtensionClass, verb: &str) -> Result<(), SystemdError> {
+        let manager = ManagerProxy::new(&self.connection).await?;
+        let mode = self.boot_mutable_mode(&manager, class).await?;
+        let unit = class.refresh_unit();
+        let mut removed = manager.receive_job_removed().await?;
+        let deadline = tokio::time::Instant::now() + self.job_timeout;
+        loop {
+            match manager
+                .start_transient_unit(
+                    unit.to_owned(),
+                    "fail".to_owned(),
+                    tool_properties(class, verb, mode.as_deref())?,
+                    Vec::new(),
+                )
+                .await
+            {
+                Ok(job) => {
+                    return self.wait_for_job(&mut removed, &job, unit).await;
+                }
+                // A refresh started by an agent that was killed is still running: it
+                // is collected when it ends, then the name is free again.
+                Err(e) if e.to_string().contains("UnitExists") => {
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(SystemdError::Timeout {
+                            unit: unit.into(),
+                            timeout: self.job_timeout,
+                        });
+                    }
+                    let ended = async {
+                        while let Some(signal) = removed.next().await {
+                            if signal.args().is_ok_and(|a| a.unit() == unit) {
+                                return;
+                            }
+                        }
+                    };
+                    let _ = tokio::time::timeout(Duration::from_millis(500), ended).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The mutable mode `class`'s boot unit merges with ([`mutable_mode`]); `None` when the
+    /// unit says none or is not there (systemd 252 has no `systemd-confext.service`).
+    async fn boot_mutable_mode(
+        &self,
+        manager: &ManagerProxy<'_>,
+        class: ExtensionClass,
+    ) -> Result<Option<String>, SystemdError> {
+        let path = match manager.load_unit(class.boot_unit().to_owned()).await {
+            Ok(path) => path,
+            Err(_) => return Ok(None),
+        };
+        let service = ServiceProxy::builder(&self.connection)
+            .path(path)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await?;
+        let exec_start: Vec<Vec<String>> = service
+            .exec_start()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(|command| command.1)
+            .collect();
+        let environment = service.environment().await.unwrap_or_default();
+        Ok(mutable_mode(class, &exec_start, &environment))
+    }
+
     /// Waits for `job`'s `JobRemoved` on `removed` (subscribed before the job was queued)
     /// and requires the result `done`.
     async fn wait_for_job(
@@ -244,12 +392,27 @@ impl DbusSystemd {
     }
 }
 
-/// The transient oneshot that runs `systemd-sysext refresh`; collected when it ends,
-/// failed or not (its output stays in the journal under the unit's name).
-fn sysext_refresh_properties() -> Result<Vec<(String, zbus::OwnedVariant)>, SystemdError> {
+/// The tool's command line for `verb` (`refresh`, `unmerge`) in mutable mode `mode` (none:
+/// the tool's default).
+pub fn tool_command(class: ExtensionClass, verb: &str, mode: Option<&str>) -> Vec<String> {
+    let mut argv = vec![class.name().to_owned(), verb.to_owned()];
+    if let Some(mode) = mode {
+        argv.push(format!("--mutable={mode}"));
+    }
+    argv
+}
+
+/// The transient oneshot that runs `systemd-sysext VERB` (or `systemd-confext VERB`);
+/// collected when it ends, failed or not (its output stays in the journal under the unit's
+/// name).
+fn tool_properties(
+    class: ExtensionClass,
+    verb: &str,
+    mode: Option<&str>,
+) -> Result<Vec<(String, zbus::OwnedVariant)>, SystemdError> {
     let exec_start = vec![(
-        SYSTEMD_SYSEXT.to_owned(),
-        vec!["systemd-sysext".to_owned(), "refresh".to_owned()],
+        class.tool().to_owned(),
+        tool_command(class, verb, mode),
         false,
     )];
     let variant = |v: zbus::Variant<'_>| {
@@ -258,7 +421,7 @@ fn sysext_refresh_properties() -> Result<Vec<(String, zbus::OwnedVariant)>, Syst
     Ok(vec![
         (
             "Description".to_owned(),
-            variant("inplace-agent: systemd-sysext refresh".into())?,
+            variant(format!("inplace-agent: {} {verb}", class.name()).into())?,
         ),
         ("Type".to_owned(), variant("oneshot".into())?),
         (
@@ -267,4 +430,60 @@ fn sysext_refresh_properties() -> Result<Vec<(String, zbus::OwnedVariant)>, Syst
         ),
         ("ExecStart".to_owned(), variant(exec_start.into())?),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_mutable_mode_is_the_boot_units_command_line_then_its_environment() {
+        let plain = vec![strings(&["systemd-sysext", "refresh"])];
+        assert_eq!(mutable_mode(ExtensionClass::Sysext, &plain, &[]), None);
+        let env = strings(&["SYSTEMD_SYSEXT_MUTABLE_MODE=yes", "OTHER=1"]);
+        assert_eq!(
+            mutable_mode(ExtensionClass::Sysext, &plain, &env).as_deref(),
+            Some("yes")
+        );
+        // The other class's variable is not this class's mode.
+        assert_eq!(mutable_mode(ExtensionClass::Confext, &plain, &env), None);
+        let flagged = vec![strings(&[
+            "systemd-sysext",
+            "refresh",
+            "--mutable=ephemeral",
+        ])];
+        assert_eq!(
+            mutable_mode(ExtensionClass::Sysext, &flagged, &env).as_deref(),
+            Some("ephemeral")
+        );
+        let emptied = strings(&["SYSTEMD_CONFEXT_MUTABLE_MODE="]);
+        assert_eq!(
+            mutable_mode(ExtensionClass::Confext, &plain, &emptied),
+            None
+        );
+    }
+
+    #[test]
+    fn a_refresh_passes_the_mode_on() {
+        assert_eq!(
+            tool_command(ExtensionClass::Sysext, "refresh", None),
+            strings(&["systemd-sysext", "refresh"])
+        );
+        assert_eq!(
+            tool_command(ExtensionClass::Confext, "unmerge", Some("auto")),
+            strings(&["systemd-confext", "unmerge", "--mutable=auto"])
+        );
+    }
+
+    #[test]
+    fn major_versions_of_what_pid_1_reports() {
+        assert_eq!(major_version("252.39-1~deb12u1"), Some(252));
+        assert_eq!(major_version("257.9-1~deb13u1"), Some(257));
+        assert_eq!(major_version("v256"), Some(256));
+        assert_eq!(major_version("unknown"), None);
+    }
 }

@@ -1,9 +1,9 @@
 //! End to end on a real systemd host (issue 4, "Prove it on a real host"): a Debian node
-//! booted with systemd-nspawn (systemd 252 as PID 1, real D-Bus, real systemd-sysext with
-//! squashfs images), the real agent binary under the shipped, hardened unit with the node's
-//! own kubelet identity and only the shipped RBAC and admission policy, the real
-//! kube-apiserver and an artifact server on host loopback (the node shares the host's
-//! network).
+//! booted with systemd-nspawn (bookworm's systemd 252 as PID 1, trixie's 257 in
+//! `e2e_bed/newer_systemd.rs`; real D-Bus, real systemd-sysext with squashfs images), the
+//! real agent binary under the shipped, hardened unit with the node's own kubelet identity
+//! and only the shipped RBAC and admission policy, the real kube-apiserver and an artifact
+//! server on host loopback (the node shares the host's network).
 //!
 //! The kubelet of four tests is the test beds' stand-in (`fake-kubelet`, built for the run)
 //! inside real Flatcar-like `kubernetes` sysext images with its own `kubelet.service`: it
@@ -12,10 +12,12 @@
 //! content. Every such plan health-checks the unit *and* `/healthz` over HTTP. The fifth test
 //! (`e2e_bed/real_kubelet.rs`) runs the real kubelet with containerd and a Pod. Each scenario
 //! asserts the host inside the node and the plan's status (also read with the real
-//! `kubectl`). Six tests, one node boot each (one starts from v1 merged by hand, one from the
-//! real kubelet merged at boot, one kills the agent mid-download; `e2e_bed/reboot.rs` then
-//! reboots its node three times through logind); the scenarios of a test run in sequence on
-//! its node. `kill -9` at every step boundary is `crash_matrix.rs`.
+//! `kubectl`). Seven tests, one node boot each (one starts from v1 merged by hand, one from
+//! the real kubelet merged at boot, one kills the agent mid-download; `e2e_bed/reboot.rs`
+//! then reboots its node three times through logind; `e2e_bed/newer_systemd.rs` boots
+//! trixie for the sysext updates every systemd must do, mutable system extensions and a
+//! configuration extension); the scenarios of a test run in sequence on its node. `kill -9`
+//! at every step boundary is `crash_matrix.rs`.
 //!
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools (a missing prerequisite fails
 //! with an install hint), and Go for the first build of the pinned control plane.
@@ -28,8 +30,10 @@ use std::time::Duration;
 use inplace_proto::{DesiredState, NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::fake_kubelet::FakeKubeletConfig;
+use inplace_tests::nspawn::Suite;
 use inplace_tests::sysext::{
-    Incompatibility, SysextImage, kubernetes_image_file_name, kubernetes_sysext, sha256_hex,
+    ExtensionRelease, Incompatibility, SysextBuilder, SysextImage, kubernetes_image_file_name,
+    kubernetes_sysext, sha256_hex,
 };
 use kube::api::{Patch, PatchParams, PostParams};
 use real_node::AgentNode;
@@ -46,19 +50,31 @@ mod reboot;
 #[path = "e2e_bed/registry_mirror.rs"]
 mod registry_mirror;
 
-/// Builds kubernetes sysext images with the stand-in kubelet listening on one port.
+#[path = "e2e_bed/newer_systemd.rs"]
+mod newer_systemd;
+
+/// Builds kubernetes sysext images with the stand-in kubelet listening on one port, for the
+/// nodes of one Debian release.
 struct Images {
     fake_kubelet: PathBuf,
     port: u16,
     dir: PathBuf,
+    suite: Suite,
 }
 
 impl Images {
+    /// Images for the default (bookworm) nodes.
     async fn new(dir: &Path) -> Images {
+        Self::for_suite(dir, Suite::Bookworm).await
+    }
+
+    /// Images whose extension-release matches `suite`'s nodes.
+    async fn for_suite(dir: &Path, suite: Suite) -> Images {
         Images {
             fake_kubelet: real_node::fake_kubelet_binary().await,
             port: real_node::free_port(),
             dir: dir.to_owned(),
+            suite,
         }
     }
 
@@ -101,7 +117,8 @@ impl Images {
         config.port = self.port;
         let mut builder = kubernetes_sysext(&self.fake_kubelet, &config)
             .await
-            .unwrap();
+            .unwrap()
+            .release(Some(ExtensionRelease::debian(self.suite)));
         if let Some(how) = broken {
             builder = builder.incompatible(how);
         }
@@ -115,7 +132,11 @@ impl Images {
         // One directory per build: a crashing and a healthy build of one version share
         // the file name.
         let behaviour = sha256_hex(config.render().as_bytes());
-        let dir = self.dir.join(format!("{version}-{}", &behaviour[..12]));
+        let dir = self.dir.join(format!(
+            "{version}-{}-{}",
+            &behaviour[..12],
+            self.suite.name()
+        ));
         tokio::fs::create_dir_all(&dir).await.unwrap();
         builder
             .build(&dir.join(kubernetes_image_file_name(version)))
@@ -126,7 +147,31 @@ impl Images {
     fn healthz(&self) -> String {
         format!("http://127.0.0.1:{}/healthz", self.port)
     }
+
+    /// The configuration extension `kubelet-conf` (systemd-confext, systemd >= 254) for this
+    /// suite's nodes: `/etc/inplace-test/confext` says `tag`, and `drop_in` is the kubelet's
+    /// drop-in `/etc/systemd/system/kubelet.service.d/50-confext.conf`.
+    async fn confext(&self, tag: &str, drop_in: &str) -> SysextImage {
+        SysextBuilder::confext(CONFEXT, self.suite)
+            .file("etc/inplace-test/confext", format!("{tag}\n"), 0o644)
+            .file(CONFEXT_DROP_IN.trim_start_matches('/'), drop_in, 0o644)
+            .build(&self.dir.join(format!("confext-{tag}/{CONFEXT}.raw")))
+            .await
+            .expect("mksquashfs")
+    }
 }
+
+/// The configuration extension's name.
+const CONFEXT: &str = "kubelet-conf";
+
+/// The kubelet drop-in the configuration extension brings.
+const CONFEXT_DROP_IN: &str = "/etc/systemd/system/kubelet.service.d/50-confext.conf";
+
+/// A drop-in that changes nothing the kubelet needs.
+const CONFEXT_DROP_IN_V1: &str = "[Service]\nEnvironment=CONFEXT=c1\n";
+
+/// A drop-in with which the kubelet never starts: the configuration change that breaks it.
+const CONFEXT_DROP_IN_BROKEN: &str = "[Service]\nExecStart=\nExecStart=/bin/false\n";
 
 /// The version [`Images::never_starting`] builds.
 const NEVER_STARTING: &str = "v1.35.0";
@@ -149,6 +194,16 @@ impl Plans<'_> {
         self.server().put_bytes(&path, image.bytes().await.unwrap());
         json!({"name": "kubernetes", "type": "Sysext", "url": self.server().url(&path),
                "sha256": image.sha256, "size": image.size})
+    }
+
+    /// Serves the configuration extension `image` under `/<tag>/` and returns its Config
+    /// artifact, linked as `/var/lib/confexts/<name>.raw`.
+    async fn confext(&self, tag: &str, image: &SysextImage) -> Value {
+        let path = format!("/{tag}/{}.raw", image.name);
+        self.server().put_bytes(&path, image.bytes().await.unwrap());
+        json!({"name": image.name, "type": "Config", "url": self.server().url(&path),
+               "sha256": image.sha256, "size": image.size,
+               "path": format!("/var/lib/confexts/{}.raw", image.name)})
     }
 
     /// Serves a `kubectl` script printing `kubectl-<tag>` and returns its artifact.
@@ -345,10 +400,11 @@ async fn refused(bed: &AgentNode, plan: &NodeUpdatePlan, reason: &str, names: &[
     );
 }
 
-/// Sysext updates of the kubelet: v1 → v2 commits, a crash-looping v3 rolls back to v2,
-/// a `Staged` v4 leaves v2 running and is then activated from what was staged, and a hash
-/// mismatch, a URL outside the node's policy, a 404 and an extension systemd-sysupdate also
-/// manages change nothing on the host.
+/// Sysext updates of the kubelet on bookworm's systemd 252: the updates every supported
+/// systemd must do ([`sysext_updates_commit_roll_back_and_stage`]; the trixie test runs
+/// them on 257), then a hash mismatch, a URL outside the node's policy, a 404, an extension
+/// systemd-sysupdate also manages and a configuration extension (systemd-confext is newer
+/// than 252) change nothing on the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
     let bed = AgentNode::start("e2e-sysext", None).await;
@@ -373,11 +429,7 @@ async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
         second.stderr_text()
     );
 
-    // v1: the first install.
-    let v1 = images.healthy("v1.31.2").await;
-    let p1 = plans.healthy(vec![plans.sysext("v1", &v1).await]);
-    let r1 = run(&bed, &p1, Phase::Succeeded, "v1").await;
-    assert_kubelet_runs(&bed, &images, "v1.31.2", "v1").await;
+    let (p1, r1) = sysext_updates_commit_roll_back_and_stage(&plans).await;
     let status_text = bed
         .node
         .systemctl(&["show", "-p", "StatusText", "inplace-agent.service"])
@@ -437,83 +489,6 @@ async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
             && generation.is_none_or(|g| says(&committed, "GENERATION", &g)),
         "{committed:#}"
     );
-
-    // v1 → v2 succeeds.
-    let v2 = images.healthy("v1.32.0").await;
-    let p2 = plans.healthy(vec![plans.sysext("v2", &v2).await]);
-    let r2 = run(&bed, &p2, Phase::Succeeded, "v2").await;
-    let v2_path = stored_image("v1.32.0");
-    assert_eq!(
-        readlink(&bed, "/etc/extensions/kubernetes.raw").await,
-        v2_path
-    );
-    let sysext = output(&bed, &["systemd-sysext", "status", "--no-pager"]).await;
-    assert!(
-        sysext
-            .lines()
-            .any(|l| l.starts_with("/usr") && l.contains("kubernetes")),
-        "{sysext}"
-    );
-    assert_kubelet_runs(&bed, &images, "v1.32.0", "v2").await;
-    assert_status(&bed, "Succeeded Succeeded", &r2).await;
-    assert!(
-        bed.node.exists(stored_image("v1.31.2")).await.unwrap(),
-        "v1 is kept as the rollback target"
-    );
-
-    // v2 → v3 whose kubelet crash-loops: rolled back to v2, which is healthy again.
-    let v3 = images.crashing("v1.33.0").await;
-    let p3 = plans.failing(vec![plans.sysext("v3", &v3).await]);
-    run(&bed, &p3, Phase::RolledBack, "v3").await;
-    let (reason, message) = bed.ready().await;
-    assert_eq!(reason, "RolledBack");
-    assert!(
-        message.contains("HealthCheckFailed")
-            && (message.contains("kubelet.service") || message.contains("/healthz")),
-        "{message}"
-    );
-    assert_eq!(
-        readlink(&bed, "/etc/extensions/kubernetes.raw").await,
-        v2_path
-    );
-    assert_kubelet_runs(&bed, &images, "v1.32.0", "after the rollback of v3").await;
-    assert_status(&bed, "RolledBack RolledBack", &r2).await;
-    assert!(
-        !bed.node.exists(stored_image("v1.33.0")).await.unwrap(),
-        "the rolled-back image is removed"
-    );
-
-    // v4 Staged: downloaded and stored, nothing that runs is touched.
-    let v4 = images.healthy("v1.33.1").await;
-    let mut p4 = plans.healthy(vec![plans.sysext("v4", &v4).await]);
-    p4.spec.desired_state = DesiredState::Staged;
-    let running = running_state(&bed).await;
-    let r4 = run(&bed, &p4, Phase::Staged, "v4 staged").await;
-    let v4_path = stored_image("v1.33.1");
-    let stored = output(&bed, &["sha256sum", &v4_path]).await;
-    assert!(stored.starts_with(&v4.sha256), "{stored}");
-    assert_eq!(
-        running_state(&bed).await,
-        running,
-        "staging touched what runs"
-    );
-    assert_status(&bed, "Staged Staged", &r2).await;
-    // Then Active: activated from what was staged, with the image gone from the server.
-    let v4_url = format!("/v4/{}", kubernetes_image_file_name("v1.33.1"));
-    let requests = bed.server.requests_for(&v4_url).len();
-    bed.server.remove(&v4_url);
-    p4.spec.desired_state = DesiredState::Active;
-    assert_eq!(run(&bed, &p4, Phase::Succeeded, "v4 active").await, r4);
-    assert_eq!(
-        bed.server.requests_for(&v4_url).len(),
-        requests,
-        "not downloaded again"
-    );
-    assert_eq!(
-        readlink(&bed, "/etc/extensions/kubernetes.raw").await,
-        v4_path
-    );
-    assert_kubelet_runs(&bed, &images, "v1.33.1", "v4").await;
 
     // Refused without touching anything: a hash mismatch, a URL outside the node's
     // policy, a 404.
@@ -586,7 +561,119 @@ async fn kubelet_sysext_updates_roll_back_stage_and_refuse_on_a_real_node() {
     .await;
     assert_kubelet_runs(&bed, &images, "v1.34.0", "v9").await;
 
+    // A configuration extension on systemd 252, which has no systemd-confext: refused
+    // before anything is downloaded, naming the extension and the node's systemd.
+    let confext = images.confext("c1", CONFEXT_DROP_IN_V1).await;
+    let requests = bed.server.requests().len();
+    refused(
+        &bed,
+        &plans.healthy(vec![
+            plans.sysext("v10", &v5).await,
+            plans.confext("c1", &confext).await,
+        ]),
+        "PolicyDenied",
+        &[
+            "spec.artifacts[1].path",
+            "configuration extension kubelet-conf",
+            "systemd >= 254",
+            "runs systemd 252",
+        ],
+    )
+    .await;
+    assert_eq!(bed.server.requests().len(), requests, "no download tried");
+
     bed.node.poweroff().await.unwrap();
+}
+
+/// What the agent does with the kubelet's system extension on every supported systemd (run
+/// on bookworm's 252 and trixie's 257): v1 installs, v1 → v2 commits, a crash-looping v3
+/// rolls back to v2, a `Staged` v4 leaves v2 running and is then activated from what was
+/// staged. Returns v1's plan and revision.
+async fn sysext_updates_commit_roll_back_and_stage(plans: &Plans<'_>) -> (NodeUpdatePlan, String) {
+    let (bed, images) = (plans.bed, plans.images);
+    // v1: the first install.
+    let v1 = images.healthy("v1.31.2").await;
+    let p1 = plans.healthy(vec![plans.sysext("v1", &v1).await]);
+    let r1 = run(bed, &p1, Phase::Succeeded, "v1").await;
+    assert_kubelet_runs(bed, images, "v1.31.2", "v1").await;
+    // v1 → v2 succeeds.
+    let v2 = images.healthy("v1.32.0").await;
+    let p2 = plans.healthy(vec![plans.sysext("v2", &v2).await]);
+    let r2 = run(bed, &p2, Phase::Succeeded, "v2").await;
+    let v2_path = stored_image("v1.32.0");
+    assert_eq!(
+        readlink(bed, "/etc/extensions/kubernetes.raw").await,
+        v2_path
+    );
+    let sysext = output(bed, &["systemd-sysext", "status", "--no-pager"]).await;
+    assert!(
+        sysext
+            .lines()
+            .any(|l| l.starts_with("/usr") && l.contains("kubernetes")),
+        "{sysext}"
+    );
+    assert_kubelet_runs(bed, images, "v1.32.0", "v2").await;
+    assert_status(bed, "Succeeded Succeeded", &r2).await;
+    assert!(
+        bed.node.exists(stored_image("v1.31.2")).await.unwrap(),
+        "v1 is kept as the rollback target"
+    );
+
+    // v2 → v3 whose kubelet crash-loops: rolled back to v2, which is healthy again.
+    let v3 = images.crashing("v1.33.0").await;
+    let p3 = plans.failing(vec![plans.sysext("v3", &v3).await]);
+    run(bed, &p3, Phase::RolledBack, "v3").await;
+    let (reason, message) = bed.ready().await;
+    assert_eq!(reason, "RolledBack");
+    assert!(
+        message.contains("HealthCheckFailed")
+            && (message.contains("kubelet.service") || message.contains("/healthz")),
+        "{message}"
+    );
+    assert_eq!(
+        readlink(bed, "/etc/extensions/kubernetes.raw").await,
+        v2_path
+    );
+    assert_kubelet_runs(bed, images, "v1.32.0", "after the rollback of v3").await;
+    assert_status(bed, "RolledBack RolledBack", &r2).await;
+    assert!(
+        !bed.node.exists(stored_image("v1.33.0")).await.unwrap(),
+        "the rolled-back image is removed"
+    );
+
+    // v4 Staged: downloaded and stored, nothing that runs is touched.
+    let v4 = images.healthy("v1.33.1").await;
+    let mut p4 = plans.healthy(vec![plans.sysext("v4", &v4).await]);
+    p4.spec.desired_state = DesiredState::Staged;
+    let running = running_state(bed).await;
+    let r4 = run(bed, &p4, Phase::Staged, "v4 staged").await;
+    let v4_path = stored_image("v1.33.1");
+    let stored = output(bed, &["sha256sum", &v4_path]).await;
+    assert!(stored.starts_with(&v4.sha256), "{stored}");
+    assert_eq!(
+        running_state(bed).await,
+        running,
+        "staging touched what runs"
+    );
+    assert_status(bed, "Staged Staged", &r2).await;
+    // Then Active: activated from what was staged, with the image gone from the server.
+    let v4_url = format!("/v4/{}", kubernetes_image_file_name("v1.33.1"));
+    let requests = bed.server.requests_for(&v4_url).len();
+    bed.server.remove(&v4_url);
+    p4.spec.desired_state = DesiredState::Active;
+    assert_eq!(run(bed, &p4, Phase::Succeeded, "v4 active").await, r4);
+    assert_eq!(
+        bed.server.requests_for(&v4_url).len(),
+        requests,
+        "not downloaded again"
+    );
+    assert_eq!(
+        readlink(bed, "/etc/extensions/kubernetes.raw").await,
+        v4_path
+    );
+    assert_kubelet_runs(bed, images, "v1.33.1", "v4").await;
+
+    (p1, r1)
 }
 
 /// A sysext-bakery style transfer for the kubelet's extension: images in

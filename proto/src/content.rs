@@ -213,12 +213,33 @@ pub struct ArchitectureBuild {
 }
 
 impl Artifact {
+    /// For a Config artifact linked as `/var/lib/confexts/<name>.raw`: `<name>`, the
+    /// configuration extension image it is (`systemd-confext` merges it into `/etc`).
+    pub fn confext_name(&self) -> Option<&str> {
+        if self.kind != ArtifactType::Config {
+            return None;
+        }
+        let name = self
+            .path
+            .as_deref()?
+            .strip_prefix(CONFEXT_DIR)?
+            .strip_prefix('/')?
+            .strip_suffix(".raw")?;
+        (!name.is_empty() && !name.contains('/')).then_some(name)
+    }
+
     /// What this archive may expand to: `maxExtractedSize`, or the default.
     pub fn extraction_limit(&self) -> u64 {
         self.max_extracted_size
             .unwrap_or(DEFAULT_MAX_EXTRACTED_SIZE)
     }
 }
+
+/// Where a Config artifact's link makes it a configuration extension image
+/// (`<dir>/<name>.raw`): the one directory `systemd-confext` reads images from that lasts
+/// across reboots and is not `/usr`. (`/run/confexts` is emptied at boot; systemd reads no
+/// `/etc/confexts`.)
+pub const CONFEXT_DIR: &str = "/var/lib/confexts";
 
 /// Where systemd reads unit files and drop-ins that a Config artifact may change.
 const UNIT_CONFIG_DIRS: &[&str] = &["/etc/systemd/system/", "/etc/systemd/user/"];
@@ -236,7 +257,10 @@ pub enum ArtifactType {
     /// A configuration file, stored content-addressed and linked at `path` under one of the
     /// node's configuration roots (usually below `/etc`). The file it replaces is kept and
     /// restored byte for byte on rollback; a path that did not exist is removed again. A
-    /// unit file or drop-in (below `/etc/systemd/`) implies `daemonReload`.
+    /// unit file or drop-in (below `/etc/systemd/`) implies `daemonReload`. At
+    /// `/var/lib/confexts/<name>.raw` it is a configuration extension image (systemd >=
+    /// 254): merged into `/etc` by `systemd-confext refresh` and proved merged by its
+    /// `/etc/extension-release.d/extension-release.<name>`.
     Config,
 }
 
@@ -381,6 +405,11 @@ impl UpdateContent {
             .any(|a| a.kind == ArtifactType::Sysext)
     }
 
+    /// Whether any artifact is a configuration extension image ([`Artifact::confext_name`]).
+    pub fn has_confext(&self) -> bool {
+        self.artifacts.iter().any(|a| a.confext_name().is_some())
+    }
+
     /// Whether a Config artifact lands where systemd reads units or drop-ins, so that PID 1
     /// must reload its unit files for the change to take effect.
     pub fn has_unit_config(&self) -> bool {
@@ -402,11 +431,11 @@ impl UpdateContent {
                 .any(|a| a.activation == Some(ActivationMode::Reboot))
     }
 
-    /// Whether to run daemon-reload on activation (explicit, or implied by a Sysext or a
-    /// Config unit file or drop-in).
+    /// Whether to run daemon-reload on activation (explicit, or implied by a Sysext, a
+    /// confext image or a Config unit file or drop-in: each may bring units).
     pub fn daemon_reload(&self) -> bool {
         self.activation
             .daemon_reload
-            .unwrap_or_else(|| self.has_sysext() || self.has_unit_config())
+            .unwrap_or_else(|| self.has_sysext() || self.has_confext() || self.has_unit_config())
     }
 }

@@ -26,7 +26,7 @@ pub use architecture::Architecture;
 pub use condition::{ConditionUpdate, set_condition};
 pub use content::{
     Activation, ActivationMode, AgentImage, ArchitectureBuild, ArchiveMember, Artifact,
-    ArtifactType, HealthChecks, HttpCheck, UpdateContent,
+    ArtifactType, CONFEXT_DIR, HealthChecks, HttpCheck, UpdateContent,
 };
 pub use duration::Duration;
 pub use gates::RolloutGates;

@@ -210,6 +210,42 @@ fn config_needs_a_path_and_daemon_reload_follows_unit_files() {
 }
 
 #[test]
+fn a_config_linked_in_var_lib_confexts_is_a_configuration_extension() {
+    let mut plan = plan();
+    plan.spec
+        .content
+        .artifacts
+        .retain(|a| a.kind == ArtifactType::Binary);
+    let artifact = &mut plan.spec.content.artifacts[0];
+    artifact.kind = ArtifactType::Config;
+    let name_at = |artifact: &mut Artifact, path: &str| {
+        artifact.path = Some(path.into());
+        artifact.confext_name().map(str::to_owned)
+    };
+    assert_eq!(
+        name_at(artifact, "/var/lib/confexts/kubelet-conf.raw").as_deref(),
+        Some("kubelet-conf")
+    );
+    for not_one in [
+        "/var/lib/confexts/kubelet-conf.yaml",
+        "/var/lib/confexts/sub/kubelet-conf.raw",
+        "/var/lib/confexts/.raw",
+        "/var/lib/confexts.raw",
+        "/etc/confexts/kubelet-conf.raw",
+        "/etc/kubernetes/kubelet.conf",
+    ] {
+        assert_eq!(name_at(artifact, not_one), None, "{not_one}");
+    }
+    artifact.path = Some("/var/lib/confexts/kubelet-conf.raw".into());
+    plan.validate().unwrap();
+    // An image may bring units: reloaded unless the release says otherwise.
+    assert!(plan.spec.content.has_confext());
+    assert!(plan.spec.content.daemon_reload());
+    plan.spec.content.artifacts[0].kind = ArtifactType::Binary;
+    assert!(!plan.spec.content.has_confext());
+}
+
+#[test]
 fn type_specific_fields_are_checked() {
     assert_eq!(
         only_problem(|p| p.spec.content.artifacts[1].path = None),

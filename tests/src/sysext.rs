@@ -22,7 +22,7 @@ use tokio::process::Command;
 
 use crate::error::IoContext;
 use crate::fake_kubelet::{CONFIG_PATH, FakeKubeletConfig};
-use crate::nspawn::{NodeFile, NodeOptions, ServiceInstall};
+use crate::nspawn::{NodeFile, NodeOptions, ServiceInstall, Suite};
 use crate::{Error, Result, prereq};
 
 /// systemd's name for this machine's architecture (`x86-64`, `arm64`, ...).
@@ -51,11 +51,16 @@ pub struct ExtensionRelease {
 }
 
 impl ExtensionRelease {
-    /// Matches the test nodes: Debian 12 on this machine's architecture.
+    /// Matches the default test nodes: Debian 12 on this machine's architecture.
     pub fn debian_bookworm() -> Self {
+        Self::debian(Suite::Bookworm)
+    }
+
+    /// Matches the nodes of `suite` (Debian 12 or 13) on this machine's architecture.
+    pub fn debian(suite: Suite) -> Self {
         Self {
             id: "debian".to_owned(),
-            version_id: Some("12".to_owned()),
+            version_id: Some(suite.version_id().to_owned()),
             sysext_level: None,
             architecture: Some(host_architecture().to_owned()),
         }
@@ -159,6 +164,9 @@ enum Entry {
 pub struct SysextBuilder {
     name: String,
     release: Option<ExtensionRelease>,
+    /// Where the release file goes: `usr/lib/extension-release.d` in a system extension,
+    /// `etc/extension-release.d` in a configuration extension.
+    release_dir: &'static str,
     release_file_name: String,
     entries: Vec<(PathBuf, Entry)>,
 }
@@ -170,8 +178,20 @@ impl SysextBuilder {
         Self {
             name: name.to_owned(),
             release: Some(ExtensionRelease::debian_bookworm()),
+            release_dir: "usr/lib/extension-release.d",
             release_file_name: format!("extension-release.{name}"),
             entries: Vec::new(),
+        }
+    }
+
+    /// A configuration extension image (`systemd-confext`, systemd >= 254) for `name`: its
+    /// files go below `etc/`, its release file is `etc/extension-release.d/
+    /// extension-release.<name>`; compatible with `suite`'s nodes.
+    pub fn confext(name: &str, suite: Suite) -> Self {
+        Self {
+            release: Some(ExtensionRelease::debian(suite)),
+            release_dir: "etc/extension-release.d",
+            ..Self::new(name)
         }
     }
 
@@ -254,7 +274,7 @@ impl SysextBuilder {
         let mut entries = self.entries.clone();
         if let Some(release) = &self.release {
             entries.push((
-                Path::new("usr/lib/extension-release.d").join(&self.release_file_name),
+                Path::new(self.release_dir).join(&self.release_file_name),
                 Entry::File {
                     contents: release.render().into_bytes(),
                     mode: 0o644,

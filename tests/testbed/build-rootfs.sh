@@ -1,7 +1,9 @@
 #!/bin/bash
-# Builds the Debian bookworm root filesystem that the systemd-nspawn test nodes boot.
+# Builds the Debian root filesystem that the systemd-nspawn test nodes boot: bookworm
+# (systemd 252) by default, or trixie (systemd 257) for what needs a newer systemd
+# (systemd-confext, mutable system extensions).
 #
-# Usage: build-rootfs.sh DEST [MIRROR]
+# Usage: build-rootfs.sh DEST [MIRROR [SUITE]]
 #
 # DEST must not exist yet. The tree is built in DEST.tmp-$$ and renamed to DEST only when
 # complete, so a crashed or interrupted build never leaves a half-made rootfs behind.
@@ -9,14 +11,25 @@
 # path derived from a hash of this very file: edit the recipe and the next run rebuilds.
 set -euo pipefail
 
-dest=${1:?usage: build-rootfs.sh DEST [MIRROR]}
+dest=${1:?usage: build-rootfs.sh DEST [MIRROR [SUITE]]}
 mirror=${2:-http://deb.debian.org/debian}
-suite=bookworm
+suite=${3:-bookworm}
 packages=systemd,systemd-sysv,dbus,udev,procps,iproute2,curl,less,util-linux,ca-certificates
-# The container runtime of the real Kubernetes nodes (docs/development/test-beds.md § Real
-# Kubernetes nodes): Debian's containerd, runc and CNI plugins. Installed in every node, started
-# only where a test enables it.
-packages+=,containerd,runc,containernetworking-plugins
+case "$suite" in
+bookworm)
+    # The container runtime of the real Kubernetes nodes (docs/development/test-beds.md § Real
+    # Kubernetes nodes): Debian's containerd, runc and CNI plugins. Installed in every bookworm
+    # node, started only where a test enables it.
+    packages+=,containerd,runc,containernetworking-plugins
+    ;;
+trixie)
+    # systemd-confext is in the systemd package; the trixie nodes run no real kubelet.
+    ;;
+*)
+    echo "build-rootfs.sh: unknown suite '$suite' (bookworm or trixie)" >&2
+    exit 1
+    ;;
+esac
 
 for tool in debootstrap systemd-nspawn; do
     command -v "$tool" >/dev/null || {
@@ -62,6 +75,13 @@ for unit in systemd-networkd-wait-online.service systemd-timesyncd.service apt-d
 done
 # containerd's package enables it; only real Kubernetes nodes start it (they enable it again).
 rm -f "$tmp/etc/systemd/system/multi-user.target.wants/containerd.service"
+if [ "$suite" = trixie ]; then
+    # Configuration extensions are merged at boot too (systemd >= 254), like system extensions.
+    mkdir -p "$tmp/var/lib/confexts"
+    mkdir -p "$tmp/etc/systemd/system/sysinit.target.wants"
+    ln -sf /usr/lib/systemd/system/systemd-confext.service \
+        "$tmp/etc/systemd/system/sysinit.target.wants/systemd-confext.service"
+fi
 # Journal small and volatile: nodes are throwaway.
 mkdir -p "$tmp/etc/systemd/journald.conf.d"
 printf '[Journal]\nStorage=volatile\nRuntimeMaxUse=16M\n' \

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use inplace_proto::Reason;
 
 use super::{NodeReport, Plan, Probes, ReadyCondition, verify};
-use crate::systemd::{SystemdError, SystemdManager, UnitState};
+use crate::systemd::{ExtensionClass, SystemdError, SystemdManager, UnitState};
 
 const VERSION: &str = "v1.31.2";
 
@@ -62,8 +62,14 @@ impl SystemdManager for ScriptedUnit {
     async fn restart_unit(&self, unit: &str) -> Result<(), SystemdError> {
         unreachable!("restart {unit}")
     }
-    async fn refresh_extensions(&self) -> Result<(), SystemdError> {
+    async fn refresh_extensions(&self, _class: ExtensionClass) -> Result<(), SystemdError> {
         unreachable!("refresh")
+    }
+    async fn version(&self) -> Result<u32, SystemdError> {
+        unreachable!("version")
+    }
+    async fn unmerge_extensions(&self, _class: ExtensionClass) -> Result<(), SystemdError> {
+        unreachable!("unmerge")
     }
     async fn daemon_reload(&self) -> Result<(), SystemdError> {
         unreachable!("daemon-reload")

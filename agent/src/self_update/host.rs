@@ -118,7 +118,9 @@ pub async fn swap_to(
         paths.extension_link.display()
     )))?;
     relinked();
-    systemd.refresh_extensions().await?;
+    systemd
+        .refresh_extensions(crate::systemd::ExtensionClass::Sysext)
+        .await?;
     systemd.daemon_reload().await?;
     systemd.restart_unit(OWN_UNIT).await?;
     Ok(())

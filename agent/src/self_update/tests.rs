@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 
 use super::*;
-use crate::systemd::UnitState;
+use crate::systemd::{ExtensionClass, UnitState};
 
 /// Armed in `boot-1`, due at `deadline` on both its clock and the wall clock.
 pub(super) fn pending(deadline: u64) -> Pending {
@@ -102,9 +102,20 @@ impl SystemdManager for RecordingSystemd {
         self.calls.lock().unwrap().push(format!("restart {unit}"));
         Ok(())
     }
-    async fn refresh_extensions(&self) -> Result<(), SystemdError> {
+    async fn refresh_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError> {
+        assert_eq!(
+            class,
+            ExtensionClass::Sysext,
+            "the agent is a system extension"
+        );
         self.calls.lock().unwrap().push("refresh".into());
         Ok(())
+    }
+    async fn version(&self) -> Result<u32, SystemdError> {
+        unreachable!("the guard never asks for systemd's version")
+    }
+    async fn unmerge_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError> {
+        unreachable!("the guard never unmerges {class:?}")
     }
     async fn daemon_reload(&self) -> Result<(), SystemdError> {
         self.calls.lock().unwrap().push("daemon-reload".into());

@@ -31,7 +31,7 @@ use inplace_proto::NodeUpdatePlan;
 use crate::fetch::Fetcher;
 use crate::health::Probes;
 use crate::journal::{Failure, Journal, JournalError, JournalFile, Step, TransitionError};
-use crate::machine::{self, Action, PlanView, RollbackCause};
+use crate::machine::{self, Action, NodeFacts, PlanView, RollbackCause};
 use crate::metrics::AgentMetrics;
 use crate::power::Power;
 use crate::self_update::admission::{Admission, Installation};
@@ -181,17 +181,11 @@ impl Agent {
         if plan.is_some_and(|p| p.spec.content.agent.is_some()) {
             self.look_at_guard().await;
         }
-        // Read at every plan, so that removing a conflicting transfer needs no restart.
-        let transfers = match plan {
-            Some(_) => {
-                let root = self.settings.paths.merged_root.clone();
-                blocking(move || Ok(crate::sysupdate::transfers(&root)))
-                    .await
-                    .unwrap_or_default()
-            }
-            None => Vec::new(),
+        let facts = match plan {
+            Some(plan) => self.node_facts(plan).await,
+            None => NodeFacts::default(),
         };
-        let view = plan.map(|p| PlanView::new(p, &self.settings, &self.self_update, &transfers));
+        let view = plan.map(|p| PlanView::new(p, &self.settings, &self.self_update, &facts));
         // Every log line of this pass carries the plan's revision and generation (journald
         // fields REVISION, GENERATION).
         let span = tracing::info_span!(
@@ -200,6 +194,25 @@ impl Agent {
             generation = view.as_ref().and_then(|v| v.generation),
         );
         self.handle_view(view).instrument(span).await
+    }
+
+    /// What `plan` needs read from the node: systemd-sysupdate's transfers (at every plan,
+    /// so that removing a conflicting one needs no restart), and PID 1's version when the
+    /// plan has a configuration extension.
+    async fn node_facts(&self, plan: &NodeUpdatePlan) -> NodeFacts {
+        let root = self.settings.paths.merged_root.clone();
+        let transfers = blocking(move || Ok(crate::sysupdate::transfers(&root)))
+            .await
+            .unwrap_or_default();
+        let systemd_version = if plan.spec.content.has_confext() {
+            Some(self.host.systemd.version().await.map_err(|e| e.to_string()))
+        } else {
+            None
+        };
+        NodeFacts {
+            transfers,
+            systemd_version,
+        }
     }
 
     async fn handle_view(&mut self, view: Option<PlanView>) -> Result<(), AgentError> {

@@ -27,7 +27,7 @@ use inplace_agent::health::{NodeReport, Probes, ReadyCondition};
 use inplace_agent::self_update::host::RunningAgent;
 use inplace_agent::settings::{self, Settings};
 use inplace_agent::status::{MemorySink, StatusSink};
-use inplace_agent::systemd::{SystemdError, SystemdManager, UnitState};
+use inplace_agent::systemd::{ExtensionClass, SystemdError, SystemdManager, UnitState};
 use inplace_agent::update::{Agent, Host};
 use inplace_proto::{Artifact, NodeUpdatePlan, Phase};
 use minisign::KeyPair;
@@ -248,7 +248,15 @@ impl SystemdManager for FakeSystemd {
         Ok(())
     }
 
-    async fn refresh_extensions(&self) -> Result<(), SystemdError> {
+    async fn refresh_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError> {
+        if class == ExtensionClass::Confext {
+            // No configuration extension in these flows: systemd 252 has no confext.
+            self.calls.lock().unwrap().push("refresh confexts".into());
+            return Err(SystemdError::JobFailed {
+                unit: class.refresh_unit().into(),
+                result: "failed".into(),
+            });
+        }
         self.calls.lock().unwrap().push("refresh extensions".into());
         if self.broken.load(Ordering::SeqCst) {
             return Err(SystemdError::JobFailed {
@@ -258,6 +266,22 @@ impl SystemdManager for FakeSystemd {
         }
         self.refresh_by_hand();
         Ok(())
+    }
+
+    async fn unmerge_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("unmerge {class:?}"));
+        if class == ExtensionClass::Sysext {
+            self.unmerge();
+        }
+        Ok(())
+    }
+
+    async fn version(&self) -> Result<u32, SystemdError> {
+        // The sysext this fake models is systemd 252's (a start fails when merged).
+        Ok(252)
     }
 
     async fn daemon_reload(&self) -> Result<(), SystemdError> {

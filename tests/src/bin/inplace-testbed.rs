@@ -1,5 +1,5 @@
-//! Test-bed maintenance: `inplace-testbed build-rootfs` prebuilds the cached node root
-//! filesystem (for `make`), `inplace-testbed sweep` removes nodes left by crashed test runs,
+//! Test-bed maintenance: `inplace-testbed build-rootfs [--suite bookworm|trixie] [MIRROR]`
+//! prebuilds the cached node root filesystems (both suites unless one is named; for `make`), `inplace-testbed sweep` removes nodes left by crashed test runs,
 //! `inplace-testbed boot NAME` boots a node and keeps it until Ctrl-C (for poking around with
 //! `nsenter -t <pid> -a bash`), `inplace-testbed kube --dir DIR [--node NAME]...` runs the real
 //! control plane (etcd, kube-apiserver, kube-controller-manager) until Ctrl-C or SIGTERM,
@@ -12,7 +12,7 @@ use std::path::Path;
 use inplace_tests::apiserver::ApiServer;
 use inplace_tests::install::workspace_binaries;
 use inplace_tests::kube_node::{ClusterOptions, KUBELET_RELEASES, KubeCluster};
-use inplace_tests::nspawn::{Node, NodeOptions, RootfsRecipe, sweep_stale_nodes};
+use inplace_tests::nspawn::{Node, NodeOptions, RootfsRecipe, Suite, sweep_stale_nodes};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -23,17 +23,7 @@ async fn main() -> anyhow::Result<()> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["build-rootfs"] | ["build-rootfs", _] => {
-            let mut recipe = RootfsRecipe::default();
-            if let Some(mirror) = args.get(1) {
-                recipe.mirror = mirror.clone();
-            }
-            let path = recipe
-                .ensure()
-                .await
-                .context("building the root filesystem")?;
-            println!("{}", path.display());
-        }
+        ["build-rootfs", rest @ ..] => build_rootfs(rest).await?,
         ["sweep"] => {
             for name in sweep_stale_nodes().await.context("sweeping stale nodes")? {
                 println!("removed stale node {name}");
@@ -56,8 +46,35 @@ async fn main() -> anyhow::Result<()> {
         ["kube", "--dir", dir, rest @ ..] => serve_kube(Path::new(dir), rest).await?,
         ["cluster", rest @ ..] => serve_cluster(rest).await?,
         _ => bail!(
-            "usage: inplace-testbed build-rootfs [MIRROR] | sweep | boot NAME | kube --dir DIR [--node NAME]... | cluster --dir DIR --nodes N [--kubelet RELEASE] [--no-controller]"
+            "usage: inplace-testbed build-rootfs [--suite bookworm|trixie] [MIRROR] | sweep | boot NAME | kube --dir DIR [--node NAME]... | cluster --dir DIR --nodes N [--kubelet RELEASE] [--no-controller]"
         ),
+    }
+    Ok(())
+}
+
+/// `build-rootfs [--suite NAME] [MIRROR]`: the named suite's root filesystem, or every
+/// suite's side by side (one debootstrap each; each tree has its own build lock).
+async fn build_rootfs(args: &[&str]) -> anyhow::Result<()> {
+    let (suites, mirror) = match args {
+        ["--suite", name, rest @ ..] => (vec![name.parse::<Suite>()?], rest),
+        rest => (Suite::ALL.to_vec(), rest),
+    };
+    let recipes: Vec<RootfsRecipe> = match mirror {
+        [] => suites.into_iter().map(RootfsRecipe::of).collect(),
+        [mirror] => suites
+            .into_iter()
+            .map(|suite| RootfsRecipe {
+                mirror: (*mirror).to_owned(),
+                ..RootfsRecipe::of(suite)
+            })
+            .collect(),
+        _ => bail!("build-rootfs: expected [--suite bookworm|trixie] [MIRROR], got {args:?}"),
+    };
+    let built = futures::future::join_all(recipes.iter().map(|recipe| recipe.ensure())).await;
+    for (recipe, path) in recipes.iter().zip(built) {
+        let path =
+            path.with_context(|| format!("building the {} root filesystem", recipe.suite.name()))?;
+        println!("{}", path.display());
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! Real systemd hosts: Debian bookworm booted with `systemd-nspawn`, systemd 252 as PID 1,
-//! a real D-Bus system bus and real `systemd-sysext` merging real squashfs images.
+//! Real systemd hosts: Debian booted with `systemd-nspawn` — bookworm with systemd 252 as
+//! PID 1 by default, trixie with systemd 257 where a test asks ([`Suite`]) — a real D-Bus
+//! system bus and real `systemd-sysext` merging real squashfs images.
 //!
 //! ```no_run
 //! # async fn demo() -> inplace_tests::Result<()> {
@@ -24,7 +25,7 @@ mod power_cut;
 pub mod rootfs;
 
 pub use node::{ExecOutput, Node, NodeFile, NodeOptions, ServiceInstall, sweep_stale_nodes};
-pub use rootfs::{RootfsRecipe, ensure_rootfs};
+pub use rootfs::{RootfsRecipe, Suite, ensure_rootfs, ensure_suite};
 
 /// Where per-node directories live.
 pub const NODES_DIR: &str = "/var/tmp/inplace-testbed/nodes";

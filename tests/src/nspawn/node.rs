@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 
-use super::rootfs::{ensure_rootfs, tail};
+use super::rootfs::{Suite, ensure_suite, tail};
 use super::{NODES_DIR, host};
 use crate::error::IoContext;
 use crate::sysext::SysextImage;
@@ -23,8 +23,11 @@ const OWNERLESS_GRACE: Duration = Duration::from_secs(120);
 /// How to boot a node. `Default` suits tests: the cached rootfs, generous timeouts.
 #[derive(Debug, Clone)]
 pub struct NodeOptions {
-    /// Root filesystem to overlay; `None` builds/uses the cached default ([`ensure_rootfs`]).
+    /// Root filesystem to overlay; `None` builds/uses the cached tree of `suite`.
     pub rootfs: Option<PathBuf>,
+    /// The Debian release (and systemd) the node runs when `rootfs` is `None`: bookworm
+    /// unless a test needs a newer systemd ([`Suite`]).
+    pub suite: Suite,
     /// From `systemd-nspawn` start until `systemctl is-system-running` says running/degraded.
     pub boot_timeout: Duration,
     /// Default limit for one command run with [`Node::exec`] and friends.
@@ -52,6 +55,7 @@ impl Default for NodeOptions {
     fn default() -> Self {
         Self {
             rootfs: None,
+            suite: Suite::default(),
             boot_timeout: Duration::from_secs(240),
             exec_timeout: Duration::from_secs(300),
             // Far more than the nodes of two tests at once ever hold: the kernel numbers a
@@ -258,7 +262,7 @@ impl Node {
         }
         let rootfs = match &options.rootfs {
             Some(path) => path.clone(),
-            None => ensure_rootfs().await?,
+            None => ensure_suite(options.suite).await?,
         };
         let dir = Path::new(NODES_DIR).join(name);
         if dir.exists() {
