@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start prepare suites fetch nextest lint-tools agent-versions suites-and-side-checks arm64-unit arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start prepare suites fetch nextest lint-tools agent-versions suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went.
 test: test-start deps fetch suites-and-side-checks
@@ -59,7 +59,8 @@ tools:
 
 ## The controller image from the release build (IMAGE_BINARY=path packs that binary instead),
 ## without a container daemon, into target/images/ (IMAGES_DIR overrides): a docker-load-able
-## tarball and an OCI image layout.
+## tarball and an OCI image layout; with IMAGE_BINARY_ARM64=path (an aarch64 build) too, the
+## layout is an index of linux/amd64 and linux/arm64 and each has its tarball (`make arm64`).
 images: tools
 	@$(TIMED) ./scripts/build-image.sh
 
@@ -171,11 +172,18 @@ ARM64_TARGET_DIR = $(TARGET)/arm64
 arm64-unit:
 	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent --lib
 
-## The agent's and the kubectl plugin's arm64 packages (ARCH=arm64 scripts/package.sh) and
-## the controller's arm64 release build.
-arm64: deps
+## The debug builds for aarch64 of every program that ships for arm64 nodes, in one build (the
+## same package set as inplace_tests::workspace_build::arm64_bin, so the tests find it current).
+arm64-bins:
+	$(TIMED) $(CARGO) build --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent -p inplace-controller -p kubectl-inplace --bins
+
+## The agent's and the kubectl plugin's arm64 packages (ARCH=arm64 scripts/package.sh; after
+## `make packages` the krew manifest names both archives) and the controller image of both
+## release builds, an index of linux/amd64 and linux/arm64, in target/images.
+arm64: deps tools
 	ARCH=arm64 ./scripts/package.sh
 	$(CARGO) build --release --locked --target aarch64-unknown-linux-gnu -p inplace-controller
+	IMAGE_BINARY_ARM64="$(TARGET)/aarch64-unknown-linux-gnu/release/inplace-controller" ./scripts/build-image.sh
 
 ## cargo-fuzz and the nightly toolchain the fuzz targets build with.
 fuzz-deps:

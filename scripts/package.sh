@@ -6,7 +6,9 @@
 #   kubectl-inplace-v<version>-linux-amd64.tar.gz and inplace.yaml   the kubectl plugin and
 #                                        its krew manifest (packaging/krew)
 #   kubectl-inplace_<version>_amd64.deb  the kubectl plugin for Debian/Ubuntu
-# (with ARCH=arm64: -arm64.raw, _arm64.deb, linux-arm64.tar.gz, no krew manifest)
+# (with ARCH=arm64: -arm64.raw, _arm64.deb, linux-arm64.tar.gz; the krew manifest names
+# every plugin archive in the directory, so after both runs, in either order, it has both
+# platforms: `make packages arm64`)
 #   SHA256SUMS
 # usage: [ARCH=amd64|arm64] scripts/package.sh [AGENT_BINARY [PLUGIN_BINARY]]   (default:
 # cargo build --profile node of inplace-agent and of kubectl-inplace, the size-optimised

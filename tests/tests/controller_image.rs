@@ -229,3 +229,38 @@ async fn the_documented_helm_install_deploys_the_pushed_image_and_upgrades() {
         "the upgrade is the release's second revision: {history}"
     );
 }
+
+/// The image for x86-64 and arm64 clusters: `scripts/build-image.sh` given the aarch64 build
+/// too (`IMAGE_BINARY_ARM64`, as `make arm64` gives it its release builds; here the suites'
+/// debug builds, the aarch64 one `inplace_tests::workspace_build::arm64_bin`'s, which the
+/// krew and packaging_arm64 tests share) writes an OCI index, and
+/// `scripts/check-image-index.sh` pushes it with `crane push` to `crane registry serve`,
+/// finds `linux/amd64` and `linux/arm64` in the index, and runs the arm64 image's
+/// `inplace-controller --version`, exported with `crane export --platform linux/arm64`,
+/// under qemu-user with the image's own libraries (the cross toolchain's, not this host's).
+#[test]
+fn the_two_platform_image_is_an_index_whose_arm64_controller_runs() {
+    let amd64 = inplace_tests::workspace_build::workspace_bin("inplace-controller").unwrap();
+    let arm64 = inplace_tests::workspace_build::arm64_bin("inplace-controller").unwrap();
+    // The scripts take them from the tools' directory: current with their sources first.
+    tool("oci-image").unwrap();
+    tool("crane").unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let images = tempfile::tempdir().unwrap();
+    run_ok(
+        Command::new(repo.join("scripts/build-image.sh"))
+            .env("IMAGES_DIR", images.path())
+            .env("IMAGE_BINARY", &amd64)
+            .env("IMAGE_BINARY_ARM64", &arm64),
+    );
+    assert!(images.path().join("inplace-controller-arm64.tar").is_file());
+    let checked =
+        run_ok(Command::new(repo.join("scripts/check-image-index.sh")).arg(images.path()));
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        checked.contains(&format!(
+            "an index of linux/amd64 linux/arm64; the arm64 image runs: inplace-controller {version}"
+        )),
+        "{checked}"
+    );
+}

@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const TARGET: &str = "aarch64-unknown-linux-gnu";
 /// ELF `e_machine` of aarch64.
 const EM_AARCH64: u16 = 183;
 
@@ -24,20 +23,6 @@ fn run(command: &mut Command) -> Output {
         String::from_utf8_lossy(&output.stderr)
     );
     output
-}
-
-/// The agent built for aarch64 (debug) in `<target>/arm64`, the target directory
-/// `make arm64-unit` uses: its own, so the build never waits for the tests' lock.
-fn arm64_agent() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let target_dir = exe.ancestors().nth(3).unwrap().join("arm64");
-    run(Command::new(option_env!("CARGO").unwrap_or("cargo"))
-        .current_dir(repo())
-        .args(["build", "-q", "--locked", "--target", TARGET])
-        .args(["-p", "inplace-agent", "--bin", "inplace-agent"])
-        .arg("--target-dir")
-        .arg(&target_dir));
-    target_dir.join(TARGET).join("debug/inplace-agent")
 }
 
 fn package(script: &str, binary: &Path, out: &Path) -> PathBuf {
@@ -63,7 +48,7 @@ fn elf_machine(path: &Path) -> u16 {
 #[test]
 fn the_agent_is_cross_built_packed_and_run_for_arm64() {
     let version = env!("CARGO_PKG_VERSION");
-    let agent = arm64_agent();
+    let agent = inplace_tests::workspace_build::arm64_bin("inplace-agent").unwrap();
     assert_eq!(elf_machine(&agent), EM_AARCH64);
     let out = tempfile::tempdir().unwrap();
 

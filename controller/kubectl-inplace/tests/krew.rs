@@ -1,11 +1,14 @@
 //! The plugin as people install it: packaging/krew/build-plugin.sh (run by
 //! `scripts/package.sh`) writes the archive (the plugin and the repository's LICENSE), its
-//! SHA256SUMS line, the krew manifest and a Debian package. Krew's own validator
-//! (`validate-krew-manifest`, built from krew's Go module in tests/tools/krew) runs every check,
-//! its install step included (krew installs the archive from the manifest's uri, here served on
-//! loopback instead of the release page, and finds a license among the installed files); krew
-//! itself installs the archive, after which `kubectl inplace` runs through kubectl's plugin
-//! lookup. The .deb installs `/usr/bin/kubectl-inplace` (into a scratch dpkg root).
+//! SHA256SUMS line, the krew manifest and a Debian package; run for amd64 and for arm64 (the
+//! plugin cross-built for aarch64) into one directory, the manifest names both archives.
+//! Krew's own validator (`validate-krew-manifest`, built from krew's Go module in
+//! tests/tools/krew) runs every check, its install step included (krew installs each
+//! platform's archive from its uri, here served on loopback instead of the release page, and
+//! finds a license among the installed files); krew itself installs the archive, after
+//! which `kubectl inplace` runs through kubectl's plugin lookup, and the arm64 archive's
+//! plugin runs under qemu-user. The .deb installs `/usr/bin/kubectl-inplace` (into a scratch
+//! dpkg root).
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,6 +18,7 @@ use std::process::Command;
 
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
 use inplace_tests::tools::{bin_dir, run_ok, tool};
+use inplace_tests::workspace_build::arm64_bin;
 
 /// `PATH` for krew and kubectl's plugin lookup: `first`, the tools, the pinned kubectl.
 fn tools_path(first: &Path) -> OsString {
@@ -29,35 +33,71 @@ fn tools_path(first: &Path) -> OsString {
     .unwrap()
 }
 
-/// Krew's validator with its install step, on a copy of `manifest` whose uri points at the
-/// archive served from loopback (krew's install downloads the uri).
-async fn validate_with_install(manifest: &Path, archive: &Path) {
+/// Krew's validator with its install step, on a copy of `manifest` whose uris point at the
+/// archives (in `dir`) served from loopback (krew's install downloads each platform's uri).
+async fn validate_with_install(manifest: &Path, dir: &Path) {
     let server = ArtifactServer::start().await.unwrap();
-    let name = archive.file_name().unwrap().to_str().unwrap();
-    server.put(
-        &format!("/{name}"),
-        Artifact::bytes(std::fs::read(archive).unwrap()),
-    );
-    let text = std::fs::read_to_string(manifest).unwrap();
-    let uri = text
+    let mut text = std::fs::read_to_string(manifest).unwrap();
+    let uris: Vec<String> = text
         .lines()
-        .find_map(|l| l.trim().strip_prefix("uri: "))
-        .unwrap()
-        .to_owned();
-    assert!(uri.ends_with(&format!("/{name}")), "{uri}");
+        .filter_map(|l| l.trim().strip_prefix("uri: "))
+        .map(str::to_owned)
+        .collect();
+    for uri in &uris {
+        let name = uri.rsplit('/').next().unwrap();
+        server.put(
+            &format!("/{name}"),
+            Artifact::bytes(std::fs::read(dir.join(name)).unwrap()),
+        );
+        text = text.replace(uri, &server.url(&format!("/{name}")));
+    }
     let served = tempfile::tempdir().unwrap();
     // The validator takes the plugin's name from the file name.
     let copy = served.path().join("inplace.yaml");
-    std::fs::write(&copy, text.replace(&uri, &server.url(&format!("/{name}")))).unwrap();
+    std::fs::write(&copy, text).unwrap();
     let path = tools_path(&bin_dir());
-    tokio::task::block_in_place(|| {
-        run_ok(
-            Command::new(tool("validate-krew-manifest").unwrap())
-                .arg("-manifest")
-                .arg(&copy)
-                .env("PATH", &path),
-        )
+    let validated = tokio::task::block_in_place(|| {
+        Command::new(tool("validate-krew-manifest").unwrap())
+            .arg("-manifest")
+            .arg(&copy)
+            .env("PATH", &path)
+            .output()
+            .unwrap()
     });
+    let log = String::from_utf8_lossy(&validated.stderr);
+    assert!(validated.status.success(), "{log}");
+    assert!(
+        log.contains(&format!("all {} spec.platforms installed fine", uris.len())),
+        "{log}"
+    );
+}
+
+/// The manifest's platforms: (`arch` of the selector, archive file name, sha256).
+fn platforms(manifest: &Path) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let value = |line: &str, key: &str| {
+        line.trim()
+            .strip_prefix(key)
+            .map(|v| v.trim_matches('"').to_owned())
+    };
+    let mut found = Vec::new();
+    let mut arch = String::new();
+    let mut file = String::new();
+    for line in text.lines() {
+        if let Some(a) = value(line, "arch: ") {
+            arch = a;
+        } else if let Some(uri) = value(line, "uri: ") {
+            file = uri.rsplit('/').next().unwrap().to_owned();
+        } else if let Some(sha) = value(line, "sha256: ") {
+            found.push((arch.clone(), file.clone(), sha));
+        }
+    }
+    found
+}
+
+fn sha256_of(path: &Path) -> String {
+    let out = run_ok(Command::new("sha256sum").arg(path));
+    out.split_whitespace().next().unwrap().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,13 +105,21 @@ async fn the_krew_manifest_passes_all_of_krews_checks_and_krew_installs_the_plug
     let version = env!("CARGO_PKG_VERSION");
     let out = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/krew/build-plugin.sh");
-    run_ok(
-        Command::new(script)
-            .arg(env!("CARGO_BIN_EXE_kubectl-inplace"))
-            .arg(version)
-            .arg(out.path()),
-    );
+    let arm64_plugin = tokio::task::block_in_place(|| arm64_bin("kubectl-inplace")).unwrap();
+    for (arch, plugin) in [
+        ("arm64", arm64_plugin.as_path()),
+        ("amd64", Path::new(env!("CARGO_BIN_EXE_kubectl-inplace"))),
+    ] {
+        run_ok(
+            Command::new(&script)
+                .env("ARCH", arch)
+                .arg(plugin)
+                .arg(version)
+                .arg(out.path()),
+        );
+    }
     let archive = format!("kubectl-inplace-v{version}-linux-amd64.tar.gz");
+    let arm64_archive = format!("kubectl-inplace-v{version}-linux-arm64.tar.gz");
     let sums = std::fs::read_to_string(out.path().join("SHA256SUMS")).unwrap();
     assert!(sums.contains(&format!("  {archive}\n")), "{sums}");
     run_ok(
@@ -89,7 +137,17 @@ async fn the_krew_manifest_passes_all_of_krews_checks_and_krew_installs_the_plug
     assert_eq!(listed, "LICENSE\nkubectl-inplace\n");
 
     let manifest = out.path().join("inplace.yaml");
-    validate_with_install(&manifest, &out.path().join(&archive)).await;
+    let sha = |name: &str| sha256_of(&out.path().join(name));
+    assert_eq!(
+        platforms(&manifest),
+        [
+            ("amd64".into(), archive.clone(), sha(&archive)),
+            ("arm64".into(), arm64_archive.clone(), sha(&arm64_archive)),
+        ],
+        "one platform per archive built, in the same order whichever was built last"
+    );
+    validate_with_install(&manifest, out.path()).await;
+    arm64_archive_runs_under_qemu(&out.path().join(&arm64_archive));
 
     let krew_root = out.path().join("krew");
     let kubectl = inplace_tests::apiserver::kubectl().unwrap();
@@ -117,6 +175,26 @@ async fn the_krew_manifest_passes_all_of_krews_checks_and_krew_installs_the_plug
     assert!(help.contains("status"), "{help}");
 
     installs_from_its_debian_package(out.path(), version);
+}
+
+/// The arm64 archive's plugin is an aarch64 program that runs (qemu-user, as
+/// .cargo/config.toml's runner runs the aarch64 builds).
+fn arm64_archive_runs_under_qemu(archive: &Path) {
+    let unpacked = tempfile::tempdir().unwrap();
+    run_ok(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(archive)
+            .arg("-C")
+            .arg(unpacked.path()),
+    );
+    let help = run_ok(
+        Command::new("qemu-aarch64-static")
+            .args(["-L", "/usr/aarch64-linux-gnu"])
+            .arg(unpacked.path().join("kubectl-inplace"))
+            .arg("--help"),
+    );
+    assert!(help.contains("status"), "{help}");
 }
 
 /// The .deb: its fields, and `/usr/bin/kubectl-inplace` installed by dpkg (into a scratch
