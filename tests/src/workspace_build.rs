@@ -67,12 +67,19 @@ pub fn set_by_the_test_runner(name: &str) -> bool {
 
 /// The path of the workspace binary `name`, built first (a no-op when current).
 pub fn workspace_bin(name: &str) -> Result<PathBuf> {
-    static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
-    let profile_dir = BUILT
-        .get_or_init(|| build().map_err(|e| e.to_string()))
+    static BUILT: Built = OnceLock::new();
+    Ok(built_once(&BUILT, build)?.join(name))
+}
+
+/// A build's output directory, or why it failed, kept for the rest of the process.
+type Built = OnceLock<std::result::Result<PathBuf, String>>;
+
+/// The directory `build` made, built on the first call only: every later call (and every
+/// test of the binary) gets the first call's answer.
+fn built_once(cell: &'static Built, build: fn() -> Result<PathBuf>) -> Result<&'static PathBuf> {
+    cell.get_or_init(|| build().map_err(|e| e.to_string()))
         .as_ref()
-        .map_err(|e| Error::Invalid(e.clone()))?;
-    Ok(profile_dir.join(name))
+        .map_err(|e| Error::Invalid(e.clone()))
 }
 
 /// The target triple of arm64 nodes' builds (.cargo/config.toml: linker and qemu runner).
@@ -86,12 +93,8 @@ pub const ARM64_PACKAGES: [&str; 3] = ["inplace-agent", "inplace-controller", "k
 /// with the others in `<target>/arm64`: a target directory of its own, so that the cross
 /// build never waits for the tests' lock, and `make arm64-unit`'s dependencies are reused.
 pub fn arm64_bin(name: &str) -> Result<PathBuf> {
-    static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
-    let dir = BUILT
-        .get_or_init(|| build_arm64().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| Error::Invalid(e.clone()))?;
-    Ok(dir.join(name))
+    static BUILT: Built = OnceLock::new();
+    Ok(built_once(&BUILT, build_arm64)?.join(name))
 }
 
 fn build_arm64() -> Result<PathBuf> {

@@ -193,14 +193,7 @@ async fn confext_merges_into_etc_and_a_broken_one_rolls_back(plans: &Plans<'_>) 
     );
     let release = format!("/etc/extension-release.d/extension-release.{CONFEXT}");
     assert!(bed.node.exists(&release).await.unwrap(), "{release}");
-    assert_eq!(
-        output(bed, &["cat", "/etc/inplace-test/confext"]).await,
-        "c1"
-    );
-    assert_eq!(
-        output(bed, &["cat", CONFEXT_DROP_IN]).await,
-        CONFEXT_DROP_IN_V1.trim()
-    );
+    assert_c1_in_etc(bed).await;
     let environment = output(
         bed,
         &["systemctl", "show", "-p", "Environment", "kubelet.service"],
@@ -227,14 +220,7 @@ async fn confext_merges_into_etc_and_a_broken_one_rolls_back(plans: &Plans<'_>) 
     assert_eq!(reason, "RolledBack");
     assert!(message.contains("HealthCheckFailed"), "{message}");
     assert_eq!(readlink(bed, &link).await, c1_stored);
-    assert_eq!(
-        output(bed, &["cat", "/etc/inplace-test/confext"]).await,
-        "c1"
-    );
-    assert_eq!(
-        output(bed, &["cat", CONFEXT_DROP_IN]).await,
-        CONFEXT_DROP_IN_V1.trim()
-    );
+    assert_c1_in_etc(bed).await;
     assert_kubelet_runs(bed, images, "v1.34.0", "after the rollback of confext c2").await;
     assert_status(bed, "RolledBack RolledBack", &r1).await;
 }
@@ -255,4 +241,17 @@ async fn allow_confexts_as_the_page_says(bed: &AgentNode) {
     }
     let steps = docs::shell_block(&page, heading).unwrap();
     bed.node.sh_ok(&steps).await.unwrap();
+}
+
+/// The configuration extension c1's files are what `/etc` shows: its file and its kubelet
+/// drop-in.
+async fn assert_c1_in_etc(bed: &AgentNode) {
+    assert_eq!(
+        output(bed, &["cat", "/etc/inplace-test/confext"]).await,
+        "c1"
+    );
+    assert_eq!(
+        output(bed, &["cat", CONFEXT_DROP_IN]).await,
+        CONFEXT_DROP_IN_V1.trim()
+    );
 }
