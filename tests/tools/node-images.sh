@@ -22,9 +22,9 @@ for name in pause workload; do
     install -m 0755 "$work/pod" "$work/$name/$name"
     tar --sort=name --format=gnu --numeric-owner --owner=0 --group=0 --mtime=@0 \
         -cf "$work/$name.layer.tar" -C "$work/$name" .
-    "$tools/oci-image" --layer "$work/$name.layer.tar" --tag "inplace.test/$name:1" \
+    "$tools/oci-image" --layer "amd64=$work/$name.layer.tar" --tag "inplace.test/$name:1" \
         --entrypoint "/$name" --user 65532:65532 --created 0 \
-        --oci-layout "$work/$name.oci" --tarball "$work/$name.tar"
+        --oci-layout "$work/$name.oci" --tarball "amd64=$work/$name.tar"
     mv -f "$work/$name.tar" "$out/$name.tar"
 done
 echo "$out: pause.tar (inplace.test/pause:1) workload.tar (inplace.test/workload:1)"

@@ -130,11 +130,13 @@ fn fresh(binary: &Path, source: &Path) -> bool {
 }
 
 /// The container images every node imports (`tests/tools/node-images.sh`): the directory
-/// holding `pause.tar` and `workload.tar`, built first when missing or older than the program.
+/// holding `pause.tar` and `workload.tar`, built first when missing or older than the program,
+/// the script or the image writer (so a change to either is exercised by the next local run).
 pub async fn node_images() -> Result<PathBuf> {
-    let source = repo_root().join("tests/tools/pod");
+    let tools = repo_root().join("tests/tools");
+    let sources = [tools.join("pod"), tools.clone(), tools.join("oci-image")];
     let out = target_dir().join("node-images");
-    let built = |name: &str| fresh(&out.join(name), &source);
+    let built = |name: &str| sources.iter().all(|source| fresh(&out.join(name), source));
     if built("pause.tar") && built("workload.tar") {
         return Ok(out);
     }
