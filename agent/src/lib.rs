@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod metrics_server;
 pub mod mirrors;
 pub mod notify;
+pub mod owner;
 pub mod policy;
 pub mod policy_table;
 pub mod power;

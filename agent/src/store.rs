@@ -6,6 +6,9 @@
 //!   as `<digest[..16]>-<file>` instead, so a file a link points at is never overwritten.
 //! - Binary files and archive members: `<state>/store/sha256/<digest>`, mode 0755, in
 //!   directories of mode 0711 (run by every user through their links, listed by none).
+//! - Config files: `<state>/store/config/<digest>.<mode>.<uid>.<gid>`, with that mode and
+//!   owner: one copy per mode and owner of the same bytes (a link's target carries them,
+//!   and one file has one of each).
 //! - Downloads in progress: dot-files ending in `.partial` in the target directory.
 
 use std::collections::HashSet;
@@ -17,6 +20,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::links::fsync_dir;
+use crate::owner::FileAttributes;
 use crate::settings::{Paths, Settings};
 
 /// The link that activates sysext `name`.
@@ -32,6 +36,46 @@ pub fn sysext_dir(paths: &Paths, name: &str) -> PathBuf {
 /// The content-addressed store.
 pub fn cas_dir(settings: &Settings) -> PathBuf {
     settings.state_dir.join("store").join("sha256")
+}
+
+/// Where a Config file with `sha256`'s bytes and `attributes` is stored.
+pub fn config_file(settings: &Settings, sha256: &str, attributes: FileAttributes) -> PathBuf {
+    let FileAttributes { mode, uid, gid } = attributes;
+    settings
+        .state_dir
+        .join("store")
+        .join("config")
+        .join(format!("{sha256}.{mode:04o}.{uid}.{gid}"))
+}
+
+/// Whether the Config file at `path` is there with `sha256`'s bytes and `mode`. (Its owner
+/// is not seen: to the agent's user namespace every user but root is nobody. The name
+/// says it, and a file gets its name only once it has its owner.) A file the agent may
+/// not read (another user's, mode 0600) is not verified: it is stored again.
+pub fn is_config_in_place(path: &Path, sha256: &str, mode: u32) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o7777 == mode)
+        && is_verified(path, sha256)
+}
+
+/// Gives a verified download its permission bits and flushes it, before its owner (which
+/// only PID 1 can change) and its place in the store.
+pub fn set_config_mode(temp: &Path, mode: u32) -> io::Result<()> {
+    fs::set_permissions(temp, fs::Permissions::from_mode(mode))?;
+    fs::File::open(temp)?.sync_all()
+}
+
+/// Moves a Config file that has its mode and owner to `target` in the store.
+pub fn place_config(temp: &Path, target: &Path) -> io::Result<PathBuf> {
+    let dir = target
+        .parent()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no store directory"))?;
+    fs::create_dir_all(dir)?;
+    for d in [Some(dir), dir.parent()].into_iter().flatten() {
+        fs::set_permissions(d, fs::Permissions::from_mode(CAS_DIR_MODE))?;
+    }
+    fs::rename(temp, target)?;
+    fsync_dir(dir)?;
+    Ok(target.to_path_buf())
 }
 
 /// Temporary downloads and extractions for the state filesystem.
@@ -141,7 +185,7 @@ pub fn restrict_state(state_dir: &Path) -> io::Result<()> {
         let path = entry.path();
         let meta = fs::symlink_metadata(&path)?;
         let mode = if entry.file_name() == "store" {
-            for dir in [path.clone(), path.join("sha256")] {
+            for dir in [path.clone(), path.join("sha256"), path.join("config")] {
                 if dir.is_dir() {
                     fs::set_permissions(&dir, fs::Permissions::from_mode(CAS_DIR_MODE))?;
                 }
@@ -250,7 +294,15 @@ mod tests {
         fs::create_dir_all(state.join("tmp")).unwrap();
         fs::create_dir_all(state.join("backup/r1")).unwrap();
         fs::create_dir_all(state.join("store/sha256")).unwrap();
-        for p in ["journal.json", "tmp", "backup", "store", "store/sha256"] {
+        fs::create_dir_all(state.join("store/config")).unwrap();
+        for p in [
+            "journal.json",
+            "tmp",
+            "backup",
+            "store",
+            "store/sha256",
+            "store/config",
+        ] {
             let m = if p.ends_with("json") { 0o644 } else { 0o755 };
             fs::set_permissions(state.join(p), fs::Permissions::from_mode(m)).unwrap();
         }
@@ -260,6 +312,24 @@ mod tests {
         assert_eq!(mode("backup"), 0o700);
         assert_eq!(mode("store"), 0o711);
         assert_eq!(mode("store/sha256"), 0o711);
+        assert_eq!(mode("store/config"), 0o711);
+    }
+
+    #[test]
+    fn a_config_file_is_in_place_with_its_bytes_and_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("store/config/f");
+        let temp = dir.path().join("t");
+        fs::write(&temp, b"maxPods: 150").unwrap();
+        set_config_mode(&temp, 0o640).unwrap();
+        assert!(!is_config_in_place(&target, &sha(b"maxPods: 150"), 0o640));
+        place_config(&temp, &target).unwrap();
+        assert!(is_config_in_place(&target, &sha(b"maxPods: 150"), 0o640));
+        assert!(!is_config_in_place(&target, &sha(b"maxPods: 150"), 0o644));
+        assert!(!is_config_in_place(&target, &sha(b"maxPods: 110"), 0o640));
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(target.parent().unwrap()), 0o711);
+        assert_eq!(mode(&dir.path().join("store")), 0o711);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! lose its writable `/usr` and the files written there at the agent's first refresh, and get
 //! them back, over what the agent verified, at its next boot.
 
+use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -200,7 +201,14 @@ pub trait SystemdManager: Send + Sync {
     async fn daemon_reload(&self) -> Result<(), SystemdError>;
     /// Reads a unit's state.
     async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError>;
+    /// Gives `path` to `uid`:`gid` (`chown --no-dereference`) in PID 1's namespace (the
+    /// transient unit [`CHOWN_UNIT`]) and waits for it to exit 0: the agent itself holds no
+    /// capability and sees every user but root as nobody.
+    async fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), SystemdError>;
 }
+
+/// The transient unit that gives a stored Config file its owner.
+pub const CHOWN_UNIT: &str = "inplace-agent-chown.service";
 
 /// The real manager, over the system bus.
 pub struct DbusSystemd {
@@ -238,6 +246,18 @@ impl SystemdManager for DbusSystemd {
 
     async fn unmerge_extensions(&self, class: ExtensionClass) -> Result<(), SystemdError> {
         self.run_tool(class, "unmerge").await
+    }
+
+    async fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), SystemdError> {
+        let argv = vec![
+            "chown".to_owned(),
+            "--no-dereference".to_owned(),
+            format!("{uid}:{gid}"),
+            path.display().to_string(),
+        ];
+        let description = format!("inplace-agent: chown {uid}:{gid} {}", path.display());
+        self.run_oneshot(CHOWN_UNIT, &description, "/bin/chown", &argv)
+            .await
     }
 
     async fn version(&self) -> Result<u32, SystemdError> {
@@ -292,7 +312,23 @@ impl DbusSystemd {
     async fn run_tool(&self, class: ExtensionClass, verb: &str) -> Result<(), SystemdError> {
         let manager = ManagerProxy::new(&self.connection).await?;
         let mode = self.boot_mutable_mode(&manager, class).await?;
-        let unit = class.refresh_unit();
+        let description = format!("inplace-agent: {} {verb}", class.name());
+        let argv = tool_command(class, verb, mode.as_deref());
+        self.run_oneshot(class.refresh_unit(), &description, class.tool(), &argv)
+            .await
+    }
+
+    /// Runs `program` with `argv` as the transient oneshot `unit` ([`oneshot_properties`])
+    /// and waits for it to end `done` (a unit of that name still running, left by a killed
+    /// agent, is waited for first).
+    async fn run_oneshot(
+        &self,
+        unit: &str,
+        description: &str,
+        program: &str,
+        argv: &[String],
+    ) -> Result<(), SystemdError> {
+        let manager = ManagerProxy::new(&self.connection).await?;
         let mut removed = manager.receive_job_removed().await?;
         let deadline = tokio::time::Instant::now() + self.job_timeout;
         loop {
@@ -300,7 +336,7 @@ impl DbusSystemd {
                 .start_transient_unit(
                     unit.to_owned(),
                     "fail".to_owned(),
-                    tool_properties(class, verb, mode.as_deref())?,
+                    oneshot_properties(description, program, argv.to_vec())?,
                     Vec::new(),
                 )
                 .await
@@ -308,8 +344,8 @@ impl DbusSystemd {
                 Ok(job) => {
                     return self.wait_for_job(&mut removed, &job, unit).await;
                 }
-                // A refresh started by an agent that was killed is still running: it
-                // is collected when it ends, then the name is free again.
+                // A unit started by an agent that was killed is still running: it is
+                // collected when it ends, then the name is free again.
                 Err(e) if e.to_string().contains("UnitExists") => {
                     if tokio::time::Instant::now() > deadline {
                         return Err(SystemdError::Timeout {
@@ -402,27 +438,20 @@ pub fn tool_command(class: ExtensionClass, verb: &str, mode: Option<&str>) -> Ve
     argv
 }
 
-/// The transient oneshot that runs `systemd-sysext VERB` (or `systemd-confext VERB`);
+/// A transient oneshot that runs `program` with `argv` (`systemd-sysext refresh`, `chown`);
 /// collected when it ends, failed or not (its output stays in the journal under the unit's
 /// name).
-fn tool_properties(
-    class: ExtensionClass,
-    verb: &str,
-    mode: Option<&str>,
+fn oneshot_properties(
+    description: &str,
+    program: &str,
+    argv: Vec<String>,
 ) -> Result<Vec<(String, zbus::OwnedVariant)>, SystemdError> {
-    let exec_start = vec![(
-        class.tool().to_owned(),
-        tool_command(class, verb, mode),
-        false,
-    )];
+    let exec_start = vec![(program.to_owned(), argv, false)];
     let variant = |v: zbus::Variant<'_>| {
         zbus::OwnedVariant::try_from(v).map_err(|e| SystemdError::Bus(e.to_string()))
     };
     Ok(vec![
-        (
-            "Description".to_owned(),
-            variant(format!("inplace-agent: {} {verb}", class.name()).into())?,
-        ),
+        ("Description".to_owned(), variant(description.into())?),
         ("Type".to_owned(), variant("oneshot".into())?),
         (
             "CollectMode".to_owned(),

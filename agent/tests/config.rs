@@ -1,12 +1,14 @@
 //! Config artifacts (issue 38 item 2) through the whole per-revision flow, against the fake
 //! edges of `common/mod.rs` and a real file system: the file a Config replaces comes back
-//! byte for byte on rollback, a path that did not exist is removed again, and a path outside
-//! the configuration roots is refused before anything is fetched or changed.
+//! byte for byte on rollback, a path that did not exist is removed again, the file has the
+//! plan's mode and owner, and a path outside the configuration roots or an owner the node
+//! does not know is refused before anything is fetched or changed.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -33,12 +35,20 @@ fn with_config(bed: &Bed, image: &str, path: &Path, bytes: &str) -> NodeUpdatePl
         size: Some(bytes.len() as u64),
         path: Some(path.display().to_string()),
         members: vec![],
+        mode: None,
+        owner: None,
         max_extracted_size: None,
         activation: None,
         architecture: None,
         other_architectures: Vec::new(),
     });
     plan
+}
+
+/// The mode, uid and gid of the file `path` leads to.
+fn attributes(path: &Path) -> (u32, u32, u32) {
+    let meta = std::fs::metadata(path).unwrap();
+    (meta.mode() & 0o7777, meta.uid(), meta.gid())
 }
 
 fn kubelet_conf(bed: &Bed) -> PathBuf {
@@ -113,4 +123,65 @@ async fn a_config_outside_the_roots_is_refused_and_changes_nothing() {
     assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), 0);
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "version = 2\n");
     assert!(!bed.settings.state_dir.join("store").exists());
+}
+
+#[tokio::test]
+async fn a_config_file_has_the_plans_mode_and_owner_and_else_0644_root() {
+    let bed = Bed::new();
+    let conf = kubelet_conf(&bed);
+    let mut agent = bed.agent().await;
+    let plain = with_config(&bed, "OK v1", &conf, "maxPods: 150\n");
+    agent.handle(Some(&plain)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert_eq!(attributes(&conf), (0o644, 0, 0));
+    let chowns = |bed: &Bed| -> Vec<String> {
+        let calls = bed.systemd.calls.lock().unwrap();
+        calls
+            .iter()
+            .filter(|c| c.starts_with("chown"))
+            .cloned()
+            .collect()
+    };
+    assert!(chowns(&bed).is_empty(), "root's file needs no chown");
+
+    // The same bytes, the kubelet's group may read them, no one else: another stored copy.
+    let mut private = with_config(&bed, "OK v1", &conf, "maxPods: 150\n");
+    let artifact = private.spec.content.artifacts.last_mut().unwrap();
+    artifact.mode = Some("0640".into());
+    artifact.owner = Some("0:990".into());
+    agent.handle(Some(&private)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert_eq!(attributes(&conf), (0o640, 0, 990));
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), "maxPods: 150\n");
+    assert_eq!(chowns(&bed), ["chown 0:990"]);
+
+    // Rolled back to the previous revision's file: 0644 root's again.
+    let mut broken = with_config(&bed, "OK v1 unhealthy", &conf, "maxPods: 150\n");
+    let artifact = broken.spec.content.artifacts.last_mut().unwrap();
+    artifact.mode = Some("0600".into());
+    agent.handle(Some(&broken)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    assert_eq!(attributes(&conf), (0o640, 0, 990));
+}
+
+#[tokio::test]
+async fn an_owner_the_node_does_not_know_is_refused_before_anything_is_fetched() {
+    let bed = Bed::new();
+    let conf = kubelet_conf(&bed);
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    std::fs::write(&conf, "maxPods: 110\n").unwrap();
+    let mut agent = bed.agent().await;
+    let mut plan = with_config(&bed, "OK v1", &conf, "maxPods: 150\n");
+    plan.spec.content.artifacts.last_mut().unwrap().owner = Some("no-such-user-here:root".into());
+    agent.handle(Some(&plan)).await.unwrap();
+    let (_, reason, message) = bed.ready();
+    assert_eq!(reason, "StagingFailed");
+    assert!(message.contains("spec.artifacts[2].owner"), "{message}");
+    assert!(message.contains("kubelet-config"), "{message}");
+    assert!(
+        message.contains("user \"no-such-user-here\" is not known on this node"),
+        "{message}"
+    );
+    assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), "maxPods: 110\n");
 }

@@ -180,6 +180,8 @@ fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
         size,
         path: None,
         members: vec![],
+        mode: None,
+        owner: None,
         max_extracted_size: None,
         activation: None,
         architecture: None,

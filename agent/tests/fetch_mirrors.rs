@@ -69,6 +69,8 @@ fn artifact(url: String, bytes: &[u8]) -> Artifact {
         size: None,
         path: None,
         members: vec![],
+        mode: None,
+        owner: None,
         max_extracted_size: None,
         activation: None,
         architecture: None,

@@ -65,6 +65,8 @@ fn artifact(registry: &Registry, pushed: &Pushed) -> Artifact {
         size: None,
         path: None,
         members: vec![],
+        mode: None,
+        owner: None,
         max_extracted_size: None,
         activation: None,
         architecture: None,

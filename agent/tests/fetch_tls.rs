@@ -104,6 +104,8 @@ fn artifact(base: &str) -> Artifact {
         size: Some(BODY.len() as u64),
         path: None,
         members: vec![],
+        mode: None,
+        owner: None,
         max_extracted_size: None,
         activation: None,
         architecture: None,

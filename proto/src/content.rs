@@ -18,6 +18,14 @@ pub const DEFAULT_MAX_EXTRACTED_SIZE: u64 = 256 << 20;
 /// The pattern of an artifact name (also the sysext name, so it must be a plain file name).
 pub const ARTIFACT_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$";
 
+/// A Config file's `mode`: three or four octal digits, permission bits only (no setuid,
+/// setgid or sticky bit: a configuration file runs nothing).
+pub const CONFIG_MODE_PATTERN: &str = "^0?[0-7]{3}$";
+
+/// A Config file's `owner`: `USER:GROUP`, each a name the node resolves or a numeric id.
+pub const CONFIG_OWNER_PATTERN: &str =
+    "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$";
+
 /// The artifacts, activation and health checks of one revision. Shared by NodeRelease and
 /// NodeUpdatePlan; the revision hash is computed over exactly this.
 ///
@@ -103,6 +111,8 @@ pub struct AgentImage {
     {"rule": "self.type != 'Binary' || has(self.path)", "message": "a Binary artifact needs path", "fieldPath": ".path", "reason": "FieldValueRequired"},
     {"rule": "self.type != 'Config' || has(self.path)", "message": "a Config artifact needs path", "fieldPath": ".path", "reason": "FieldValueRequired"},
     {"rule": "self.type == 'Binary' || self.type == 'Config' || !has(self.path)", "message": "path is only for Binary and Config artifacts", "fieldPath": ".path", "reason": "FieldValueForbidden"},
+    {"rule": "self.type == 'Config' || !has(self.mode)", "message": "mode is only for Config artifacts", "fieldPath": ".mode", "reason": "FieldValueForbidden"},
+    {"rule": "self.type == 'Config' || !has(self.owner)", "message": "owner is only for Config artifacts", "fieldPath": ".owner", "reason": "FieldValueForbidden"},
     {"rule": "self.type != 'Archive' || (has(self.members) && size(self.members) > 0)", "message": "an Archive artifact needs members", "fieldPath": ".members", "reason": "FieldValueRequired"},
     {"rule": "self.type == 'Archive' || !has(self.members) || size(self.members) == 0", "message": "members are only for Archive artifacts", "fieldPath": ".members", "reason": "FieldValueForbidden"},
     {"rule": "has(self.architecture) || !has(self.otherArchitectures) || size(self.otherArchitectures) == 0", "message": "otherArchitectures needs architecture: the one url is built for", "fieldPath": ".architecture", "reason": "FieldValueRequired"},
@@ -150,6 +160,19 @@ pub struct Artifact {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub path: Option<String>,
+
+    /// Config only: the file's permission bits as octal digits (`"0640"`); default `"0644"`.
+    /// Each mode and owner of the same bytes is its own stored copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = CONFIG_MODE_PATTERN))]
+    pub mode: Option<String>,
+
+    /// Config only: who owns the file, `USER:GROUP` (`"root:kubelet"`, `"0:990"`): names
+    /// the node resolves (a name it does not know fails staging, nothing changed) or
+    /// numeric ids; default `"root:root"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = CONFIG_OWNER_PATTERN))]
+    pub owner: Option<String>,
 
     /// Archive only: the members to install, and where. Nothing else in the archive is
     /// written anywhere.
@@ -226,6 +249,44 @@ impl Artifact {
             .strip_prefix('/')?
             .strip_suffix(".raw")?;
         (!name.is_empty() && !name.contains('/')).then_some(name)
+    }
+
+    /// A Config file's permission bits: `mode` read as octal, `0o644` when absent.
+    pub fn config_mode(&self) -> Result<u32, String> {
+        let Some(mode) = self.mode.as_deref() else {
+            return Ok(0o644);
+        };
+        let digits = mode
+            .strip_prefix('0')
+            .filter(|d| d.len() == 3)
+            .unwrap_or(mode);
+        if digits.len() != 3 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            return Err(format!(
+                "{mode:?} is not a file mode: three octal digits of permission bits, optionally \
+                 after a 0 (\"0640\"); setuid, setgid and sticky bits are refused"
+            ));
+        }
+        u32::from_str_radix(digits, 8).map_err(|e| format!("{mode:?}: {e}"))
+    }
+
+    /// A Config file's owner as written, `(user, group)`; `("root", "root")` when absent.
+    pub fn config_owner(&self) -> Result<(&str, &str), String> {
+        let Some(owner) = self.owner.as_deref() else {
+            return Ok(("root", "root"));
+        };
+        let name_ok = |n: &str| {
+            (1..=32).contains(&n.len())
+                && !n.starts_with(['.', '-'])
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        };
+        match owner.split_once(':') {
+            Some((user, group)) if name_ok(user) && name_ok(group) => Ok((user, group)),
+            _ => Err(format!(
+                "{owner:?} is not USER:GROUP (names of at most 32 letters, digits, '_', '.' \
+                 or '-', or numeric ids, such as \"root:kubelet\")"
+            )),
+        }
     }
 
     /// What this archive may expand to: `maxExtractedSize`, or the default.

@@ -210,6 +210,59 @@ fn config_needs_a_path_and_daemon_reload_follows_unit_files() {
 }
 
 #[test]
+fn mode_and_owner_are_a_config_files_and_must_be_well_formed() {
+    let config = |p: &mut NodeUpdatePlan, mode: Option<&str>, owner: Option<&str>| {
+        let a = &mut p.spec.content.artifacts[1];
+        a.kind = ArtifactType::Config;
+        a.path = Some("/etc/kubernetes/kubelet.conf".into());
+        a.mode = mode.map(Into::into);
+        a.owner = owner.map(Into::into);
+    };
+    let mut plan = plan();
+    config(&mut plan, None, None);
+    let artifact = &plan.spec.content.artifacts[1];
+    assert_eq!(artifact.config_mode(), Ok(0o644));
+    assert_eq!(artifact.config_owner(), Ok(("root", "root")));
+    for (mode, bits) in [("0640", 0o640), ("600", 0o600), ("0000", 0)] {
+        for owner in ["root:kubelet", "0:990", "_kubelet:systemd-journal"] {
+            let mut plan = plan.clone();
+            config(&mut plan, Some(mode), Some(owner));
+            plan.validate().unwrap();
+            assert_eq!(plan.spec.content.artifacts[1].config_mode(), Ok(bits));
+        }
+    }
+    for mode in ["4755", "1777", "0o644", "644 ", "", "0", "0888", "00644"] {
+        assert_eq!(
+            only_problem(|p| config(p, Some(mode), None)),
+            (Reason::InvalidPlan, "spec.artifacts[1].mode".into()),
+            "{mode:?}"
+        );
+    }
+    for owner in [
+        "root",
+        "root:",
+        ":root",
+        "root:kube:let",
+        "root:../x",
+        "a b:c",
+    ] {
+        assert_eq!(
+            only_problem(|p| config(p, None, Some(owner))),
+            (Reason::InvalidPlan, "spec.artifacts[1].owner".into()),
+            "{owner:?}"
+        );
+    }
+    assert_eq!(
+        only_problem(|p| sysext(p).mode = Some("0644".into())),
+        (Reason::InvalidPlan, "spec.artifacts[0].mode".into())
+    );
+    assert_eq!(
+        only_problem(|p| sysext(p).owner = Some("root:root".into())),
+        (Reason::InvalidPlan, "spec.artifacts[0].owner".into())
+    );
+}
+
+#[test]
 fn a_config_linked_in_var_lib_confexts_is_a_configuration_extension() {
     let mut plan = plan();
     plan.spec

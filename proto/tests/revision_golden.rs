@@ -42,7 +42,7 @@ const PINNED: &[(&str, &str, &str)] = &[
     (
         "proto/tests/revision_golden/every_field.yaml",
         "every-field",
-        "7dfd07bd5c45",
+        "090f87ed60ac",
     ),
     (
         "proto/tests/revision_golden/agent_every_field.yaml",

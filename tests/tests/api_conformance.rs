@@ -670,6 +670,20 @@ async fn schema_validation_defaulting_pruning_and_cel(backend: Backend) {
         ),
         422
     );
+    // CEL on an item: mode and owner are a Config file's; its mode has no setuid bit.
+    let mut sysext_mode = plan("w1");
+    sysext_mode["spec"]["artifacts"][0]["mode"] = json!("0644");
+    let mut setuid = plan("w1");
+    setuid["spec"]["artifacts"][0]["type"] = json!("Config");
+    setuid["spec"]["artifacts"][0]["path"] = json!("/etc/kubernetes/kubelet.conf");
+    setuid["spec"]["artifacts"][0]["mode"] = json!("4755");
+    for refused in [sysext_mode, setuid] {
+        let e = api
+            .create(&PostParams::default(), &dyn_obj(refused))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), 422);
+    }
     // Duplicate list-map keys.
     let mut dup = plan("w1");
     let a = dup["spec"]["artifacts"][0].clone();

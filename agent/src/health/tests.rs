@@ -74,6 +74,9 @@ impl SystemdManager for ScriptedUnit {
     async fn daemon_reload(&self) -> Result<(), SystemdError> {
         unreachable!("daemon-reload")
     }
+    async fn chown(&self, path: &std::path::Path, _: u32, _: u32) -> Result<(), SystemdError> {
+        unreachable!("chown {}", path.display())
+    }
     async fn unit_state(&self, _unit: &str) -> Result<UnitState, SystemdError> {
         let mut states = self.states.lock().unwrap();
         if states.len() > 1 {

@@ -37,6 +37,8 @@ fn artifact(kind: ArtifactType) -> Artifact {
         } else {
             vec![]
         },
+        mode: None,
+        owner: None,
         max_extracted_size: None,
         activation: None,
         architecture: None,

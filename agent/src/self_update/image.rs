@@ -27,6 +27,8 @@ pub fn as_artifact(agent: &AgentImage) -> Artifact {
         size: agent.size,
         path: None,
         members: Vec::new(),
+        mode: None,
+        owner: None,
         max_extracted_size: None,
         activation: None,
         architecture: None,

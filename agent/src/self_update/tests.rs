@@ -1,3 +1,4 @@
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -120,6 +121,9 @@ impl SystemdManager for RecordingSystemd {
     async fn daemon_reload(&self) -> Result<(), SystemdError> {
         self.calls.lock().unwrap().push("daemon-reload".into());
         Ok(())
+    }
+    async fn chown(&self, path: &Path, _uid: u32, _gid: u32) -> Result<(), SystemdError> {
+        unreachable!("the guard never changes an owner ({})", path.display())
     }
     async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
         self.calls.lock().unwrap().push(format!("state {unit}"));

@@ -19,6 +19,8 @@ use crate::self_update::image;
 use crate::signature::{self, CheckedSignature};
 use crate::store;
 
+mod config_file;
+
 /// How staging ended.
 pub(super) enum Staging {
     /// Every artifact is stored; the journal says `Staged`.
@@ -91,7 +93,8 @@ impl Agent {
             self.save().await?;
         }
         self.failpoint("stage.begin");
-        if let Err(failure) = self.refuse_symlinked_targets(&view.content).await {
+        let checked = self.refuse_symlinked_targets(&view.content).await;
+        if let Err(failure) = checked.and_then(|()| config_file::resolve_owners(&view.content)) {
             self.deny(view, failure, None).await?;
             return Ok(Staging::Failed);
         }
@@ -223,11 +226,9 @@ impl Agent {
         };
         match artifact.kind {
             ArtifactType::Sysext => self.stage_sysext(&job).await.map(|l| vec![l]),
-            // A Config file is stored and linked like a Binary; the policy has already
-            // kept its path inside a configuration root.
-            ArtifactType::Binary | ArtifactType::Config => {
-                self.stage_binary(&job).await.map(|l| vec![l])
-            }
+            ArtifactType::Binary => self.stage_binary(&job).await.map(|l| vec![l]),
+            // The policy has already kept its path inside a configuration root.
+            ArtifactType::Config => self.stage_config(&job).await.map(|l| vec![l]),
             ArtifactType::Archive => self.stage_archive(&job).await,
         }
     }

@@ -289,6 +289,18 @@ impl SystemdManager for FakeSystemd {
         Ok(())
     }
 
+    /// PID 1's chown, done here (the tests run as root, with the capability).
+    async fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), SystemdError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("chown {uid}:{gid}"));
+        std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| SystemdError::JobFailed {
+            unit: inplace_agent::systemd::CHOWN_UNIT.into(),
+            result: e.to_string(),
+        })
+    }
+
     async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
         let unhealthy = unit == "kubelet.service" && self.linked_image().contains("unhealthy");
         if self.inactive.lock().unwrap().iter().any(|u| u == unit) {

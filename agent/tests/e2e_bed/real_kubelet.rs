@@ -176,9 +176,18 @@ async fn kubelet_config_changes(bed: &Bed, kubelet: &serde_json::Value, stored: 
     assert!(!before.contains("maxPods"), "{before}");
     assert_eq!(bed.node_pods().await, "110", "the kubelet's default");
 
+    // Readable by root and a group of the node's, as § Mode and owner shows: the agent,
+    // holding no capability, has PID 1 give the file its group.
+    node.exec_ok(&["groupadd", "--system", "kubelet-config"])
+        .await
+        .unwrap();
     let more = format!("{before}maxPods: 150\n");
-    let p5 = bed.config_plan(kubelet, "maxpods-150", more.as_bytes(), true);
+    let private = json!({"mode": "0640", "owner": "root:kubelet-config"});
+    let p5 = bed.config_plan(kubelet, "maxpods-150", more.as_bytes(), true, private);
     run(&bed.node, &p5, Phase::Succeeded, "maxPods 150").await;
+    let stat = ["stat", "-L", "-c", "%a %U:%G", KUBELET_CONFIG_PATH];
+    let attributes = node.exec_ok(&stat).await.unwrap();
+    assert_eq!(attributes.trim(), "640 root:kubelet-config");
     let deadline = Instant::now() + PATIENCE;
     while bed.node_pods().await != "150" {
         assert!(
@@ -194,7 +203,13 @@ async fn kubelet_config_changes(bed: &Bed, kubelet: &serde_json::Value, stored: 
 
     // A value the kubelet cannot decode: it exits, /healthz never answers, rolled back.
     let broken = format!("{before}maxPods: lots\n");
-    let p6 = bed.config_plan(kubelet, "maxpods-broken", broken.as_bytes(), false);
+    let p6 = bed.config_plan(
+        kubelet,
+        "maxpods-broken",
+        broken.as_bytes(),
+        false,
+        json!({}),
+    );
     run(&bed.node, &p6, Phase::RolledBack, "maxPods lots").await;
     let (reason, message) = bed.node.ready().await;
     assert_eq!(reason, "RolledBack", "{message}");
@@ -204,26 +219,37 @@ async fn kubelet_config_changes(bed: &Bed, kubelet: &serde_json::Value, stored: 
         more,
         "the previous bytes"
     );
+    let attributes = node.exec_ok(&stat).await.unwrap();
+    assert_eq!(
+        attributes.trim(),
+        "640 root:kubelet-config",
+        "the previous file's"
+    );
     bed.assert_runs(stored, NEWER, "after maxPods lots").await;
     assert_eq!(bed.node_pods().await, "150");
 }
 
 impl Bed {
     /// A plan of `kubelet` and the kubelet's configuration as `bytes` (served under
-    /// `/<tag>/`), the kubelet restarted and checked (`AgentNode::kubelet_checks`).
+    /// `/<tag>/`, with the fields of `attributes`: mode, owner), the kubelet restarted and
+    /// checked (`AgentNode::kubelet_checks`).
     fn config_plan(
         &self,
         kubelet: &serde_json::Value,
         tag: &str,
         bytes: &[u8],
         healthy: bool,
+        attributes: serde_json::Value,
     ) -> NodeUpdatePlan {
         let server = &self.node.server;
         let path = format!("/{tag}/kubelet-config.yaml");
         server.put_bytes(&path, bytes.to_vec());
-        let artifact = json!({"name": "kubelet-config", "type": "Config",
+        let mut artifact = json!({"name": "kubelet-config", "type": "Config",
             "url": server.url(&path), "sha256": sha256_hex(bytes),
             "size": bytes.len(), "path": KUBELET_CONFIG_PATH});
+        for (field, value) in attributes.as_object().into_iter().flatten() {
+            artifact[field] = value.clone();
+        }
         self.node.plan(
             vec![kubelet.clone(), artifact],
             self.node.kubelet_checks(healthy),

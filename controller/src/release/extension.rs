@@ -73,6 +73,8 @@ pub fn release_for(
             size: image.size,
             path: None,
             members: Vec::new(),
+            mode: None,
+            owner: None,
             max_extracted_size: None,
             activation: None,
             architecture: image.architecture,

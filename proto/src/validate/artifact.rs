@@ -92,6 +92,33 @@ pub(super) fn check_artifact(
             "members are only for Archive artifacts",
         );
     }
+    check_file_attributes(artifact, path, out);
+}
+
+/// A Config file's `mode` and `owner`; other types have neither (their files are the
+/// agent's: executables 0755, images 0644, root's).
+fn check_file_attributes(artifact: &Artifact, path: &str, out: &mut Collector) {
+    let config = artifact.kind == ArtifactType::Config;
+    for (field, given) in [
+        ("mode", artifact.mode.is_some()),
+        ("owner", artifact.owner.is_some()),
+    ] {
+        if given && !config {
+            out.invalid(
+                format!("{path}.{field}"),
+                format!("{field} is only for Config artifacts"),
+            );
+        }
+    }
+    if !config {
+        return;
+    }
+    if let Err(message) = artifact.config_mode() {
+        out.invalid(format!("{path}.mode"), message);
+    }
+    if let Err(message) = artifact.config_owner() {
+        out.invalid(format!("{path}.owner"), message);
+    }
 }
 
 /// Where an artifact's file comes from and what it must be: `url`, `sha256`, `size`,

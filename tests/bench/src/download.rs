@@ -63,6 +63,8 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         size: Some(size),
         path: None,
         members: vec![],
+        mode: None,
+        owner: None,
         max_extracted_size: None,
         activation: None,
         architecture: None,

@@ -1,0 +1,105 @@
+//! A Config file in the store: its bytes verified, then its mode, its owner (through PID 1:
+//! the agent holds no capability to) and its name in the store, in that order, so a stored
+//! name always has all three.
+
+use std::path::PathBuf;
+
+use inplace_proto::{Artifact, ArtifactType, Reason, UpdateContent};
+
+use super::{Job, io_failure};
+use crate::journal::{Failure, Link};
+use crate::owner::{self, FileAttributes};
+use crate::store;
+use crate::update::{Agent, blocking};
+
+impl Agent {
+    /// The artifact's file in the store with its mode and owner, linked at its `path`;
+    /// reused when stored already.
+    pub(super) async fn stage_config(&self, job: &Job<'_>) -> Result<Link, Failure> {
+        let artifact = job.artifact;
+        let attributes = file_attributes(artifact, job.index)?;
+        let sha256 = artifact.sha256.clone();
+        let target = store::config_file(&self.settings, &sha256, attributes);
+        let (t, s) = (target.clone(), sha256.clone());
+        let stored = blocking(move || Ok(store::is_config_in_place(&t, &s, attributes.mode)))
+            .await
+            .unwrap_or(false);
+        let target = if stored {
+            self.reuse(job, target).await?
+        } else {
+            let temp = self.download(job, &store::tmp_dir(&self.settings)).await?;
+            let placed = self.place_config(artifact, &temp, target, attributes).await;
+            if placed.is_err() {
+                let _ = tokio::fs::remove_file(&temp).await;
+            }
+            placed?
+        };
+        Ok(Link {
+            path: PathBuf::from(artifact.path.clone().unwrap_or_default()),
+            target,
+            sha256,
+        })
+    }
+
+    /// Gives the download at `temp` its mode, then its owner, then its name `target`.
+    async fn place_config(
+        &self,
+        artifact: &Artifact,
+        temp: &std::path::Path,
+        target: PathBuf,
+        attributes: FileAttributes,
+    ) -> Result<PathBuf, Failure> {
+        let t = temp.to_path_buf();
+        blocking(move || store::set_config_mode(&t, attributes.mode))
+            .await
+            .map_err(|e| io_failure(artifact, "setting its mode", e))?;
+        if !attributes.owned_by_root() {
+            let FileAttributes { uid, gid, .. } = attributes;
+            self.host
+                .systemd
+                .chown(temp, uid, gid)
+                .await
+                .map_err(|e| Failure {
+                    reason: Reason::StagingFailed,
+                    message: format!(
+                        "artifact {}: giving it owner {uid}:{gid} (chown through PID 1): {e}; see journalctl -u {}",
+                        artifact.name,
+                        crate::systemd::CHOWN_UNIT
+                    ),
+                })?;
+        }
+        let t = temp.to_path_buf();
+        blocking(move || store::place_config(&t, &target))
+            .await
+            .map_err(|e| io_failure(artifact, "storing the file", e))
+    }
+}
+
+/// Refuses, before any download, a Config artifact whose owner this node does not know.
+pub(super) fn resolve_owners(content: &UpdateContent) -> Result<(), Failure> {
+    for (index, artifact) in content.artifacts.iter().enumerate() {
+        if artifact.kind == ArtifactType::Config {
+            file_attributes(artifact, index)?;
+        }
+    }
+    Ok(())
+}
+
+/// The artifact's `mode` and `owner` as this node's ids.
+fn file_attributes(artifact: &Artifact, index: usize) -> Result<FileAttributes, Failure> {
+    let refused = |field: &str, message: String| Failure {
+        reason: Reason::StagingFailed,
+        message: format!(
+            "spec.artifacts[{index}].{field} of artifact {}: {message}",
+            artifact.name
+        ),
+    };
+    let mode = artifact
+        .config_mode()
+        .map_err(|message| refused("mode", message))?;
+    let (user, group) = artifact
+        .config_owner()
+        .map_err(|message| refused("owner", message))?;
+    let (uid, gid) = owner::resolve(user, group).map_err(|message| refused("owner", message))?;
+    Ok(FileAttributes { mode, uid, gid })
+}
