@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -125,12 +125,132 @@ pub fn extract_members(
     result
 }
 
+/// Extracts every entry of `archive` into `staging` (must not exist yet; it is created, and
+/// removed again on any error), at its own path: a directory tree. Directories are 0755
+/// (the tree's files are what its mode and owner are for), each file has its entry's
+/// permission bits. Returns how many files were written.
+pub fn extract_tree(archive: &Path, staging: &Path, limits: Limits) -> Result<u64, ArchiveError> {
+    fs::create_dir(staging)?;
+    let mut files = 0u64;
+    let result = fs::set_permissions(staging, fs::Permissions::from_mode(TREE_DIR_MODE))
+        .map_err(ArchiveError::from)
+        .and_then(|()| {
+            judge_entries(archive, limits, |entry, judged| {
+                let (dirs, file) = match judged.kind {
+                    EntryType::Directory => (judged.key.as_str(), None),
+                    _ => match judged.key.rsplit_once('/') {
+                        Some((dirs, name)) => (dirs, Some(name)),
+                        None => ("", Some(judged.key.as_str())),
+                    },
+                };
+                let dir = make_tree_dirs(staging, dirs)?;
+                let Some(name) = file else {
+                    return Ok(());
+                };
+                let target = dir.join(name);
+                let reserved = limits.reserved_disk_space;
+                write_entry(entry, judged, &target, judged.mode & 0o777, reserved)?;
+                // Whatever the umask: the mode is the archive's.
+                fs::set_permissions(&target, fs::Permissions::from_mode(judged.mode & 0o777))?;
+                files += 1;
+                Ok(())
+            })
+        });
+    if result.is_err() {
+        let _ = fs::remove_dir_all(staging);
+    }
+    result.map(|()| files)
+}
+
+/// A tree's directories: 0755 whatever the archive and the umask say.
+const TREE_DIR_MODE: u32 = 0o755;
+
+/// Creates `staging/dirs` one component at a time, each [`TREE_DIR_MODE`].
+fn make_tree_dirs(staging: &Path, dirs: &str) -> io::Result<PathBuf> {
+    let mut dir = staging.to_path_buf();
+    for part in dirs.split('/').filter(|p| !p.is_empty()) {
+        dir.push(part);
+        match fs::create_dir(&dir) {
+            Ok(()) => fs::set_permissions(&dir, fs::Permissions::from_mode(TREE_DIR_MODE))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(dir)
+}
+
 fn extract_into(
     archive: &Path,
     members: &[&str],
     staging: &Path,
     limits: Limits,
 ) -> Result<Vec<Extracted>, ArchiveError> {
+    let wanted: HashMap<&str, &str> = members.iter().map(|m| (normalize_member(m), *m)).collect();
+    let mut out = Vec::new();
+    judge_entries(archive, limits, |entry, judged| {
+        let Some(plan_name) = wanted.get(judged.key.as_str()) else {
+            // Read past it (the limit still counts it).
+            io::copy(entry, &mut io::sink()).map_err(|e| judged.too_big(e))?;
+            return Ok(());
+        };
+        if judged.kind == EntryType::Directory {
+            return Err(judged.refuse("the plan names a directory, not a file"));
+        }
+        let target = staging.join(format!("member-{}", out.len()));
+        let reserved = limits.reserved_disk_space;
+        let (sha256, size) = write_entry(entry, judged, &target, 0o755, reserved)?;
+        out.push(Extracted {
+            from: (*plan_name).to_owned(),
+            path: target,
+            sha256,
+            size,
+        });
+        Ok(())
+    })?;
+    for member in members {
+        if !out.iter().any(|e| e.from == *member) {
+            return Err(ArchiveError::MissingMember((*member).to_owned()));
+        }
+    }
+    Ok(out)
+}
+
+/// An entry that passed every rule, as `judge_entries` hands it on.
+struct Judged {
+    /// Its normalized path, without a trailing `/`.
+    key: String,
+    /// Its path as written, for messages.
+    shown: String,
+    kind: EntryType,
+    /// Its header's mode (no setuid or setgid bit: refused).
+    mode: u32,
+    /// Its size, as its header says.
+    size: u64,
+    /// The limit on uncompressed bytes, for a read error past it.
+    max_bytes: u64,
+}
+
+impl Judged {
+    /// A read error inside the entry: past the byte limit it is [`ArchiveError::TooBig`].
+    fn too_big(&self, e: io::Error) -> ArchiveError {
+        too_big(self.max_bytes, e)
+    }
+
+    fn refuse(&self, why: &str) -> ArchiveError {
+        ArchiveError::Refused {
+            entry: self.shown.clone(),
+            why: why.to_owned(),
+        }
+    }
+}
+
+/// Reads the whole archive (tar or tar.gz), judges every entry by the module's rules and
+/// hands each one that passes, within the limits, to `write`; the first refusal stops it.
+fn judge_entries(
+    archive: &Path,
+    limits: Limits,
+    mut write: impl FnMut(&mut dyn Read, &Judged) -> Result<(), ArchiveError>,
+) -> Result<(), ArchiveError> {
     let mut file = BufReader::new(File::open(archive)?);
     let mut magic = [0u8; 2];
     let gz = file.read(&mut magic)? == 2 && magic == [0x1f, 0x8b];
@@ -147,17 +267,8 @@ fn extract_into(
     };
     let mut tar = tar::Archive::new(limited);
     let mut streamed = 0u64;
-
-    let wanted: HashMap<&str, &str> = members.iter().map(|m| (normalize_member(m), *m)).collect();
     let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    let too_big = |e: io::Error| {
-        if e.kind() == io::ErrorKind::FileTooLarge {
-            ArchiveError::TooBig(format!("more than {} bytes uncompressed", limits.max_bytes))
-        } else {
-            ArchiveError::Io(e)
-        }
-    };
+    let too_big = |e| too_big(limits.max_bytes, e);
     let mut count = 0u64;
     for entry in tar.entries().map_err(too_big)? {
         let mut entry = entry.map_err(too_big)?;
@@ -207,14 +318,6 @@ fn extract_into(
         }
         // Header and padding included, as the stream limit counts them.
         streamed = streamed.saturating_add(512 + entry.size().div_ceil(512) * 512);
-        let Some(plan_name) = wanted.get(key.as_str()) else {
-            // Read past it (the limit still counts it).
-            io::copy(&mut entry, &mut io::sink()).map_err(too_big)?;
-            continue;
-        };
-        if kind == EntryType::Directory {
-            return Err(refuse("the plan names a directory, not a file"));
-        }
         if streamed > limits.max_bytes {
             return Err(ArchiveError::TooBig(format!(
                 "member {shown:?} ({} bytes) ends past the limit of {} bytes uncompressed",
@@ -222,39 +325,58 @@ fn extract_into(
                 limits.max_bytes
             )));
         }
-        ensure_room(staging, &shown, entry.size(), limits.reserved_disk_space)?;
-        let target = staging.join(format!("member-{}", out.len()));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o755)
-            .open(&target)?;
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut size = 0u64;
-        loop {
-            let n = entry.read(&mut buf).map_err(too_big)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            file.write_all(&buf[..n])?;
-            size += n as u64;
-        }
-        file.sync_all()?;
-        out.push(Extracted {
-            from: (*plan_name).to_owned(),
-            path: target,
-            sha256: hex::encode(hasher.finalize()),
-            size,
-        });
+        let judged = Judged {
+            key,
+            shown,
+            kind,
+            mode,
+            size: entry.size(),
+            max_bytes: limits.max_bytes,
+        };
+        write(&mut entry, &judged)?;
     }
-    for member in members {
-        if !out.iter().any(|e| e.from == *member) {
-            return Err(ArchiveError::MissingMember((*member).to_owned()));
+    Ok(())
+}
+
+/// Writes what is left of `entry` to the new file `target` (mode `mode`) and flushes it,
+/// unless that would leave less than `reserved` bytes free there; its sha256 and size.
+fn write_entry(
+    entry: &mut dyn Read,
+    judged: &Judged,
+    target: &Path,
+    mode: u32,
+    reserved: u64,
+) -> Result<(String, u64), ArchiveError> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    ensure_room(dir, &judged.shown, judged.size, reserved)?;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(target)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = entry.read(&mut buf).map_err(|e| judged.too_big(e))?;
+        if n == 0 {
+            break;
         }
+        hasher.update(&buf[..n]);
+        file.write_all(&buf[..n])?;
+        size += n as u64;
     }
-    Ok(out)
+    file.sync_all()?;
+    Ok((hex::encode(hasher.finalize()), size))
+}
+
+/// A read error: past the limit of `max_bytes` uncompressed it is [`ArchiveError::TooBig`].
+fn too_big(max_bytes: u64, e: io::Error) -> ArchiveError {
+    if e.kind() == io::ErrorKind::FileTooLarge {
+        ArchiveError::TooBig(format!("more than {max_bytes} bytes uncompressed"))
+    } else {
+        ArchiveError::Io(e)
+    }
 }
 
 /// Refuses a member of `size` bytes when writing it into `dir` would leave less than

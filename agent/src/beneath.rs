@@ -8,13 +8,14 @@
 //! and the link is then written relative to that descriptor, so a symlink swapped in
 //! after the check is refused too. Blocking; call through `spawn_blocking`.
 
+use std::fs;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, openat, renameat};
+use nix::fcntl::{OFlag, RenameFlags, openat, renameat, renameat2};
 use nix::sys::stat::{Mode, fchmod, mkdirat};
 use nix::unistd::{UnlinkatFlags, fsync, symlinkat, unlinkat};
 
@@ -107,10 +108,25 @@ pub fn swap_symlink(base: &Path, link: &Path, target: &Path) -> io::Result<()> {
     let temp = PathBuf::from(format!(".{}.inplace-new", name.to_string_lossy()));
     match unlinkat(&fd, &temp, UnlinkatFlags::NoRemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => {}
+        // The directory a swap had exchanged out and not yet removed (its copy is in the
+        // backups).
+        Err(Errno::EISDIR) => fs::remove_dir_all(dir.join(&temp))?,
         Err(e) => return Err(errno(e, "removing", &dir.join(&temp))),
     }
     symlinkat(target, &fd, &temp).map_err(|e| errno(e, "creating", &dir.join(&temp)))?;
-    renameat(&fd, &temp, &fd, name).map_err(|e| errno(e, "renaming over", link))?;
+    match renameat(&fd, &temp, &fd, name) {
+        Ok(()) => {}
+        // A directory is there (a Config tree's first swap): a link cannot be renamed over
+        // it, so the two are exchanged atomically, and then the directory (now at the
+        // temporary name; its copy is in the backups) is removed.
+        Err(Errno::EISDIR) => {
+            renameat2(&fd, &temp, &fd, name, RenameFlags::RENAME_EXCHANGE)
+                .map_err(|e| errno(e, "exchanging a link with the directory", link))?;
+            fsync(&fd).map_err(|e| errno(e, "flushing", dir))?;
+            fs::remove_dir_all(dir.join(&temp))?;
+        }
+        Err(e) => return Err(errno(e, "renaming over", link)),
+    }
     fsync(&fd).map_err(|e| errno(e, "flushing", dir))
 }
 

@@ -123,6 +123,11 @@ pub enum Prior {
         /// Where the agent kept a copy.
         backup: PathBuf,
     },
+    /// A directory (what a Config tree replaces), copied to `backup` before the swap.
+    Directory {
+        /// Where the agent kept a copy of the tree.
+        backup: PathBuf,
+    },
 }
 
 /// Reads what `path` is now. A regular file is copied to `backup_dir` (hard link when on
@@ -145,10 +150,52 @@ pub fn capture_prior(path: &Path, backup_dir: &Path) -> io::Result<Prior> {
             fsync_dir(backup_dir)?;
             Ok(Prior::File { backup })
         }
+        Ok(meta) if meta.is_dir() => {
+            fs::create_dir_all(backup_dir)?;
+            let backup = backup_dir.join(backup_name(path));
+            remove_any(&backup)?;
+            copy_tree(path, &backup)?;
+            fsync_dir(backup_dir)?;
+            Ok(Prior::Directory { backup })
+        }
         Ok(_) => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{} is neither a file nor a symlink", path.display()),
+            format!(
+                "{} is neither a file, a directory nor a symlink",
+                path.display()
+            ),
         )),
+    }
+}
+
+/// Copies the tree at `from` to the new directory `to`: directories with their mode, files
+/// as hard links where the file system allows (else copies, flushed), symlinks as they are.
+fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    fs::create_dir(to)?;
+    fs::set_permissions(to, fs::metadata(from)?.permissions())?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let (source, copy) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&source, &copy)?;
+        } else if kind.is_symlink() {
+            symlink(fs::read_link(&source)?, &copy)?;
+        } else if fs::hard_link(&source, &copy).is_err() {
+            fs::copy(&source, &copy)?;
+            File::open(&copy)?.sync_all()?;
+        }
+    }
+    fsync_dir(to)
+}
+
+/// Removes whatever is at `path` (a tree too); absent is fine.
+fn remove_any(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -183,7 +230,31 @@ pub fn restore_prior(path: &Path, prior: &Prior) -> io::Result<()> {
             fs::rename(&temp, path)?;
             fsync_dir(parent(path)?)
         }
+        Prior::Directory { backup } => {
+            let temp = temp_sibling(path)?;
+            remove_any(&temp)?;
+            copy_tree(backup, &temp)?;
+            put_in_place(&temp, path)?;
+            fsync_dir(parent(path)?)
+        }
     }
+}
+
+/// Renames the directory `temp` to `path`; when something is at `path` (the link to a
+/// tree), the two are exchanged atomically and that is removed from `temp`.
+fn put_in_place(temp: &Path, path: &Path) -> io::Result<()> {
+    if fs::symlink_metadata(path).is_err() {
+        return fs::rename(temp, path);
+    }
+    nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        temp,
+        nix::fcntl::AT_FDCWD,
+        path,
+        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+    )
+    .map_err(io::Error::from)?;
+    remove_any(temp)
 }
 
 /// Whether `link` is a symlink pointing exactly at `target`.
@@ -194,6 +265,51 @@ pub fn points_at(link: &Path, target: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_is_kept_exchanged_for_a_link_and_restored() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("etc/kubelet.conf.d");
+        fs::create_dir_all(conf.join("sub")).unwrap();
+        fs::write(conf.join("50-pods.conf"), b"maxPods: 110").unwrap();
+        fs::set_permissions(conf.join("50-pods.conf"), fs::Permissions::from_mode(0o640)).unwrap();
+        fs::write(conf.join("sub/x"), b"x").unwrap();
+        let tree = dir.path().join("store/tree");
+        fs::create_dir_all(&tree).unwrap();
+        let prior = capture_prior(&conf, &dir.path().join("backup")).unwrap();
+        assert!(matches!(prior, Prior::Directory { .. }), "{prior:?}");
+
+        crate::beneath::swap_symlink(dir.path(), &conf, &tree).unwrap();
+        assert!(points_at(&conf, &tree));
+        let names: Vec<_> = fs::read_dir(dir.path().join("etc"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["kubelet.conf.d"], "the old tree is gone");
+
+        restore_prior(&conf, &prior).unwrap();
+        assert!(fs::symlink_metadata(&conf).unwrap().is_dir());
+        assert_eq!(
+            fs::read(conf.join("50-pods.conf")).unwrap(),
+            b"maxPods: 110"
+        );
+        assert_eq!(fs::read(conf.join("sub/x")).unwrap(), b"x");
+        let mode = fs::metadata(conf.join("50-pods.conf"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640);
+        assert!(
+            tree.is_dir(),
+            "the stored tree stays for the store to collect"
+        );
+        let names: Vec<_> = fs::read_dir(dir.path().join("etc"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["kubelet.conf.d"], "no temporary name left");
+    }
 
     #[test]
     fn swap_replaces_link_and_leaves_no_temp() {

@@ -48,6 +48,31 @@ pub fn config_file(settings: &Settings, sha256: &str, attributes: FileAttributes
         .join(format!("{sha256}.{mode:04o}.{uid}.{gid}"))
 }
 
+/// Where a Config directory extracted from the archive `sha256` with `attributes` (its
+/// owner: its files keep their own modes) is stored.
+pub fn config_tree(settings: &Settings, sha256: &str, attributes: FileAttributes) -> PathBuf {
+    let FileAttributes { uid, gid, .. } = attributes;
+    settings
+        .state_dir
+        .join("store")
+        .join("config")
+        .join(format!("{sha256}.tree.{uid}.{gid}"))
+}
+
+/// Every regular file below `dir`.
+pub fn tree_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            files.extend(tree_files(&entry.path())?);
+        } else {
+            files.push(entry.path());
+        }
+    }
+    Ok(files)
+}
+
 /// Whether the Config file at `path` is there with `sha256`'s bytes and `mode`. (Its owner
 /// is not seen: to the agent's user namespace every user but root is nobody. The name
 /// says it, and a file gets its name only once it has its owner.) A file the agent may
@@ -64,7 +89,7 @@ pub fn set_config_mode(temp: &Path, mode: u32) -> io::Result<()> {
     fs::File::open(temp)?.sync_all()
 }
 
-/// Moves a Config file that has its mode and owner to `target` in the store.
+/// Moves a Config file (or directory) that has its mode and owner to `target` in the store.
 pub fn place_config(temp: &Path, target: &Path) -> io::Result<PathBuf> {
     let dir = target
         .parent()
@@ -122,6 +147,17 @@ pub fn hash_file(path: &Path) -> io::Result<String> {
 /// Whether `path` exists and hashes to `sha256`.
 pub fn is_verified(path: &Path, sha256: &str) -> bool {
     hash_file(path).is_ok_and(|h| h == sha256)
+}
+
+/// Whether a staged `target` still holds what was staged: a file, `sha256`'s bytes. A Config
+/// directory, and a Config file the agent may not read (another user's, mode 0600), are
+/// taken as stored: each got its name in the store only once complete.
+pub fn still_staged(target: &Path, sha256: &str) -> bool {
+    match fs::File::open(target) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => target.exists(),
+        Ok(file) if file.metadata().is_ok_and(|m| m.is_dir()) => true,
+        _ => is_verified(target, sha256),
+    }
 }
 
 /// Where an already-verified copy of a sysext image is, if any.
@@ -205,13 +241,18 @@ pub fn restrict_state(state_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Removes each of `candidates` that is not in `keep`. Files only; errors are logged.
+/// Removes each of `candidates` that is not in `keep`: files, and a Config tree's
+/// directory with what it holds; errors are logged.
 pub fn remove_unreferenced(candidates: &[PathBuf], keep: &HashSet<PathBuf>) {
     for path in candidates {
         if keep.contains(path) {
             continue;
         }
-        match fs::remove_file(path) {
+        let removed = match fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+            _ => fs::remove_file(path),
+        };
+        match removed {
             Ok(()) => tracing::info!(path = %path.display(), "removed unreferenced file"),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove file"),

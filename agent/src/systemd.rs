@@ -23,7 +23,7 @@
 //! lose its writable `/usr` and the files written there at the agent's first refresh, and get
 //! them back, over what the agent verified, at its next boot.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -201,10 +201,10 @@ pub trait SystemdManager: Send + Sync {
     async fn daemon_reload(&self) -> Result<(), SystemdError>;
     /// Reads a unit's state.
     async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError>;
-    /// Gives `path` to `uid`:`gid` (`chown --no-dereference`) in PID 1's namespace (the
+    /// Gives `paths` to `uid`:`gid` (`chown --no-dereference`) in PID 1's namespace (the
     /// transient unit [`CHOWN_UNIT`]) and waits for it to exit 0: the agent itself holds no
     /// capability and sees every user but root as nobody.
-    async fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), SystemdError>;
+    async fn chown(&self, paths: &[PathBuf], uid: u32, gid: u32) -> Result<(), SystemdError>;
 }
 
 /// The transient unit that gives a stored Config file its owner.
@@ -248,14 +248,20 @@ impl SystemdManager for DbusSystemd {
         self.run_tool(class, "unmerge").await
     }
 
-    async fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), SystemdError> {
-        let argv = vec![
+    async fn chown(&self, paths: &[PathBuf], uid: u32, gid: u32) -> Result<(), SystemdError> {
+        let mut argv = vec![
             "chown".to_owned(),
             "--no-dereference".to_owned(),
             format!("{uid}:{gid}"),
-            path.display().to_string(),
+            "--".to_owned(),
         ];
-        let description = format!("inplace-agent: chown {uid}:{gid} {}", path.display());
+        argv.extend(paths.iter().map(|p| p.display().to_string()));
+        let first = paths.first().map(|p| p.display().to_string());
+        let description = format!(
+            "inplace-agent: chown {uid}:{gid} {} ({} files)",
+            first.unwrap_or_default(),
+            paths.len()
+        );
         self.run_oneshot(CHOWN_UNIT, &description, "/bin/chown", &argv)
             .await
     }

@@ -35,6 +35,7 @@ fn with_config(bed: &Bed, image: &str, path: &Path, bytes: &str) -> NodeUpdatePl
         size: Some(bytes.len() as u64),
         path: Some(path.display().to_string()),
         members: vec![],
+        directory: false,
         mode: None,
         owner: None,
         max_extracted_size: None,
@@ -184,4 +185,71 @@ async fn an_owner_the_node_does_not_know_is_refused_before_anything_is_fetched()
     );
     assert_eq!(bed.fetcher.calls.load(Ordering::SeqCst), 0);
     assert_eq!(std::fs::read_to_string(&conf).unwrap(), "maxPods: 110\n");
+}
+
+/// A tar of `files` (path, bytes, mode) below directory `conf.d/`.
+fn tree_tar(files: &[(&str, &str, u32)]) -> String {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, bytes, mode) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(*mode);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder
+            .append_data(&mut header, path, bytes.as_bytes())
+            .unwrap();
+    }
+    // The fetcher fake serves strings: a tar of text files is one.
+    String::from_utf8(builder.into_inner().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_config_directory_replaces_the_tree_and_a_rollback_brings_the_old_one_back() {
+    let bed = Bed::new();
+    let dropins = bed.root().join("etc/kubernetes/kubelet.conf.d");
+    std::fs::create_dir_all(&dropins).unwrap();
+    std::fs::write(dropins.join("10-old.conf"), "maxPods: 110\n").unwrap();
+    let mut agent = bed.agent().await;
+    let tree = tree_tar(&[
+        ("50-pods.conf", "maxPods: 150\n", 0o640),
+        ("sub/60-more.conf", "more\n", 0o600),
+    ]);
+    let with_tree = |image: &str| {
+        let mut plan = with_config(&bed, image, &dropins, &tree);
+        let artifact = plan.spec.content.artifacts.last_mut().unwrap();
+        artifact.directory = true;
+        artifact.owner = Some("0:990".into());
+        plan
+    };
+
+    let broken = with_tree("OK v1 unhealthy");
+    agent.handle(Some(&broken)).await.unwrap();
+    assert_eq!(
+        bed.last().phase,
+        Some(Phase::RolledBack),
+        "{:?}",
+        bed.ready()
+    );
+    assert!(std::fs::symlink_metadata(&dropins).unwrap().is_dir());
+    let names: Vec<_> = std::fs::read_dir(&dropins)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["10-old.conf"], "the old tree, and only it");
+
+    let good = with_tree("OK v1");
+    agent.handle(Some(&good)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::Succeeded));
+    assert!(std::fs::symlink_metadata(&dropins).unwrap().is_symlink());
+    assert!(!dropins.join("10-old.conf").exists());
+    assert_eq!(
+        std::fs::read_to_string(dropins.join("50-pods.conf")).unwrap(),
+        "maxPods: 150\n"
+    );
+    assert_eq!(attributes(&dropins.join("50-pods.conf")), (0o640, 0, 990));
+    assert_eq!(
+        attributes(&dropins.join("sub/60-more.conf")),
+        (0o600, 0, 990)
+    );
+    assert_eq!(attributes(&dropins.join("sub")), (0o755, 0, 0));
 }

@@ -180,6 +180,7 @@ fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
         size,
         path: None,
         members: vec![],
+        directory: false,
         mode: None,
         owner: None,
         max_extracted_size: None,

@@ -69,6 +69,7 @@ fn artifact(url: String, bytes: &[u8]) -> Artifact {
         size: None,
         path: None,
         members: vec![],
+        directory: false,
         mode: None,
         owner: None,
         max_extracted_size: None,

@@ -65,6 +65,7 @@ fn artifact(registry: &Registry, pushed: &Pushed) -> Artifact {
         size: None,
         path: None,
         members: vec![],
+        directory: false,
         mode: None,
         owner: None,
         max_extracted_size: None,

@@ -104,6 +104,7 @@ fn artifact(base: &str) -> Artifact {
         size: Some(BODY.len() as u64),
         path: None,
         members: vec![],
+        directory: false,
         mode: None,
         owner: None,
         max_extracted_size: None,

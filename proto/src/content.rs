@@ -111,6 +111,8 @@ pub struct AgentImage {
     {"rule": "self.type != 'Binary' || has(self.path)", "message": "a Binary artifact needs path", "fieldPath": ".path", "reason": "FieldValueRequired"},
     {"rule": "self.type != 'Config' || has(self.path)", "message": "a Config artifact needs path", "fieldPath": ".path", "reason": "FieldValueRequired"},
     {"rule": "self.type == 'Binary' || self.type == 'Config' || !has(self.path)", "message": "path is only for Binary and Config artifacts", "fieldPath": ".path", "reason": "FieldValueForbidden"},
+    {"rule": "self.type == 'Config' || !has(self.directory) || !self.directory", "message": "directory is only for Config artifacts", "fieldPath": ".directory", "reason": "FieldValueForbidden"},
+    {"rule": "!has(self.directory) || !self.directory || !has(self.mode)", "message": "a directory's files have their archive's modes: mode is for a single file", "fieldPath": ".mode", "reason": "FieldValueForbidden"},
     {"rule": "self.type == 'Config' || !has(self.mode)", "message": "mode is only for Config artifacts", "fieldPath": ".mode", "reason": "FieldValueForbidden"},
     {"rule": "self.type == 'Config' || !has(self.owner)", "message": "owner is only for Config artifacts", "fieldPath": ".owner", "reason": "FieldValueForbidden"},
     {"rule": "self.type != 'Archive' || (has(self.members) && size(self.members) > 0)", "message": "an Archive artifact needs members", "fieldPath": ".members", "reason": "FieldValueRequired"},
@@ -160,6 +162,15 @@ pub struct Artifact {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub path: Option<String>,
+
+    /// Config only: `url` is a tar (or tar.gz) archive of a whole directory tree, and
+    /// `path` is that directory. The tree replaces what is at `path` as a whole (a
+    /// directory there is kept and comes back on rollback); its files have the archive's
+    /// permission bits and `owner`, its directories are 0755 and root's, and an entry that
+    /// is not a file or a directory refuses it. `maxExtractedSize` bounds it as an
+    /// Archive's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub directory: bool,
 
     /// Config only: the file's permission bits as octal digits (`"0640"`); default `"0644"`.
     /// Each mode and owner of the same bytes is its own stored copy.
@@ -287,6 +298,11 @@ impl Artifact {
                  or '-', or numeric ids, such as \"root:kubelet\")"
             )),
         }
+    }
+
+    /// Whether the file is an archive the agent extracts: an Archive, a Config directory.
+    pub fn is_extracted(&self) -> bool {
+        self.kind == ArtifactType::Archive || (self.kind == ArtifactType::Config && self.directory)
     }
 
     /// What this archive may expand to: `maxExtractedSize`, or the default.

@@ -263,6 +263,43 @@ fn mode_and_owner_are_a_config_files_and_must_be_well_formed() {
 }
 
 #[test]
+fn a_directory_is_a_config_without_a_mode_and_may_bound_its_extraction() {
+    let tree = |p: &mut NodeUpdatePlan| {
+        let a = &mut p.spec.content.artifacts[1];
+        a.kind = ArtifactType::Config;
+        a.path = Some("/etc/kubernetes/kubelet.conf.d".into());
+        a.directory = true;
+        a.owner = Some("root:kubelet".into());
+        a.max_extracted_size = Some(1 << 20);
+    };
+    let mut plan = plan();
+    tree(&mut plan);
+    plan.validate().unwrap();
+    assert!(plan.spec.content.artifacts[1].is_extracted());
+    assert_eq!(
+        only_problem(|p| {
+            tree(p);
+            p.spec.content.artifacts[1].mode = Some("0640".into());
+        }),
+        (Reason::InvalidPlan, "spec.artifacts[1].mode".into())
+    );
+    assert_eq!(
+        only_problem(|p| sysext(p).directory = true),
+        (Reason::InvalidPlan, "spec.artifacts[0].directory".into())
+    );
+    assert_eq!(
+        only_problem(|p| {
+            tree(p);
+            p.spec.content.artifacts[1].directory = false;
+        }),
+        (
+            Reason::InvalidPlan,
+            "spec.artifacts[1].maxExtractedSize".into()
+        )
+    );
+}
+
+#[test]
 fn a_config_linked_in_var_lib_confexts_is_a_configuration_extension() {
     let mut plan = plan();
     plan.spec

@@ -42,7 +42,7 @@ const PINNED: &[(&str, &str, &str)] = &[
     (
         "proto/tests/revision_golden/every_field.yaml",
         "every-field",
-        "090f87ed60ac",
+        "e699ae981ce1",
     ),
     (
         "proto/tests/revision_golden/agent_every_field.yaml",

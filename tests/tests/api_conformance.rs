@@ -670,14 +670,16 @@ async fn schema_validation_defaulting_pruning_and_cel(backend: Backend) {
         ),
         422
     );
-    // CEL on an item: mode and owner are a Config file's; its mode has no setuid bit.
+    // CEL on an item: mode, owner and directory are a Config's; a mode has no setuid bit.
     let mut sysext_mode = plan("w1");
     sysext_mode["spec"]["artifacts"][0]["mode"] = json!("0644");
     let mut setuid = plan("w1");
     setuid["spec"]["artifacts"][0]["type"] = json!("Config");
     setuid["spec"]["artifacts"][0]["path"] = json!("/etc/kubernetes/kubelet.conf");
     setuid["spec"]["artifacts"][0]["mode"] = json!("4755");
-    for refused in [sysext_mode, setuid] {
+    let mut sysext_directory = plan("w1");
+    sysext_directory["spec"]["artifacts"][0]["directory"] = json!(true);
+    for refused in [sysext_mode, setuid, sysext_directory] {
         let e = api
             .create(&PostParams::default(), &dyn_obj(refused))
             .await

@@ -221,3 +221,55 @@ fn garbage_is_an_error_not_a_panic() {
     );
     assert!(out.is_err());
 }
+
+#[test]
+fn a_tree_is_every_entry_at_its_own_path_with_its_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("a.tar");
+    fs::write(
+        &archive,
+        tar_of(&[
+            (header("./", EntryType::Directory, 0, 0o700), b""),
+            (header("conf.d/", EntryType::Directory, 0, 0o700), b""),
+            (
+                header("conf.d/50-pods.conf", EntryType::Regular, 12, 0o640),
+                b"maxPods: 150",
+            ),
+            (header("README", EntryType::Regular, 2, 0o644), b"hi"),
+            (header("empty/", EntryType::Directory, 0, 0o755), b""),
+        ]),
+    )
+    .unwrap();
+    let staging = dir.path().join("tree");
+    assert_eq!(extract_tree(&archive, &staging, LIMITS).unwrap(), 2);
+    let mode = |p: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(staging.join(p)).unwrap().permissions().mode() & 0o7777
+    };
+    assert_eq!(
+        fs::read(staging.join("conf.d/50-pods.conf")).unwrap(),
+        b"maxPods: 150"
+    );
+    assert_eq!(mode("conf.d/50-pods.conf"), 0o640);
+    assert_eq!(mode("README"), 0o644);
+    assert_eq!(mode("conf.d"), 0o755, "a tree's directories are 0755");
+    assert!(staging.join("empty").is_dir());
+
+    // One bad entry anywhere refuses the whole tree and leaves nothing.
+    let bad = dir.path().join("bad.tar");
+    fs::write(
+        &bad,
+        tar_of(&[
+            file("conf.d/50-pods.conf", b"x"),
+            (header("conf.d/link", EntryType::Symlink, 0, 0o777), b""),
+        ]),
+    )
+    .unwrap();
+    let staging = dir.path().join("bad-tree");
+    let e = extract_tree(&bad, &staging, LIMITS).unwrap_err();
+    assert!(
+        e.to_string().contains("symbolic links are not allowed"),
+        "{e}"
+    );
+    assert!(!staging.exists());
+}

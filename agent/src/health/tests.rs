@@ -74,8 +74,13 @@ impl SystemdManager for ScriptedUnit {
     async fn daemon_reload(&self) -> Result<(), SystemdError> {
         unreachable!("daemon-reload")
     }
-    async fn chown(&self, path: &std::path::Path, _: u32, _: u32) -> Result<(), SystemdError> {
-        unreachable!("chown {}", path.display())
+    async fn chown(
+        &self,
+        paths: &[std::path::PathBuf],
+        _: u32,
+        _: u32,
+    ) -> Result<(), SystemdError> {
+        unreachable!("chown {paths:?}")
     }
     async fn unit_state(&self, _unit: &str) -> Result<UnitState, SystemdError> {
         let mut states = self.states.lock().unwrap();

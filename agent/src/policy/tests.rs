@@ -37,6 +37,7 @@ fn artifact(kind: ArtifactType) -> Artifact {
         } else {
             vec![]
         },
+        directory: false,
         mode: None,
         owner: None,
         max_extracted_size: None,

@@ -27,6 +27,7 @@ pub fn as_artifact(agent: &AgentImage) -> Artifact {
         size: agent.size,
         path: None,
         members: Vec::new(),
+        directory: false,
         mode: None,
         owner: None,
         max_extracted_size: None,

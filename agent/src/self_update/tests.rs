@@ -1,4 +1,4 @@
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -122,8 +122,8 @@ impl SystemdManager for RecordingSystemd {
         self.calls.lock().unwrap().push("daemon-reload".into());
         Ok(())
     }
-    async fn chown(&self, path: &Path, _uid: u32, _gid: u32) -> Result<(), SystemdError> {
-        unreachable!("the guard never changes an owner ({})", path.display())
+    async fn chown(&self, paths: &[PathBuf], _uid: u32, _gid: u32) -> Result<(), SystemdError> {
+        unreachable!("the guard never changes an owner ({paths:?})")
     }
     async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {
         self.calls.lock().unwrap().push(format!("state {unit}"));

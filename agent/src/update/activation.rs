@@ -279,7 +279,7 @@ async fn changed_since_staged(staged: &[Link]) -> Option<Failure> {
     let changed = blocking(move || {
         Ok(to_check
             .into_iter()
-            .find(|l| !store::is_verified(&l.target, &l.sha256)))
+            .find(|l| !store::still_staged(&l.target, &l.sha256)))
     })
     .await
     .ok()

@@ -290,15 +290,20 @@ impl SystemdManager for FakeSystemd {
     }
 
     /// PID 1's chown, done here (the tests run as root, with the capability).
-    async fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), SystemdError> {
+    async fn chown(&self, paths: &[PathBuf], uid: u32, gid: u32) -> Result<(), SystemdError> {
         self.calls
             .lock()
             .unwrap()
             .push(format!("chown {uid}:{gid}"));
-        std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| SystemdError::JobFailed {
-            unit: inplace_agent::systemd::CHOWN_UNIT.into(),
-            result: e.to_string(),
-        })
+        for path in paths {
+            std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| {
+                SystemdError::JobFailed {
+                    unit: inplace_agent::systemd::CHOWN_UNIT.into(),
+                    result: e.to_string(),
+                }
+            })?;
+        }
+        Ok(())
     }
 
     async fn unit_state(&self, unit: &str) -> Result<UnitState, SystemdError> {

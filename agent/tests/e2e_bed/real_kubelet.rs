@@ -143,6 +143,10 @@ async fn first_update_of_a_real_kubelet_merged_at_boot_commits_rolls_back_and_ke
     bed.node.node.poweroff().await.unwrap();
 }
 
+/// A directory of kubelet drop-ins a Config directory replaces (the kubelet of this bed
+/// reads none: the tree's swap, owner and rollback are what is shown).
+const DROPINS: &str = "/etc/kubernetes/kubelet.conf.d";
+
 /// The page whose configuration procedure the kubelet config case runs as written.
 const CONFIG_PAGE: &str = "../docs/usage/config-artifacts.md";
 
@@ -181,13 +185,35 @@ async fn kubelet_config_changes(bed: &Bed, kubelet: &serde_json::Value, stored: 
     node.exec_ok(&["groupadd", "--system", "kubelet-config"])
         .await
         .unwrap();
+    // Beside it a directory tree replacing the directory that is there (§ Directories).
+    node.sh(&format!(
+        "mkdir -p {DROPINS} && echo old > {DROPINS}/10-old.conf"
+    ))
+    .await
+    .unwrap();
     let more = format!("{before}maxPods: 150\n");
     let private = json!({"mode": "0640", "owner": "root:kubelet-config"});
-    let p5 = bed.config_plan(kubelet, "maxpods-150", more.as_bytes(), true, private);
+    let tree = super::tarball(&[("50-pods.conf", b"# maxPods: 150\n", 0o640)]);
+    let path = "/dropins-1/kubelet.conf.d.tar.gz";
+    bed.node.server.put_bytes(path, tree.clone());
+    let dropins = json!({"name": "kubelet-dropins", "type": "Config", "directory": true,
+        "url": bed.node.server.url(path), "sha256": sha256_hex(&tree), "path": DROPINS,
+        "owner": "root:kubelet-config"});
+    let mut p5 = bed.config_plan(kubelet, "maxpods-150", more.as_bytes(), true, private);
+    p5.spec
+        .content
+        .artifacts
+        .push(serde_json::from_value(dropins).unwrap());
     run(&bed.node, &p5, Phase::Succeeded, "maxPods 150").await;
     let stat = ["stat", "-L", "-c", "%a %U:%G", KUBELET_CONFIG_PATH];
     let attributes = node.exec_ok(&stat).await.unwrap();
     assert_eq!(attributes.trim(), "640 root:kubelet-config");
+    let tree_stat =
+        format!("stat -c '%F' {DROPINS}; stat -c '%a %U:%G' {DROPINS}/50-pods.conf; ls {DROPINS}");
+    let tree_now =
+        || async { String::from_utf8(node.sh(&tree_stat).await.unwrap().stdout).unwrap() };
+    let committed_tree = "symbolic link\n640 root:kubelet-config\n50-pods.conf\n";
+    assert_eq!(tree_now().await, committed_tree);
     let deadline = Instant::now() + PATIENCE;
     while bed.node_pods().await != "150" {
         assert!(

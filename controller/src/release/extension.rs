@@ -73,6 +73,7 @@ pub fn release_for(
             size: image.size,
             path: None,
             members: Vec::new(),
+            directory: false,
             mode: None,
             owner: None,
             max_extracted_size: None,

@@ -74,10 +74,10 @@ pub(super) fn check_artifact(
             "path is only for Binary and Config artifacts",
         );
     }
-    if artifact.kind != ArtifactType::Archive && artifact.max_extracted_size.is_some() {
+    if !artifact.is_extracted() && artifact.max_extracted_size.is_some() {
         out.invalid(
             format!("{path}.maxExtractedSize"),
-            "maxExtractedSize is only for Archive artifacts",
+            "maxExtractedSize is only for Archive artifacts and Config directories",
         );
     }
     if artifact.max_extracted_size == Some(0) {
@@ -100,6 +100,7 @@ pub(super) fn check_artifact(
 fn check_file_attributes(artifact: &Artifact, path: &str, out: &mut Collector) {
     let config = artifact.kind == ArtifactType::Config;
     for (field, given) in [
+        ("directory", artifact.directory),
         ("mode", artifact.mode.is_some()),
         ("owner", artifact.owner.is_some()),
     ] {
@@ -113,7 +114,12 @@ fn check_file_attributes(artifact: &Artifact, path: &str, out: &mut Collector) {
     if !config {
         return;
     }
-    if let Err(message) = artifact.config_mode() {
+    if artifact.directory && artifact.mode.is_some() {
+        out.invalid(
+            format!("{path}.mode"),
+            "a directory's files have their archive's modes: mode is for a single file",
+        );
+    } else if let Err(message) = artifact.config_mode() {
         out.invalid(format!("{path}.mode"), message);
     }
     if let Err(message) = artifact.config_owner() {

@@ -63,6 +63,7 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
         size: Some(size),
         path: None,
         members: vec![],
+        directory: false,
         mode: None,
         owner: None,
         max_extracted_size: None,

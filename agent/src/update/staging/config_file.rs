@@ -1,15 +1,18 @@
 //! A Config file in the store: its bytes verified, then its mode, its owner (through PID 1:
 //! the agent holds no capability to) and its name in the store, in that order, so a stored
-//! name always has all three.
+//! name always has all three. A Config directory the same way: its archive verified and
+//! extracted whole, its files given their owner, the tree renamed into the store.
 
 use std::path::PathBuf;
 
 use inplace_proto::{Artifact, ArtifactType, Reason, UpdateContent};
 
 use super::{Job, io_failure};
+use crate::archive;
 use crate::journal::{Failure, Link};
 use crate::owner::{self, FileAttributes};
 use crate::store;
+use crate::update::report::Report;
 use crate::update::{Agent, blocking};
 
 impl Agent {
@@ -18,6 +21,9 @@ impl Agent {
     pub(super) async fn stage_config(&self, job: &Job<'_>) -> Result<Link, Failure> {
         let artifact = job.artifact;
         let attributes = file_attributes(artifact, job.index)?;
+        if artifact.directory {
+            return self.stage_config_tree(job, attributes).await;
+        }
         let sha256 = artifact.sha256.clone();
         let target = store::config_file(&self.settings, &sha256, attributes);
         let (t, s) = (target.clone(), sha256.clone());
@@ -54,24 +60,105 @@ impl Agent {
             .await
             .map_err(|e| io_failure(artifact, "setting its mode", e))?;
         if !attributes.owned_by_root() {
-            let FileAttributes { uid, gid, .. } = attributes;
-            self.host
-                .systemd
-                .chown(temp, uid, gid)
-                .await
-                .map_err(|e| Failure {
-                    reason: Reason::StagingFailed,
-                    message: format!(
-                        "artifact {}: giving it owner {uid}:{gid} (chown through PID 1): {e}; see journalctl -u {}",
-                        artifact.name,
-                        crate::systemd::CHOWN_UNIT
-                    ),
-                })?;
+            self.give_owner(artifact, vec![temp.to_path_buf()], attributes)
+                .await?;
         }
         let t = temp.to_path_buf();
         blocking(move || store::place_config(&t, &target))
             .await
             .map_err(|e| io_failure(artifact, "storing the file", e))
+    }
+}
+
+impl Agent {
+    /// The artifact's archive extracted whole into the store, its files with their owner,
+    /// linked (the directory) at its `path`; a stored tree is used again as it is (it got
+    /// its name only once complete).
+    async fn stage_config_tree(
+        &self,
+        job: &Job<'_>,
+        attributes: FileAttributes,
+    ) -> Result<Link, Failure> {
+        let artifact = job.artifact;
+        let target = store::config_tree(&self.settings, &artifact.sha256, attributes);
+        let link = |target: PathBuf| Link {
+            path: PathBuf::from(artifact.path.clone().unwrap_or_default()),
+            target,
+            sha256: artifact.sha256.clone(),
+        };
+        if tokio::fs::metadata(&target).await.is_ok_and(|m| m.is_dir()) {
+            self.mark_downloaded(job);
+            return Ok(link(target));
+        }
+        let archive = self.download(job, &store::tmp_dir(&self.settings)).await?;
+        let staging =
+            store::tmp_dir(&self.settings).join(format!("tree-{:016x}", rand::random::<u64>()));
+        let limits = archive::Limits {
+            max_entries: 100_000,
+            max_bytes: artifact.extraction_limit(),
+            reserved_disk_space: self.settings.policy.reserved_disk_space,
+        };
+        let (a, s) = (archive.clone(), staging.clone());
+        let extracted = tokio::task::spawn_blocking(move || {
+            let extracted = archive::extract_tree(&a, &s, limits)
+                .and_then(|_| store::tree_files(&s).map_err(archive::ArchiveError::from));
+            let _ = std::fs::remove_file(&a);
+            extracted
+        })
+        .await
+        .map_err(|e| Failure {
+            reason: Reason::StagingFailed,
+            message: format!("artifact {}: {e}", artifact.name),
+        })?
+        .map_err(|e| Failure {
+            reason: match &e {
+                archive::ArchiveError::NoRoom { .. } => Reason::DiskFull,
+                archive::ArchiveError::Io(io) if store::is_disk_full(io) => Reason::DiskFull,
+                _ => Reason::StagingFailed,
+            },
+            message: format!("artifact {}: {e}", artifact.name),
+        });
+        let placed = match extracted {
+            Ok(files) if attributes.owned_by_root() || files.is_empty() => Ok(()),
+            Ok(files) => self.give_owner(artifact, files, attributes).await,
+            Err(failure) => Err(failure),
+        };
+        let placed = match placed {
+            Ok(()) => {
+                let s = staging.clone();
+                blocking(move || store::place_config(&s, &target))
+                    .await
+                    .map_err(|e| io_failure(artifact, "storing the tree", e))
+            }
+            Err(failure) => Err(failure),
+        };
+        if placed.is_err() {
+            let _ = tokio::fs::remove_dir_all(&staging).await;
+        }
+        self.report(Some(job.view), Report::downloading(job.view));
+        placed.map(link)
+    }
+
+    /// Gives `files` the artifact's owner through PID 1.
+    async fn give_owner(
+        &self,
+        artifact: &Artifact,
+        files: Vec<PathBuf>,
+        attributes: FileAttributes,
+    ) -> Result<(), Failure> {
+        let FileAttributes { uid, gid, .. } = attributes;
+        self.host
+            .systemd
+            .chown(&files, uid, gid)
+            .await
+            .map_err(|e| Failure {
+                reason: Reason::StagingFailed,
+                message: format!(
+                    "artifact {}: giving it owner {uid}:{gid} (chown through PID 1): {e}; see journalctl -u {}",
+                    artifact.name,
+                    crate::systemd::CHOWN_UNIT
+                ),
+            })
     }
 }
 
