@@ -367,14 +367,7 @@ impl Agent {
             reason: Reason::StagingFailed,
             message: format!("artifact {}: {e}", artifact.name),
         })?;
-        result.map_err(|e| Failure {
-            reason: match &e {
-                archive::ArchiveError::Io(io) if store::is_disk_full(io) => Reason::DiskFull,
-                archive::ArchiveError::NoRoom { .. } => Reason::DiskFull,
-                _ => Reason::StagingFailed,
-            },
-            message: format!("artifact {}: {e}", artifact.name),
-        })
+        result.map_err(|e| archive_failure(artifact, e))
     }
 
     /// Downloads the job's artifact into `dir` and moves it where `place` puts it (on a
@@ -451,6 +444,19 @@ fn io_failure(artifact: &Artifact, what: &str, e: std::io::Error) -> Failure {
             Reason::StagingFailed
         },
         message: format!("artifact {}: {what}: {e}", artifact.name),
+    }
+}
+
+/// An archive of `artifact` refused or not extracted: `DiskFull` when the disk is, else
+/// `StagingFailed`.
+fn archive_failure(artifact: &Artifact, e: archive::ArchiveError) -> Failure {
+    Failure {
+        reason: match &e {
+            archive::ArchiveError::Io(io) if store::is_disk_full(io) => Reason::DiskFull,
+            archive::ArchiveError::NoRoom { .. } => Reason::DiskFull,
+            _ => Reason::StagingFailed,
+        },
+        message: format!("artifact {}: {e}", artifact.name),
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use inplace_proto::{Artifact, ArtifactType, Reason, UpdateContent};
 
-use super::{Job, io_failure};
+use super::{Job, archive_failure, io_failure};
 use crate::archive;
 use crate::journal::{Failure, Link};
 use crate::owner::{self, FileAttributes};
@@ -68,9 +68,7 @@ impl Agent {
             .await
             .map_err(|e| io_failure(artifact, "storing the file", e))
     }
-}
 
-impl Agent {
     /// The artifact's archive extracted whole into the store, its files with their owner,
     /// linked (the directory) at its `path`; a stored tree is used again as it is (it got
     /// its name only once complete).
@@ -110,14 +108,7 @@ impl Agent {
             reason: Reason::StagingFailed,
             message: format!("artifact {}: {e}", artifact.name),
         })?
-        .map_err(|e| Failure {
-            reason: match &e {
-                archive::ArchiveError::NoRoom { .. } => Reason::DiskFull,
-                archive::ArchiveError::Io(io) if store::is_disk_full(io) => Reason::DiskFull,
-                _ => Reason::StagingFailed,
-            },
-            message: format!("artifact {}: {e}", artifact.name),
-        });
+        .map_err(|e| archive_failure(artifact, e));
         let placed = match extracted {
             Ok(files) if attributes.owned_by_root() || files.is_empty() => Ok(()),
             Ok(files) => self.give_owner(artifact, files, attributes).await,
