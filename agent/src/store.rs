@@ -41,22 +41,19 @@ pub fn cas_dir(settings: &Settings) -> PathBuf {
 /// Where a Config file with `sha256`'s bytes and `attributes` is stored.
 pub fn config_file(settings: &Settings, sha256: &str, attributes: FileAttributes) -> PathBuf {
     let FileAttributes { mode, uid, gid } = attributes;
-    settings
-        .state_dir
-        .join("store")
-        .join("config")
-        .join(format!("{sha256}.{mode:04o}.{uid}.{gid}"))
+    config_dir(settings).join(format!("{sha256}.{mode:04o}.{uid}.{gid}"))
+}
+
+/// The store's directory of Config files and trees.
+fn config_dir(settings: &Settings) -> PathBuf {
+    settings.state_dir.join("store").join("config")
 }
 
 /// Where a Config directory extracted from the archive `sha256` with `attributes` (its
 /// owner: its files keep their own modes) is stored.
 pub fn config_tree(settings: &Settings, sha256: &str, attributes: FileAttributes) -> PathBuf {
     let FileAttributes { uid, gid, .. } = attributes;
-    settings
-        .state_dir
-        .join("store")
-        .join("config")
-        .join(format!("{sha256}.tree.{uid}.{gid}"))
+    config_dir(settings).join(format!("{sha256}.tree.{uid}.{gid}"))
 }
 
 /// Every regular file below `dir`.

@@ -114,18 +114,8 @@ fn build_arm64() -> Result<PathBuf> {
     for package in ARM64_PACKAGES {
         cargo.args(["-p", package]);
     }
-    let status = cargo
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .current_dir(repo_root())
-        .status()
-        .map_err(|e| Error::Invalid(format!("running cargo build: {e}")))?;
-    if !status.success() {
-        return Err(Error::Invalid(format!(
-            "building {} for {ARM64_TARGET}: cargo build {status}",
-            ARM64_PACKAGES.join(", ")
-        )));
-    }
+    let what = format!("{} for {ARM64_TARGET}", ARM64_PACKAGES.join(", "));
+    run_cargo_build(cargo, &target_dir, &what)?;
     Ok(target_dir.join(ARM64_TARGET).join("debug"))
 }
 
@@ -157,19 +147,27 @@ fn build() -> Result<PathBuf> {
     if profile == "dev" {
         cargo.args(["--tests", "--examples"]);
     }
+    cargo.args(["--profile", &profile]);
+    let what = format!("the workspace's binaries ({profile} profile)");
+    run_cargo_build(cargo, &target_dir, &what)?;
+    Ok(profile_dir)
+}
+
+/// Runs `cargo` (a `cargo build` command) into `target_dir` from the repository root;
+/// `what` names what it builds in the error.
+fn run_cargo_build(mut cargo: Command, target_dir: &Path, what: &str) -> Result<()> {
     let status = cargo
-        .args(["--profile", &profile])
         .arg("--target-dir")
-        .arg(&target_dir)
+        .arg(target_dir)
         .current_dir(repo_root())
         .status()
         .map_err(|e| Error::Invalid(format!("running cargo build: {e}")))?;
     if !status.success() {
         return Err(Error::Invalid(format!(
-            "building the workspace's binaries ({profile} profile): cargo build {status}"
+            "building {what}: cargo build {status}"
         )));
     }
-    Ok(profile_dir)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use crate::archive;
 use crate::fetch::FetchError;
 use crate::journal::{Failure, Journal, Link};
 use crate::machine::PlanView;
+use crate::owner::FileAttributes;
 use crate::self_update::image;
 use crate::signature::{self, CheckedSignature};
 use crate::store;
@@ -39,6 +40,8 @@ struct Job<'a> {
     artifact: &'a Artifact,
     /// Its signature, checked as far as it goes without the artifact's bytes.
     signature: Option<&'a Arc<CheckedSignature>>,
+    /// A Config's mode and owner as this node's ids (resolved once, before any download).
+    attributes: Option<FileAttributes>,
 }
 
 /// Returns when the plan on `plans` no longer asks for `revision`; never without a channel.
@@ -93,17 +96,24 @@ impl Agent {
             self.save().await?;
         }
         self.failpoint("stage.begin");
-        let checked = self.refuse_symlinked_targets(&view.content).await;
-        if let Err(failure) = checked.and_then(|()| config_file::resolve_owners(&view.content)) {
-            self.deny(view, failure, None).await?;
-            return Ok(Staging::Failed);
-        }
+        let artifacts = staged_artifacts(&view.content);
+        let checked = match self.refuse_symlinked_targets(&view.content).await {
+            Ok(()) => config_file::resolve_attributes(&artifacts).await,
+            Err(failure) => Err(failure),
+        };
+        let attributes = match checked {
+            Ok(attributes) => attributes,
+            Err(failure) => {
+                self.deny(view, failure, None).await?;
+                return Ok(Staging::Failed);
+            }
+        };
         self.report(Some(view), Report::downloading(view));
         let mut staged_links = Vec::new();
         let mut plans = self.plans.clone();
-        for (index, artifact) in staged_artifacts(&view.content).iter().enumerate() {
+        for (index, artifact) in artifacts.iter().enumerate() {
             let staged = tokio::select! {
-                staged = self.stage_artifact(view, index, artifact) => staged,
+                staged = self.stage_artifact(view, index, artifact, attributes[index]) => staged,
                 () = moved_on(plans.as_mut(), &view.revision) => {
                     tracing::info!(revision = %view.revision, "plan changed during staging; stopping");
                     return Ok(Staging::Superseded);
@@ -203,6 +213,7 @@ impl Agent {
         view: &PlanView,
         index: usize,
         artifact: &Artifact,
+        attributes: Option<FileAttributes>,
     ) -> Result<Vec<Link>, Failure> {
         // Before the artifact: a bad signature costs no download.
         let fetcher = self.host.fetcher.as_ref();
@@ -223,6 +234,7 @@ impl Agent {
             index,
             artifact,
             signature: signature.as_ref(),
+            attributes,
         };
         match artifact.kind {
             ArtifactType::Sysext => self.stage_sysext(&job).await.map(|l| vec![l]),

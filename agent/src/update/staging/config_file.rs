@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use inplace_proto::{Artifact, ArtifactType, Reason, UpdateContent};
+use inplace_proto::{Artifact, ArtifactType, Reason};
 
 use super::{Job, archive_failure, io_failure};
 use crate::archive;
@@ -20,7 +20,13 @@ impl Agent {
     /// reused when stored already.
     pub(super) async fn stage_config(&self, job: &Job<'_>) -> Result<Link, Failure> {
         let artifact = job.artifact;
-        let attributes = file_attributes(artifact, job.index)?;
+        let attributes = job.attributes.ok_or_else(|| Failure {
+            reason: Reason::StagingFailed,
+            message: format!(
+                "artifact {}: its mode and owner were not resolved",
+                artifact.name
+            ),
+        })?;
         if artifact.directory {
             return self.stage_config_tree(job, attributes).await;
         }
@@ -109,20 +115,17 @@ impl Agent {
             message: format!("artifact {}: {e}", artifact.name),
         })?
         .map_err(|e| archive_failure(artifact, e));
-        let placed = match extracted {
-            Ok(files) if attributes.owned_by_root() || files.is_empty() => Ok(()),
-            Ok(files) => self.give_owner(artifact, files, attributes).await,
-            Err(failure) => Err(failure),
-        };
-        let placed = match placed {
-            Ok(()) => {
-                let s = staging.clone();
-                blocking(move || store::place_config(&s, &target))
-                    .await
-                    .map_err(|e| io_failure(artifact, "storing the tree", e))
+        let placed = async {
+            let files = extracted?;
+            if !attributes.owned_by_root() && !files.is_empty() {
+                self.give_owner(artifact, files, attributes).await?;
             }
-            Err(failure) => Err(failure),
-        };
+            let s = staging.clone();
+            blocking(move || store::place_config(&s, &target))
+                .await
+                .map_err(|e| io_failure(artifact, "storing the tree", e))
+        }
+        .await;
         if placed.is_err() {
             let _ = tokio::fs::remove_dir_all(&staging).await;
         }
@@ -153,14 +156,29 @@ impl Agent {
     }
 }
 
-/// Refuses, before any download, a Config artifact whose owner this node does not know.
-pub(super) fn resolve_owners(content: &UpdateContent) -> Result<(), Failure> {
-    for (index, artifact) in content.artifacts.iter().enumerate() {
-        if artifact.kind == ArtifactType::Config {
-            file_attributes(artifact, index)?;
-        }
-    }
-    Ok(())
+/// Each Config's mode and owner as this node's ids (`None` for other artifacts), looked up
+/// once before any download on a blocking thread (NSS may ask a directory service); an
+/// owner the node does not know refuses the revision.
+pub(super) async fn resolve_attributes(
+    artifacts: &[Artifact],
+) -> Result<Vec<Option<FileAttributes>>, Failure> {
+    let artifacts = artifacts.to_vec();
+    tokio::task::spawn_blocking(move || {
+        artifacts
+            .iter()
+            .enumerate()
+            .map(|(index, artifact)| {
+                (artifact.kind == ArtifactType::Config)
+                    .then(|| file_attributes(artifact, index))
+                    .transpose()
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| Failure {
+        reason: Reason::StagingFailed,
+        message: format!("resolving the Config artifacts' owners: {e}"),
+    })?
 }
 
 /// The artifact's `mode` and `owner` as this node's ids.
