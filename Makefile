@@ -146,12 +146,14 @@ testbed: build-tests
 # links, the downloads, the boots and the health windows leave idle, and never slow the
 # builds and tests on the way to the end (docs/development/testing.md § Where the time goes).
 # The workspace's crates are fetched first, so that nothing on that way waits for the
-# background's hold on cargo's download lock; arm64-unit goes first, as its crates are
+# background's hold on cargo's download lock; the arm64 builds go first, as their crates are
 # among them, and the side checks that install a tool (lint's cargo-deny, fuzz-short's
-# cargo-fuzz) download theirs after nextest's install has ended. Their output goes to
-# SIDE_LOG, printed when both have ended; either failing fails the step. (`-o deps`: made
-# already.)
-SIDE_CHECKS := arm64-unit lint fuzz-short
+# cargo-fuzz) download theirs after nextest's install has ended. arm64-bins is what the
+# suites' aarch64 tests run (inplace_tests::workspace_build::arm64_bin): built here, those
+# tests, which start last (.config/nextest.toml), find it current instead of each holding a
+# test lane while one of them builds it. Their output goes to SIDE_LOG, printed when both
+# have ended; either failing fails the step. (`-o deps`: made already.)
+SIDE_CHECKS := arm64-bins arm64-unit lint fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
 suites-and-side-checks: deps fetch
 	@./scripts/background.sh $(MAKE) --no-print-directory $(SIDE_CHECKS) >"$(SIDE_LOG)" 2>&1 & side=$$!; \

@@ -62,10 +62,18 @@ install_tool() {
         CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
         cargo install "$@" --locked
 }
+# install_unoptimised_tool NAME [CARGO-INSTALL-OPTION...]: a tool whose work is starting
+# other programs and waiting, built without optimisation or debug info. cargo-nextest so
+# built took 305 CPU-s where its opt-level 1 build took 545, and lists the workspace's tests
+# in 3.7 s where the optimised one takes 2.2 (docs/development/testing.md § Where the time
+# goes).
+install_unoptimised_tool() {
+    CARGO_PROFILE_DEV_DEBUG=0 install_tool "$@" --debug
+}
 # nextest without its default features: they are its self-update (an HTTP client and a TLS
 # stack, most of its build) and USDT probes, neither of which a test run uses.
 install_nextest() {
-    install_tool cargo-nextest --no-default-features
+    install_unoptimised_tool cargo-nextest --no-default-features
 }
 tools_target=$(mktemp -d)
 trap 'rm -rf "$tools_target"' EXIT
@@ -78,7 +86,7 @@ install_cargo_tools() {
 # Installed by `make fuzz-short` itself, which `make test` runs beside the tests: their
 # build then fills the CPU the node tests leave idle.
 install_fuzz_tools() {
-    install_tool cargo-fuzz
+    install_unoptimised_tool cargo-fuzz
     rustup toolchain list | grep -q ^nightly || rustup toolchain install nightly --profile minimal
 }
 
