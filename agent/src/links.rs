@@ -4,7 +4,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -122,12 +122,26 @@ pub enum Prior {
     File {
         /// Where the agent kept a copy.
         backup: PathBuf,
+        /// The file's owner: a copy (where the file could not be hard-linked) is the
+        /// agent's, and the owner is given back through PID 1 after a restore. Absent in
+        /// journals written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<Owner>,
     },
     /// A directory (what a Config tree replaces), copied to `backup` before the swap.
     Directory {
         /// Where the agent kept a copy of the tree.
         backup: PathBuf,
     },
+}
+
+/// A file's owner, as ids.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner {
+    /// The owning user.
+    pub uid: u32,
+    /// The owning group.
+    pub gid: u32,
 }
 
 /// Reads what `path` is now. A regular file is copied to `backup_dir` (hard link when on
@@ -148,7 +162,13 @@ pub fn capture_prior(path: &Path, backup_dir: &Path) -> io::Result<Prior> {
                 File::open(&backup)?.sync_all()?;
             }
             fsync_dir(backup_dir)?;
-            Ok(Prior::File { backup })
+            Ok(Prior::File {
+                backup,
+                owner: Some(Owner {
+                    uid: meta.uid(),
+                    gid: meta.gid(),
+                }),
+            })
         }
         Ok(meta) if meta.is_dir() => {
             fs::create_dir_all(backup_dir)?;
@@ -220,7 +240,7 @@ pub fn restore_prior(path: &Path, prior: &Prior) -> io::Result<()> {
     match prior {
         Prior::Absent => remove_durably(path),
         Prior::Symlink { target } => swap_symlink(path, target),
-        Prior::File { backup } => {
+        Prior::File { backup, .. } => {
             let temp = temp_sibling(path)?;
             let _ = fs::remove_file(&temp);
             if fs::hard_link(backup, &temp).is_err() {
@@ -238,6 +258,20 @@ pub fn restore_prior(path: &Path, prior: &Prior) -> io::Result<()> {
             fsync_dir(parent(path)?)
         }
     }
+}
+
+/// The owner `prior` recorded for the file now restored at `path`, when that file has
+/// another one: the agent's copy of a file it could not hard-link (another user's, or
+/// across file systems), which only PID 1 may give back its owner.
+pub fn owner_to_give_back(path: &Path, prior: &Prior) -> io::Result<Option<Owner>> {
+    let Prior::File {
+        owner: Some(owner), ..
+    } = prior
+    else {
+        return Ok(None);
+    };
+    let meta = fs::symlink_metadata(path)?;
+    Ok((meta.uid() != owner.uid || meta.gid() != owner.gid).then_some(*owner))
 }
 
 /// Renames the directory `temp` to `path`; when something is at `path` (the link to a

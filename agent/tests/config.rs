@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -88,6 +88,40 @@ async fn a_config_change_commits_and_a_failed_one_restores_the_previous_bytes() 
             .lock()
             .unwrap()
             .contains(&"restart kubelet.service".to_owned())
+    );
+}
+
+/// A replaced file the agent cannot keep as a hard link (here: on another file system than
+/// its state directory; on a node also another user's file, which the hardened unit may
+/// not link) is kept as the agent's copy; the rollback puts it back with its owner, through
+/// PID 1. (Before, it came back root's.)
+#[tokio::test]
+async fn a_replaced_file_the_agent_had_to_copy_comes_back_with_its_owner() {
+    let etc = tempfile::tempdir_in("/dev/shm").unwrap();
+    let bed = Bed::with_config_root(Some(etc.path()));
+    let device = |path: &Path| std::fs::metadata(path).unwrap().dev();
+    assert_ne!(
+        device(etc.path()),
+        device(bed.root()),
+        "/dev/shm is another file system than the bed's state directory"
+    );
+    let conf = etc.path().join("kubelet.conf");
+    std::fs::write(&conf, "maxPods: 110\n").unwrap();
+    std::os::unix::fs::chown(&conf, Some(1234), Some(2345)).unwrap();
+    std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let mut agent = bed.agent().await;
+
+    let broken = with_config(&bed, "OK v1 unhealthy", &conf, "maxPods: 250\n");
+    agent.handle(Some(&broken)).await.unwrap();
+    assert_eq!(bed.last().phase, Some(Phase::RolledBack));
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), "maxPods: 110\n");
+    assert_eq!(attributes(&conf), (0o640, 1234, 2345));
+    assert!(
+        bed.systemd
+            .calls
+            .lock()
+            .unwrap()
+            .contains(&"chown 1234:2345".to_owned())
     );
 }
 

@@ -2,6 +2,7 @@
 //! revision, refresh sysext and the units, restore what the paths held before — and the
 //! check that the host still matches the committed revision (drift).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use inplace_proto::{ArtifactType, CONFEXT_DIR, Reason, UpdateContent};
@@ -204,28 +205,71 @@ impl Agent {
         self.check_previous(flight).await
     }
 
-    /// Every managed path back to what it held before `flight`, in reverse order; nothing
-    /// that runs is told (a rollback by reboot stops here). Returns whether configuration
-    /// extensions were unmerged to write below `/etc` ([`Self::unseal_etc`]).
+    /// Every managed path back to what it held before `flight`, in reverse order, each
+    /// restored file with its owner; nothing that runs is told (a rollback by reboot stops
+    /// here). Returns whether configuration extensions were unmerged to write below `/etc`
+    /// ([`Self::unseal_etc`]).
     pub(super) async fn restore_links(&self, flight: &InFlight) -> Result<bool, Failure> {
         let before = flight.before().to_vec();
         let unsealed = self
             .unseal_etc(before.iter().map(|b| b.path.clone()).collect())
             .await?;
         let lock = self.settings.paths.lock_file.clone();
-        blocking(move || {
+        let owners = blocking(move || {
+            let mut owners: BTreeMap<links::Owner, Vec<PathBuf>> = BTreeMap::new();
             for b in before.iter().rev() {
                 links::restore_prior(&b.path, &b.prior)?;
                 crate::failpoints::hit(&lock, "rollback.restore");
+                if let Some(owner) = links::owner_to_give_back(&b.path, &b.prior)? {
+                    owners.entry(owner).or_default().push(b.path.clone());
+                }
             }
-            Ok(())
+            Ok(owners)
         })
         .await
         .map_err(|e| Failure {
             reason: Reason::RollbackFailed,
             message: format!("cannot restore links: {e}"),
         })?;
+        self.give_back_owners(owners).await?;
         Ok(unsealed)
+    }
+
+    /// Restored files whose copies are the agent's get their owners back through PID 1.
+    async fn give_back_owners(
+        &self,
+        owners: BTreeMap<links::Owner, Vec<PathBuf>>,
+    ) -> Result<(), Failure> {
+        for (owner, paths) in owners {
+            let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            let what = format!("restoring {}", names.join(", "));
+            self.chown(&paths, owner, Reason::RollbackFailed, &what)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// `paths` given `owner` by PID 1 (the agent holds no capability); a failure has
+    /// `reason` and names `what`.
+    pub(super) async fn chown(
+        &self,
+        paths: &[PathBuf],
+        owner: links::Owner,
+        reason: Reason,
+        what: &str,
+    ) -> Result<(), Failure> {
+        let links::Owner { uid, gid } = owner;
+        self.host
+            .systemd
+            .chown(paths, uid, gid)
+            .await
+            .map_err(|e| Failure {
+                reason,
+                message: format!(
+                    "{what}: giving it owner {uid}:{gid} (chown through PID 1): {e}; see journalctl -u {}",
+                    crate::systemd::CHOWN_UNIT
+                ),
+            })
     }
 
     /// What runs after a rollback of `flight`: the committed revision's content (on a first

@@ -384,8 +384,17 @@ pub struct Bed {
 
 impl Bed {
     pub fn new() -> Bed {
+        Bed::with_config_root(None)
+    }
+
+    /// A bed whose Configs may also go below `config_root` (besides `<root>/etc/kubernetes`),
+    /// e.g. a directory on another file system than the bed's state directory.
+    pub fn with_config_root(config_root: Option<&Path>) -> Bed {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().display().to_string();
+        let extra_config_root = config_root
+            .map(|p| format!(", \"{}\"", p.display()))
+            .unwrap_or_default();
         let text = format!(
             r#"
 node_name = "{NODE}"
@@ -393,7 +402,7 @@ state_dir = "{root}/state"
 [policy]
 allowed_url_prefixes = ["https://dl.example/"]
 allowed_target_dirs = ["{root}/opt/bin"]
-allowed_config_roots = ["{root}/etc/kubernetes"]
+allowed_config_roots = ["{root}/etc/kubernetes"{extra_config_root}]
 [activation]
 health_interval = "5ms"
 max_attempts = 3

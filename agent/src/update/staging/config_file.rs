@@ -10,6 +10,7 @@ use inplace_proto::{Artifact, ArtifactType, Reason};
 use super::{Job, archive_failure, io_failure};
 use crate::archive;
 use crate::journal::{Failure, Link};
+use crate::links;
 use crate::owner::{self, FileAttributes};
 use crate::store;
 use crate::update::report::Report;
@@ -141,18 +142,10 @@ impl Agent {
         attributes: FileAttributes,
     ) -> Result<(), Failure> {
         let FileAttributes { uid, gid, .. } = attributes;
-        self.host
-            .systemd
-            .chown(&files, uid, gid)
+        let owner = links::Owner { uid, gid };
+        let what = format!("artifact {}", artifact.name);
+        self.chown(&files, owner, Reason::StagingFailed, &what)
             .await
-            .map_err(|e| Failure {
-                reason: Reason::StagingFailed,
-                message: format!(
-                    "artifact {}: giving it owner {uid}:{gid} (chown through PID 1): {e}; see journalctl -u {}",
-                    artifact.name,
-                    crate::systemd::CHOWN_UNIT
-                ),
-            })
     }
 }
 
