@@ -146,14 +146,12 @@ testbed: build-tests
 # links, the downloads, the boots and the health windows leave idle, and never slow the
 # builds and tests on the way to the end (docs/development/testing.md § Where the time goes).
 # The workspace's crates are fetched first, so that nothing on that way waits for the
-# background's hold on cargo's download lock; the arm64 builds go first, as their crates are
+# background's hold on cargo's download lock; arm64-unit goes first, as its crates are
 # among them, and the side checks that install a tool (lint's cargo-deny, fuzz-short's
-# cargo-fuzz) download theirs after nextest's install has ended. arm64-bins is what the
-# suites' aarch64 tests run (inplace_tests::workspace_build::arm64_bin): built here, those
-# tests, which start last (.config/nextest.toml), find it current instead of each holding a
-# test lane while one of them builds it. Their output goes to SIDE_LOG, printed when both
-# have ended; either failing fails the step. (`-o deps`: made already.)
-SIDE_CHECKS := arm64-bins arm64-unit lint fuzz-short
+# cargo-fuzz) download theirs after nextest's install has ended. Their output goes to
+# SIDE_LOG, printed when both have ended; either failing fails the step. (`-o deps`: made
+# already.)
+SIDE_CHECKS := arm64-unit lint fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
 suites-and-side-checks: deps fetch
 	@./scripts/background.sh $(MAKE) --no-print-directory $(SIDE_CHECKS) >"$(SIDE_LOG)" 2>&1 & side=$$!; \
@@ -170,9 +168,12 @@ fetch:
 # (.cargo/config.toml), in a target directory of their own, so that they never wait for
 # the lock of the one the tests build in (nor make it wait).
 ARM64_TARGET_DIR = $(TARGET)/arm64
-## The agent's unit tests built for aarch64 and run under qemu-user.
+## The agent's unit tests built for aarch64 and run under qemu-user. In a directory of their
+## own: under `make test` this build runs in the background class, and holding the lock of
+## ARM64_TARGET_DIR there made the suites' arm64 tests wait for it (in session 27's cold run
+## they would have waited until its end).
 arm64-unit:
-	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent --lib
+	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(TARGET)/arm64-unit" -p inplace-agent --lib
 
 ## The debug builds for aarch64 of every program that ships for arm64 nodes, in one build (the
 ## same package set as inplace_tests::workspace_build::arm64_bin, so the tests find it current).
