@@ -168,12 +168,9 @@ fetch:
 # (.cargo/config.toml), in a target directory of their own, so that they never wait for
 # the lock of the one the tests build in (nor make it wait).
 ARM64_TARGET_DIR = $(TARGET)/arm64
-## The agent's unit tests built for aarch64 and run under qemu-user. In a directory of their
-## own: under `make test` this build runs in the background class, and holding the lock of
-## ARM64_TARGET_DIR there made the suites' arm64 tests wait for it (in session 27's cold run
-## they would have waited until its end).
+## The agent's unit tests built for aarch64 and run under qemu-user.
 arm64-unit:
-	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(TARGET)/arm64-unit" -p inplace-agent --lib
+	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent --lib
 
 ## The debug builds for aarch64 of every program that ships for arm64 nodes, in one build (the
 ## same package set as inplace_tests::workspace_build::arm64_bin, so the tests find it current).

@@ -91,8 +91,7 @@ pub const ARM64_PACKAGES: [&str; 3] = ["inplace-agent", "inplace-controller", "k
 
 /// The debug build for aarch64 of the binary `name` (of [`ARM64_PACKAGES`]), built first
 /// with the others in `<target>/arm64`: a target directory of its own, so that the cross
-/// build never waits for the tests' lock (nor for `make arm64-unit`'s, in the background
-/// class under `make test`: that one builds in `<target>/arm64-unit`).
+/// build never waits for the tests' lock, and `make arm64-unit`'s dependencies are reused.
 pub fn arm64_bin(name: &str) -> Result<PathBuf> {
     static BUILT: Built = OnceLock::new();
     Ok(built_once(&BUILT, build_arm64)?.join(name))
