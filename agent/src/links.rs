@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::owner::Owner;
+
 /// Flushes a directory, making renames and new names in it durable.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
@@ -133,15 +135,6 @@ pub enum Prior {
         /// Where the agent kept a copy of the tree.
         backup: PathBuf,
     },
-}
-
-/// A file's owner, as ids.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Owner {
-    /// The owning user.
-    pub uid: u32,
-    /// The owning group.
-    pub gid: u32,
 }
 
 /// Reads what `path` is now. A regular file is copied to `backup_dir` (hard link when on

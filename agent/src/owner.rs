@@ -3,6 +3,16 @@
 //! taken as it is.
 
 use nix::unistd::{Group, User};
+use serde::{Deserialize, Serialize};
+
+/// A file's owner, as the node's ids.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner {
+    /// The owning user.
+    pub uid: u32,
+    /// The owning group.
+    pub gid: u32,
+}
 
 /// A file's permission bits and owner, as the node's ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +26,14 @@ pub struct FileAttributes {
 }
 
 impl FileAttributes {
+    /// The owner alone.
+    pub fn owner(self) -> Owner {
+        Owner {
+            uid: self.uid,
+            gid: self.gid,
+        }
+    }
+
     /// Whether the file belongs to root:root, which the agent's own files do already.
     pub fn owned_by_root(self) -> bool {
         self.uid == 0 && self.gid == 0

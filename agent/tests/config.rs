@@ -52,6 +52,16 @@ fn attributes(path: &Path) -> (u32, u32, u32) {
     (meta.mode() & 0o7777, meta.uid(), meta.gid())
 }
 
+/// The calls the bed's systemd was asked, those that start with `prefix`.
+fn systemd_calls(bed: &Bed, prefix: &str) -> Vec<String> {
+    let calls = bed.systemd.calls.lock().unwrap();
+    calls
+        .iter()
+        .filter(|c| c.starts_with(prefix))
+        .cloned()
+        .collect()
+}
+
 fn kubelet_conf(bed: &Bed) -> PathBuf {
     bed.root().join("etc/kubernetes/kubelet.conf")
 }
@@ -82,13 +92,7 @@ async fn a_config_change_commits_and_a_failed_one_restores_the_previous_bytes() 
     agent.handle(Some(&good)).await.unwrap();
     assert_eq!(bed.last().phase, Some(Phase::Succeeded));
     assert_eq!(std::fs::read_to_string(&conf).unwrap(), "maxPods: 250\n");
-    assert!(
-        bed.systemd
-            .calls
-            .lock()
-            .unwrap()
-            .contains(&"restart kubelet.service".to_owned())
-    );
+    assert!(systemd_calls(&bed, "restart").contains(&"restart kubelet.service".to_owned()));
 }
 
 /// A replaced file the agent cannot keep as a hard link (here: on another file system than
@@ -116,13 +120,7 @@ async fn a_replaced_file_the_agent_had_to_copy_comes_back_with_its_owner() {
     assert_eq!(bed.last().phase, Some(Phase::RolledBack));
     assert_eq!(std::fs::read_to_string(&conf).unwrap(), "maxPods: 110\n");
     assert_eq!(attributes(&conf), (0o640, 1234, 2345));
-    assert!(
-        bed.systemd
-            .calls
-            .lock()
-            .unwrap()
-            .contains(&"chown 1234:2345".to_owned())
-    );
+    assert!(systemd_calls(&bed, "chown").contains(&"chown 1234:2345".to_owned()));
 }
 
 #[tokio::test]
@@ -169,14 +167,7 @@ async fn a_config_file_has_the_plans_mode_and_owner_and_else_0644_root() {
     agent.handle(Some(&plain)).await.unwrap();
     assert_eq!(bed.last().phase, Some(Phase::Succeeded));
     assert_eq!(attributes(&conf), (0o644, 0, 0));
-    let chowns = |bed: &Bed| -> Vec<String> {
-        let calls = bed.systemd.calls.lock().unwrap();
-        calls
-            .iter()
-            .filter(|c| c.starts_with("chown"))
-            .cloned()
-            .collect()
-    };
+    let chowns = |bed: &Bed| systemd_calls(bed, "chown");
     assert!(chowns(&bed).is_empty(), "root's file needs no chown");
 
     // The same bytes, the kubelet's group may read them, no one else: another stored copy.

@@ -12,6 +12,7 @@ use crate::beneath;
 use crate::health;
 use crate::journal::{Failure, InFlight, Link};
 use crate::links;
+use crate::owner::Owner;
 use crate::store;
 use crate::systemd::ExtensionClass;
 
@@ -216,7 +217,7 @@ impl Agent {
             .await?;
         let lock = self.settings.paths.lock_file.clone();
         let owners = blocking(move || {
-            let mut owners: BTreeMap<links::Owner, Vec<PathBuf>> = BTreeMap::new();
+            let mut owners: BTreeMap<Owner, Vec<PathBuf>> = BTreeMap::new();
             for b in before.iter().rev() {
                 links::restore_prior(&b.path, &b.prior)?;
                 crate::failpoints::hit(&lock, "rollback.restore");
@@ -236,10 +237,7 @@ impl Agent {
     }
 
     /// Restored files whose copies are the agent's get their owners back through PID 1.
-    async fn give_back_owners(
-        &self,
-        owners: BTreeMap<links::Owner, Vec<PathBuf>>,
-    ) -> Result<(), Failure> {
+    async fn give_back_owners(&self, owners: BTreeMap<Owner, Vec<PathBuf>>) -> Result<(), Failure> {
         for (owner, paths) in owners {
             let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
             let what = format!("restoring {}", names.join(", "));
@@ -254,11 +252,11 @@ impl Agent {
     pub(super) async fn chown(
         &self,
         paths: &[PathBuf],
-        owner: links::Owner,
+        owner: Owner,
         reason: Reason,
         what: &str,
     ) -> Result<(), Failure> {
-        let links::Owner { uid, gid } = owner;
+        let Owner { uid, gid } = owner;
         self.host
             .systemd
             .chown(paths, uid, gid)

@@ -10,7 +10,6 @@ use inplace_proto::{Artifact, ArtifactType, Reason};
 use super::{Job, archive_failure, io_failure};
 use crate::archive;
 use crate::journal::{Failure, Link};
-use crate::links;
 use crate::owner::{self, FileAttributes};
 use crate::store;
 use crate::update::report::Report;
@@ -141,10 +140,8 @@ impl Agent {
         files: Vec<PathBuf>,
         attributes: FileAttributes,
     ) -> Result<(), Failure> {
-        let FileAttributes { uid, gid, .. } = attributes;
-        let owner = links::Owner { uid, gid };
         let what = format!("artifact {}", artifact.name);
-        self.chown(&files, owner, Reason::StagingFailed, &what)
+        self.chown(&files, attributes.owner(), Reason::StagingFailed, &what)
             .await
     }
 }
