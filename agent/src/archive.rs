@@ -128,10 +128,14 @@ pub fn extract_members(
 /// Extracts every entry of `archive` into `staging` (must not exist yet; it is created, and
 /// removed again on any error), at its own path: a directory tree. Directories are 0755
 /// (the tree's files are what its mode and owner are for), each file has its entry's
-/// permission bits. Returns how many files were written.
-pub fn extract_tree(archive: &Path, staging: &Path, limits: Limits) -> Result<u64, ArchiveError> {
+/// permission bits. Returns the files written.
+pub fn extract_tree(
+    archive: &Path,
+    staging: &Path,
+    limits: Limits,
+) -> Result<Vec<PathBuf>, ArchiveError> {
     fs::create_dir(staging)?;
-    let mut files = 0u64;
+    let mut files = Vec::new();
     let result = fs::set_permissions(staging, fs::Permissions::from_mode(TREE_DIR_MODE))
         .map_err(ArchiveError::from)
         .and_then(|()| {
@@ -152,7 +156,7 @@ pub fn extract_tree(archive: &Path, staging: &Path, limits: Limits) -> Result<u6
                 write_entry(entry, judged, &target, judged.mode & 0o777, reserved)?;
                 // Whatever the umask: the mode is the archive's.
                 fs::set_permissions(&target, fs::Permissions::from_mode(judged.mode & 0o777))?;
-                files += 1;
+                files.push(target);
                 Ok(())
             })
         });

@@ -56,20 +56,6 @@ pub fn config_tree(settings: &Settings, sha256: &str, attributes: FileAttributes
     config_dir(settings).join(format!("{sha256}.tree.{uid}.{gid}"))
 }
 
-/// Every regular file below `dir`.
-pub fn tree_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            files.extend(tree_files(&entry.path())?);
-        } else {
-            files.push(entry.path());
-        }
-    }
-    Ok(files)
-}
-
 /// Whether the Config file at `path` is there with `sha256`'s bytes and `mode`. (Its owner
 /// is not seen: to the agent's user namespace every user but root is nobody. The name
 /// says it, and a file gets its name only once it has its owner.) A file the agent may

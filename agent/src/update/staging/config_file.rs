@@ -104,8 +104,7 @@ impl Agent {
         };
         let (a, s) = (archive.clone(), staging.clone());
         let extracted = tokio::task::spawn_blocking(move || {
-            let extracted = archive::extract_tree(&a, &s, limits)
-                .and_then(|_| store::tree_files(&s).map_err(archive::ArchiveError::from));
+            let extracted = archive::extract_tree(&a, &s, limits);
             let _ = std::fs::remove_file(&a);
             extracted
         })
