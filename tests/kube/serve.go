@@ -31,6 +31,9 @@ type serveOptions struct {
 	restartDelay  time.Duration
 	exitOnEOF     bool
 	workloads     bool
+	// firstPort is the port kube-apiserver tries first (0: a free one). Tests set it to a
+	// port they hold, to make the race below happen on purpose.
+	firstPort int
 }
 
 // serve runs etcd (in this process), kube-apiserver and kube-controller-manager (children,
@@ -46,6 +49,7 @@ func serve(args []string) int {
 	flags.Var(&o.apiserverArgs, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
 	flags.DurationVar(&o.restartDelay, "restart-delay", time.Second, "wait before restarting a killed kube-apiserver")
 	flags.BoolVar(&o.exitOnEOF, "exit-on-stdin-eof", false, "stop when standard input closes")
+	flags.IntVar(&o.firstPort, "first-apiserver-port", 0, "port kube-apiserver tries first; if it is taken, another free port is used")
 	flags.BoolVar(&o.workloads, "workloads", false, "also run kube-scheduler and the controllers of Deployments, ReplicaSets, DaemonSets and node lifecycle (for real kubelets)")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -87,24 +91,16 @@ func run(ctx context.Context, o serveOptions) error {
 	}
 	defer etcd.Close()
 
-	port, err := freePort()
+	apiserver, server, err := startAPIServer(ctx, p, o, etcdURL)
 	if err != nil {
 		return err
 	}
-	server := "https://127.0.0.1:" + strconv.Itoa(port)
+	defer apiserver.stop()
 	if err := os.WriteFile(filepath.Join(o.dir, "server-url"), []byte(server), 0o644); err != nil {
 		return err
 	}
 	admin := filepath.Join(o.dir, "admin.kubeconfig")
 	if err := p.writeKubeconfig(admin, server, "inplace-admin", []string{"system:masters"}); err != nil {
-		return err
-	}
-	apiserver := &child{name: "kube-apiserver", dir: o.dir, args: apiserverArgs(p, etcdURL, port, o.apiserverArgs)}
-	if err := apiserver.start(); err != nil {
-		return err
-	}
-	defer apiserver.stop()
-	if err := waitReady(ctx, p, server, apiserver); err != nil {
 		return err
 	}
 	controllerManager, err := startControllerManager(p, o.dir, server, o.workloads)
@@ -155,6 +151,38 @@ func superviseAPIServer(ctx context.Context, o serveOptions, apiserver *child) e
 		if err := apiserver.start(); err != nil {
 			return err
 		}
+	}
+}
+
+// startAPIServer starts kube-apiserver and waits until it is ready; it returns the server's
+// URL. A port found free can be taken by another process before kube-apiserver binds it
+// (tests start many servers and kubelets at once): when kube-apiserver exits saying so, it is
+// started again on another free port, up to three times in all.
+func startAPIServer(ctx context.Context, p *pki, o serveOptions, etcdURL string) (*child, string, error) {
+	port := o.firstPort
+	for attempt := 1; ; attempt++ {
+		if port == 0 {
+			var err error
+			if port, err = freePort(); err != nil {
+				return nil, "", err
+			}
+		}
+		server := "https://127.0.0.1:" + strconv.Itoa(port)
+		apiserver := &child{name: "kube-apiserver", dir: o.dir, args: apiserverArgs(p, etcdURL, port, o.apiserverArgs)}
+		logStart := apiserver.logSize()
+		if err := apiserver.start(); err != nil {
+			return nil, "", err
+		}
+		err := waitReady(ctx, p, server, apiserver)
+		if err == nil {
+			return apiserver, server, nil
+		}
+		apiserver.stop()
+		if attempt == 3 || !apiserver.loggedSince(logStart, "address already in use") {
+			return nil, "", err
+		}
+		fmt.Fprintf(os.Stderr, "kube-testbed: port %d was taken before kube-apiserver bound it; trying another\n", port)
+		port = 0
 	}
 }
 
@@ -329,6 +357,24 @@ type child struct {
 }
 
 func (c *child) logPath() string { return filepath.Join(c.dir, c.name+".log") }
+
+// logSize is the length of the child's log so far (0 if there is none yet).
+func (c *child) logSize() int64 {
+	info, err := os.Stat(c.logPath())
+	if err != nil {
+		return 0
+	}
+	return info.Size()
+}
+
+// loggedSince says whether the child's log, from byte offset start on, contains text.
+func (c *child) loggedSince(start int64, text string) bool {
+	log, err := os.ReadFile(c.logPath())
+	if err != nil || int64(len(log)) < start {
+		return false
+	}
+	return strings.Contains(string(log[start:]), text)
+}
 
 func (c *child) start() error {
 	self, err := os.Executable()

@@ -138,11 +138,24 @@ impl ApiServer {
     /// Starts a server in a new temporary directory with extra kube-apiserver flags (e.g.
     /// `--etcd-compaction-interval=1s`).
     pub async fn start_with(apiserver_args: &[&str]) -> anyhow::Result<ApiServer> {
+        let args = apiserver_args
+            .iter()
+            .map(|arg| format!("--apiserver-arg={arg}"));
+        Self::start_in_tempdir(args.collect()).await
+    }
+
+    /// Starts a server in a new temporary directory whose kube-apiserver tries `port` first
+    /// and, if something holds it, another free port.
+    pub async fn start_trying_port_first(port: u16) -> anyhow::Result<ApiServer> {
+        Self::start_in_tempdir(vec![format!("--first-apiserver-port={port}")]).await
+    }
+
+    async fn start_in_tempdir(serve_args: Vec<String>) -> anyhow::Result<ApiServer> {
         let tempdir = tempfile::Builder::new()
             .prefix("inplace-kube-")
             .tempdir()
             .context("creating the server's directory")?;
-        let mut server = Self::spawn(tempdir.path(), &[], apiserver_args, false).await?;
+        let mut server = Self::spawn(tempdir.path(), serve_args).await?;
         server._tempdir = Some(tempdir);
         Ok(server)
     }
@@ -151,7 +164,7 @@ impl ApiServer {
     /// and the controllers of Deployments, ReplicaSets, DaemonSets and node lifecycle
     /// (`serve --workloads`).
     pub async fn start_for_kubelets(dir: &Path) -> anyhow::Result<ApiServer> {
-        Self::spawn(dir, &[], &[], true).await
+        Self::spawn(dir, vec!["--workloads".into()]).await
     }
 
     /// The cluster CA's certificate (PEM), which kubelets trust for client certificates.
@@ -163,15 +176,14 @@ impl ApiServer {
     /// Starts a server keeping its state (CA, etcd data, logs, kubeconfigs) in `dir`, and
     /// writes `dir/NAME.kubeconfig` for each of `nodes`.
     pub async fn start_in(dir: &Path, nodes: &[String]) -> anyhow::Result<ApiServer> {
-        Self::spawn(dir, nodes, &[], false).await
+        let args = nodes
+            .iter()
+            .flat_map(|node| ["--node".to_string(), node.clone()]);
+        Self::spawn(dir, args.collect()).await
     }
 
-    async fn spawn(
-        dir: &Path,
-        nodes: &[String],
-        apiserver_args: &[&str],
-        workloads: bool,
-    ) -> anyhow::Result<ApiServer> {
+    /// Runs `kube-testbed serve --dir DIR SERVE_ARGS` and waits until it says it is ready.
+    async fn spawn(dir: &Path, serve_args: Vec<String>) -> anyhow::Result<ApiServer> {
         let binary = tokio::task::spawn_blocking(binary).await??;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let ready = dir.join("ready");
@@ -184,15 +196,7 @@ impl ApiServer {
             .stdin(Stdio::piped())
             .stdout(log.try_clone()?)
             .stderr(log);
-        for node in nodes {
-            command.args(["--node", node]);
-        }
-        for arg in apiserver_args {
-            command.arg(format!("--apiserver-arg={arg}"));
-        }
-        if workloads {
-            command.arg("--workloads");
-        }
+        command.args(serve_args);
         let mut child = command
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;

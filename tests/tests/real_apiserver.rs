@@ -443,6 +443,21 @@ async fn a_watch_survives_an_api_server_restart() {
     }
 }
 
+/// A port found free and taken by another process before kube-apiserver binds it (tests
+/// start many servers at once) makes the server move to another port, not fail: the race a
+/// CI run of e38ebd8 lost ("bind: address already in use"), here made on purpose.
+#[tokio::test]
+async fn a_port_taken_before_the_api_server_binds_it_is_traded_for_another() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let server = ApiServer::start_trying_port_first(port).await.unwrap();
+    assert_ne!(server.url(), format!("https://127.0.0.1:{port}"));
+    let nodes: Api<Node> = Api::all(server.client().await.unwrap());
+    nodes.list(&Default::default()).await.unwrap();
+    let log = std::fs::read_to_string(server.dir().join("kube-apiserver.log")).unwrap();
+    assert!(log.contains("address already in use"), "{log}");
+}
+
 /// An agent update (`spec.agent`) travels alone: the server takes a release with the agent
 /// image and nothing else, and refuses one that adds artifacts or restarted units (the
 /// rules the flattened content brings, kept beside the release's `self == oldSelf`).
