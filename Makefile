@@ -4,9 +4,11 @@ CARGO ?= cargo
 
 .PHONY: test test-start prepare suites fetch nextest lint-tools agent-versions suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
-## Every check CI runs: formatting, lints, and every test; then where the time went.
-test: test-start deps fetch suites-and-side-checks
-	@./scripts/timed.sh --report
+## Every check CI runs: formatting, lints, and every test; then where the time went (printed
+## last, failed or not: CI shows a run's last lines).
+test: test-start deps fetch
+	@$(MAKE) --no-print-directory -o deps -o fetch suites-and-side-checks; status=$$?; \
+	./scripts/timed.sh --report; exit $$status
 
 # The cargo target directory (CARGO_TARGET_DIR when set).
 TARGET := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
