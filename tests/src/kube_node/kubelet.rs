@@ -154,6 +154,8 @@ pub async fn node_images() -> Result<PathBuf> {
 /// Packs the kubelet of `release` as a `kubernetes` system extension into `out_dir`, under
 /// Flatcar's file name: `usr/bin/kubelet`, `usr/lib/systemd/system/kubelet.service`, the
 /// drop-in of `variant`, and `usr/lib/extension-release.d/extension-release.kubernetes`.
+/// Packed once per content into `<target>/kubelet/images` and copied from there: a test run
+/// packs the same few images for every cluster, demo and crash bed.
 pub async fn kubelet_sysext(
     release: &str,
     variant: KubeletImage,
@@ -171,7 +173,10 @@ pub async fn kubelet_sysext(
             0o644,
         )
         .file(KUBELET_DROP_IN_PATH, variant.drop_in().into_bytes(), 0o644)
-        .build(&out_dir.join(variant.file_name(release)))
+        .build_cached(
+            &out_dir.join(variant.file_name(release)),
+            &target_dir().join("kubelet/images"),
+        )
         .await
 }
 

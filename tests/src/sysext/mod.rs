@@ -25,6 +25,8 @@ use crate::fake_kubelet::{CONFIG_PATH, FakeKubeletConfig};
 use crate::nspawn::{NodeFile, NodeOptions, ServiceInstall, Suite};
 use crate::{Error, Result, prereq};
 
+mod cache;
+
 /// systemd's name for this machine's architecture (`x86-64`, `arm64`, ...).
 pub fn host_architecture() -> &'static str {
     match std::env::consts::ARCH {
