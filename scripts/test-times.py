@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a `make test` run's time went: the steps scripts/timed.sh logged (wall and CPU
-seconds), then the slowest tests and the test binaries by their summed time, from nextest's
-JUnit file. usage: test-times.py STEPS_TSV [JUNIT_XML]"""
+seconds), then the slowest tests and the suites (a test binary, or a module of a package's
+integration binary) by their summed time, from nextest's JUnit file. usage: test-times.py STEPS_TSV [JUNIT_XML]"""
 
 import collections
 import os
@@ -51,11 +51,13 @@ def tests(path):
     print(f"\nthe {SLOWEST} slowest of {len(cases)} tests (s)")
     for time, suite, name in cases[:SLOWEST]:
         print(f"{time:8.1f}  {suite} {name}")
-    binaries = collections.Counter()
-    for time, suite, _ in cases:
-        binaries[suite] += time
-    print(f"\ntest binaries by summed time (s; {sum(binaries.values()) / 60:.1f} min in all)")
-    for suite, time in binaries.most_common(SLOWEST):
+    # A package's integration tests are one binary whose modules are its suites
+    # (tests/integration.rs): sum by binary and the test's first module.
+    suites = collections.Counter()
+    for time, suite, name in cases:
+        suites[f"{suite} {name.split('::')[0]}" if "::" in name else suite] += time
+    print(f"\nsuites by summed time (s; {sum(suites.values()) / 60:.1f} min in all)")
+    for suite, time in suites.most_common(SLOWEST):
         print(f"{time:8.1f}  {suite}")
 
 

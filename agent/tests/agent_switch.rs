@@ -5,9 +5,7 @@
 //! or the guard (the real `self_update::guard`, past its deadline) restores A, which reports
 //! the rollback. A restart of the agent is a new coordinator on the same directories.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

@@ -6,9 +6,7 @@
 //! The API is the real kube-apiserver of the pinned release; the case that needs faults on
 //! demand (an outage, a watch resumed into 410 Gone, a storm of 409s) runs on the emulator.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

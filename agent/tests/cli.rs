@@ -1,7 +1,5 @@
 //! The binary: check-config, the single-instance lock, clear-degraded.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 use std::process::Command;
 

@@ -4,9 +4,7 @@
 //! plan's mode and owner, and a path outside the configuration roots or an owner the node
 //! does not know is refused before anything is fetched or changed.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -13,8 +13,6 @@
 //! The address allow list security-model.md documents runs on a node booted with BPF
 //! ([`real_node::with_bpf`]): without it systemd ignores `IPAddressDeny=` silently.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::sysext::sha256_hex;
@@ -22,7 +20,7 @@ use inplace_tests::test_api::TestApi;
 use real_node::AgentNode;
 use serde_json::json;
 
-mod real_node;
+use crate::real_node;
 
 /// `systemd-analyze security inplace-agent.service` on the node, measured with the unit
 /// of this commit: 1.7 before the containment settings, 1.4 after (`~@resources`,

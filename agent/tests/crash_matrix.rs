@@ -31,7 +31,7 @@
 //!   container ID, process (containerd's task list) and start time, `restartCount` 0.
 //!
 //! CI (default): every named point once plus two random kills. Long mode:
-//! `INPLACE_CRASH_MATRIX=long cargo nextest run -p inplace-agent --test crash_matrix`
+//! `INPLACE_CRASH_MATRIX=long cargo nextest run -p inplace-agent -E 'test(/^crash_matrix::/)'`
 //! runs every point three times and random kills until at least 100 crashes were injected
 //! (`INPLACE_CRASH_MATRIX_MIN` overrides the 100).
 //!
@@ -40,8 +40,6 @@
 //! its journal alone), the 409/410 case because it runs on the emulator, with which a real
 //! kubelet cannot register.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::{Duration, Instant};
 
 use crash_bed::{Bed, Cut, Kill, Kubelet, boot};
@@ -49,8 +47,8 @@ use inplace_api_emulator::{AuthzMode, EmulatorConfig};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::test_api::TestApi;
 
-mod crash_bed;
-mod real_node;
+use crate::crash_bed;
+use crate::real_node;
 
 /// Points an update to a healthy revision passes.
 const UPDATE_POINTS: &[&str] = &[

@@ -22,8 +22,6 @@
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools (a missing prerequisite fails
 //! with an install hint), and Go for the first build of the pinned control plane.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -39,7 +37,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use real_node::AgentNode;
 use serde_json::{Value, json};
 
-mod real_node;
+use crate::real_node;
 
 #[path = "e2e_bed/real_kubelet.rs"]
 mod real_kubelet;

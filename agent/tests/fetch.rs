@@ -1,7 +1,5 @@
 //! The real fetcher against a tiny scripted HTTP/1.1 server on 127.0.0.1.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,8 +4,6 @@
 //! real CNCF Distribution registries for `oci://` ones (one whose storage went bad, so it
 //! serves other bytes under the blob's digest), plus addresses where nothing listens.
 
-#![allow(clippy::unwrap_used)]
-
 use inplace_agent::fetch::{FetchError, Fetched, Fetcher, HttpFetcher};
 use std::path::Path;
 

@@ -6,8 +6,6 @@
 //! registries.md has a node keep, used as written; a missing or wrong one refused naming the
 //! registry, with the secret in no error and no log line.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 
 use base64::Engine;

@@ -1,8 +1,6 @@
 //! faults.md § Downloads, "TLS failure → fail closed, no insecure fallback": the real
 //! fetcher against an https server on 127.0.0.1 whose certificate no trusted root signed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,9 +1,7 @@
 //! The whole per-revision flow against fake edges (fetcher, systemd, probes, status) and a
 //! real file system in a temporary directory (see `common/mod.rs`).
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 

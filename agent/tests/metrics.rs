@@ -2,9 +2,7 @@
 //! on a socket in a temporary directory (and a loopback port), and is scraped the way an
 //! operator would: with the `inplace-agent metrics` client and with plain HTTP.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};

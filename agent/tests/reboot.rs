@@ -3,9 +3,7 @@
 //! verified by the agent that starts after it, a failed boot rolled back by a second
 //! reboot, inhibitors waited for, a refusal rolled back without one.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 

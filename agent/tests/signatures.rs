@@ -3,9 +3,7 @@
 //! `minisign` crate (the reference implementation's Rust port), exactly as
 //! `minisign -S -m FILE -t "file:FILE version:V"` makes them.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 

@@ -3,9 +3,8 @@
 //! controller copies the agent image into every plan under the release's revision, and a
 //! broken agent release halts at `maxFailures` after its first node.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,9 +5,8 @@
 //! forced deletion, and `onTimeout: Halt | Skip | Force` on nodes whose drain a
 //! PodDisruptionBudget blocks.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use inplace_proto::{DesiredState, DrainSpec};
 use k8s_openapi::api::core::v1::{Node, Pod};

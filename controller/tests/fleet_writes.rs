@@ -3,9 +3,8 @@
 //! status at most three times, the rollout's status at most once a second; and a round in
 //! which nothing changed builds no node views, decides nothing and sends no request.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

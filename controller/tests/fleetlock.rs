@@ -9,9 +9,8 @@
 //! machine ID) finds its Node; the lock is recursive, owned and bounded by its group; a held
 //! slot keeps a rollout with `maxUnavailable: 1` from granting, and an activating node keeps
 //! FleetLock from granting; bad requests get the protocol's errors.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -5,9 +5,8 @@
 //! else set it; a node Flatcar's update operator reboots takes the slot too
 //! (docs/usage/standalone-rollouts.md § Sharing the fleet).
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

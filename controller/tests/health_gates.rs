@@ -4,9 +4,8 @@
 //! rollout while a listed alert fires and fails closed while the endpoint is slow, answers
 //! something else or is down.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,9 +7,7 @@
 //! kube-apiserver, then the controller started with the args and environment of the chart's
 //! Deployment as the chart's ServiceAccount, until it is ready and reconciles a NodeRollout.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

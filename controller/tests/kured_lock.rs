@@ -8,9 +8,8 @@
 //! the holder); while the rollout activates, kured's daemons find the lock held by
 //! `inplace/<rollout>` and wait; and with `maxUnavailable: 1`, a node kured reboots and a
 //! node inplace activates are never down together.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

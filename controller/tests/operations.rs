@@ -4,9 +4,8 @@
 //! demand).
 
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -11,9 +11,8 @@
 //! token, or a token file; a missing or wrong credential refused naming the registry, never
 //! the secret.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Output;

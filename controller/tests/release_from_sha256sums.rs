@@ -4,9 +4,8 @@
 //! way it can fail, with the stable kind and a message naming the URL, line or candidates,
 //! and nothing written.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 use std::time::Duration;

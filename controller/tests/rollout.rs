@@ -2,9 +2,8 @@
 //! `INPLACE_TEST_API=emulator`), with simulated agents on every node writing their plan's
 //! status as the node.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

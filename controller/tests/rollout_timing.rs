@@ -6,9 +6,8 @@
 //! `maxUnavailablePerTopology`. The clock is the real one: each case is
 //! built around "now" (a window opening in six hours, one open since an hour ago).
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -4,9 +4,8 @@
 //! server they download from and from the agents' side; and the server refuses a limit
 //! that is neither a count nor a percentage.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use inplace_tests::artifact_server::{Artifact, ArtifactServer};
 use serde_json::json;

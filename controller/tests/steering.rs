@@ -7,9 +7,8 @@
 //! controller's own pass-over, too: a node whose `kubernetes.io/arch` has no build in the
 //! release is skipped, and `kubectl get` / `describe` say which and why.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use inplace_proto::{DesiredState, Phase};
 use inplace_tests::fixtures::ReleaseFixture;

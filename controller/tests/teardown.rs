@@ -2,9 +2,8 @@
 //! and the controller running under the shipped RBAC: the `inplace.dev/uncordon` finalizer holds
 //! the deletion until the nodes the rollout cordoned are uncordoned — never a node a person
 //! cordoned, and never a node whose agent is still swapping.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,9 +7,8 @@
 //! here as its kubelet would report it, and simulated agents (`support::sim_agent`) carry
 //! out the plans.
 // Helpers outside #[test] functions: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

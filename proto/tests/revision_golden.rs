@@ -6,7 +6,6 @@
 //! order the hash sees must fail this test. Changing a pinned value is only right together
 //! with a migration that keeps existing plans' revisions (and its test).
 // A missing or unreadable example should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

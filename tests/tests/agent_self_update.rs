@@ -13,10 +13,7 @@
 //!
 //! Needs root, systemd-nspawn, debootstrap and squashfs-tools.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[allow(dead_code)] // The other suites use the rest of the packaging helpers.
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -3,7 +3,6 @@
 //! reference) and against the emulator, so a difference fails here; the rest need what only
 //! the emulator can do (injected faults, its token users, its store, a history window of
 //! three events) and run on it alone.
-#![allow(clippy::unwrap_used)] // test helpers panic on failure by design
 
 use futures::{StreamExt, TryStreamExt};
 use inplace_api_emulator::{AuthzMode, Emulator, EmulatorConfig, Handle, OutageKind, User};

@@ -5,8 +5,6 @@
 //! MachineSet and call `UpdateMachine` until it is done; the agents swap the kubelets. The
 //! Machines are the same ones, on the same Nodes, and the workload's containers never stop.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 

@@ -4,7 +4,6 @@
 //! webhooks over TLS with a certificate from the bed's CA, and it stops cleanly.
 
 // Test code: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
 use inplace_tests::apiserver::ApiServer;
 use inplace_tests::capi::extension::{self, CapiExtension};

@@ -8,8 +8,6 @@
 //! documented `make images` here only repackages it. Needs root (chroot); without `make images`
 //! it fails saying so.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

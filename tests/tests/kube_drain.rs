@@ -5,8 +5,6 @@
 //! Deployment's replacements run on the other
 //! nodes, and the DaemonSet's Pods stay, their containers running through the kubelet swap.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use inplace_tests::install::workspace_binaries;

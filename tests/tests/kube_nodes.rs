@@ -1,8 +1,6 @@
 //! Test bed 5 itself: real kubelets with containerd in nspawn nodes register their Nodes with
 //! the real API server, go Ready, and run Pods from the locally imported images.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use inplace_tests::apiserver::ApiServer;

@@ -15,8 +15,6 @@
 //! checks after the boot, reboots back into v1.36.3 and reports `RolledBack`; the rollout
 //! halts, and the other two nodes never reboot.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};

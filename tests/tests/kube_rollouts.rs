@@ -5,8 +5,6 @@
 //! back to the one before with the Pods untouched, and halts the rollout. The same holds for a
 //! kubelet shipped as a bare binary (`Binary` artifact) and for containerd itself.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};

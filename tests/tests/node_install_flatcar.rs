@@ -7,9 +7,7 @@
 //! enabled and watching. Needs root, systemd-nspawn, debootstrap,
 //! squashfs-tools and Go; a missing prerequisite fails with an install hint.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

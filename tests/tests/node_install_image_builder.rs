@@ -7,9 +7,7 @@
 //! gets `python3-apt`, as every image-builder base image has); a missing prerequisite fails
 //! with an install hint.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,6 @@
 //! and lets everything else a kubelet does to its Node through.
 
 // Test code: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
 use inplace_tests::apiserver::ApiServer;
 use inplace_tests::test_api::TestApi;

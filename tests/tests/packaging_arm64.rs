@@ -3,8 +3,6 @@
 //! `ARCH=arm64`, and run under qemu-user. `make arm64-unit` runs the agent's unit tests the
 //! same way, beside the tests.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -8,9 +8,7 @@
 //! that too. Needs root, systemd-nspawn and debootstrap; a missing prerequisite fails with
 //! an install hint.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;

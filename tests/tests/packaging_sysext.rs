@@ -5,9 +5,7 @@
 //! active (Type=notify READY) and reports on its plan. Needs root, systemd-nspawn,
 //! debootstrap and squashfs-tools; a missing prerequisite fails with an install hint.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use inplace_tests::nspawn::{Node, NodeOptions};
 use kube::api::PostParams;

@@ -3,7 +3,6 @@
 //! cannot prove because it is our own reading of the server.
 
 // Test code: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

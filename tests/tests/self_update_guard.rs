@@ -7,10 +7,7 @@
 //! image, refreshes, restarts the agent and records why. Needs root, systemd-nspawn,
 //! debootstrap and squashfs-tools.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[allow(dead_code)] // The other suites use the rest of the packaging helpers.
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -12,8 +12,6 @@
 //! containing `no-start` (its restart job ends `done` without a start, as with a
 //! `Condition…=` not met).
 
-#![allow(clippy::unwrap_used, dead_code)]
-
 pub mod power;
 
 use std::collections::HashMap;

@@ -15,8 +15,6 @@
 //! Pod ([`AgentNode::start_on_kube_node`], in `real_kubelet.rs`); both install and start the
 //! agent the same way.
 
-#![allow(dead_code)] // each suite uses a part
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -4,9 +4,7 @@
 //! API replaces it; `UpdateMachine`, asked all the same, fails naming the architecture and
 //! writes no plan (the workload Node's `kubernetes.io/arch` says it).
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use common::*;
 use inplace_tests::fixtures::ReleaseFixture;

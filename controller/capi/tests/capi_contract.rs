@@ -7,9 +7,7 @@
 //! exchange it records must equal the golden files the Rust suites are built on
 //! (`tests/golden`); `make capi-golden` rewrites them.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -3,9 +3,7 @@
 //! Machine it owns) is not claimed, and not updated, with a release that does not say it
 //! updates control-plane nodes; with one that does, it is claimed and updated like a worker.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

@@ -1,8 +1,6 @@
 //! CordonAndEvict against a workload cluster (the real kube-apiserver): cordon once, pass
 //! after pass, timeout (`Halt` or `Force`), uncordon only what it cordoned.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

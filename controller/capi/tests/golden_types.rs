@@ -3,9 +3,7 @@
 //! and every request and response serializes back to exactly the JSON Cluster API
 //! exchanged. No server, no Go: the fast suite speaks Cluster API's exact JSON.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use common::{golden, golden_dir};
 use inplace_capi::hooks::{

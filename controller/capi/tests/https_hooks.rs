@@ -1,9 +1,7 @@
 //! The hook server over real HTTPS: discovery, CanUpdateMachine / CanUpdateMachineSet with
 //! requests shaped like Cluster API's, malformed requests, and certificate reload.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::*;

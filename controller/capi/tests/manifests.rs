@@ -1,8 +1,6 @@
 //! The shipped manifests in packaging/kubernetes/capi parse, and agree with each other and
 //! with the server (names, labels, ports, the certificate Secret, the hook API version).
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -2,9 +2,7 @@
 //! workload cluster (real kube-apiservers), the kubeconfig Secret, and a simulated agent
 //! writing plan status.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -10,8 +10,6 @@
 //! plugin runs under qemu-user. The .deb installs `/usr/bin/kubectl-inplace` (into a scratch
 //! dpkg root).
 
-#![allow(clippy::unwrap_used)]
-
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::Command;

@@ -2,9 +2,7 @@
 //! `INPLACE_TEST_API=emulator`): the binary with a kubeconfig, as kubectl runs a plugin, and
 //! `--watch` re-rendering on watch events.
 
-#![allow(clippy::unwrap_used)]
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

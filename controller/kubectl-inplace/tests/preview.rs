@@ -6,9 +6,7 @@
 //! server is never connected to). docs/usage/standalone-rollouts.md § Previewing a rollout
 //! runs as written.
 
-#![allow(clippy::unwrap_used)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;

@@ -4,9 +4,7 @@
 //! helpers to create nodes, releases and rollouts, simulated agents (`sim_agent`) and a
 //! stand-in for the kubelets' part of a pod's deletion (`kubelet`).
 
-#![allow(dead_code)]
 // Test-bed code: a failed setup step should fail the test loudly.
-#![allow(clippy::unwrap_used)]
 
 pub mod kubelet;
 pub mod kured;

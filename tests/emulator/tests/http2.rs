@@ -1,6 +1,5 @@
 //! The emulator serves HTTP/2 with prior knowledge (as kube-apiserver does over TLS with ALPN):
 //! the scale benchmark multiplexes its watches over few connections.
-#![allow(clippy::unwrap_used)] // test helpers panic on failure by design
 
 use inplace_api_emulator::{Emulator, EmulatorConfig};
 use serde_json::Value;

@@ -1,7 +1,6 @@
 //! The real kubectl against the emulator: apply, get with printer columns, -o yaml, explain,
 //! patch --subresource=status, wait, get -w, delete, server-side apply, cordon and drain.
 //! kubectl must be on PATH (`.ci/run` installs Debian's kubernetes-client when it is not).
-#![allow(clippy::unwrap_used)] // test helpers panic on failure by design
 
 use inplace_api_emulator::{Emulator, EmulatorConfig, Handle, User};
 use std::path::{Path, PathBuf};

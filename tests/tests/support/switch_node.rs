@@ -14,9 +14,6 @@ use kube::api::{Patch, PatchParams};
 
 use super::packaging::{PATIENCE, install_ensure_sysext, write_kubelet_identity};
 
-/// Where the node keeps the agent's images.
-pub const IMAGES: &str = install::AGENT_IMAGES;
-
 /// The node's policy for these tests (docs/usage/agent-updates.md): switches allowed (to
 /// lower versions too with `allow_downgrade`), a short deadline for the new agent
 /// (`confirm_timeout` seconds), images only from the test's server.

@@ -3,8 +3,6 @@
 //! over real HTTPS with a self-signed certificate, a reqwest client that trusts it, Cluster
 //! API request builders from the golden files (what Cluster API's own client sent), and a simulated agent for the workload cluster.
 
-#![allow(clippy::unwrap_used, dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -127,7 +125,6 @@ pub struct Bed {
     pub management_client: kube::Client,
     pub addr: std::net::SocketAddr,
     pub http: reqwest::Client,
-    pub ca_pem: String,
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     _dir: tempfile::TempDir,
@@ -247,7 +244,6 @@ impl Bed {
         }));
         Bed {
             http: https_client(&cert),
-            ca_pem: cert,
             management,
             workload,
             workload_client,

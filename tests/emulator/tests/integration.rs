@@ -1,0 +1,10 @@
+//! The API emulator's integration suites.
+//!
+//! One test binary for the package's suites (each file here is a module of it): every
+//! integration-test binary links the whole dependency graph, so one per package is built
+//! and linked once (docs/development/testing.md § Where the time goes).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+mod http2;
+mod kubectl;
