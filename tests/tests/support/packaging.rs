@@ -75,10 +75,6 @@ pub async fn install_ensure_sysext(node: &Node) {
 /// Runs a cached tool installer (`tests/butane/build.sh`, `tests/ansible/install.sh`) with
 /// `<this test's target directory>/<under>` as its destination, the place `make node-tools`
 /// fills for the default target directory, and returns that path.
-#[allow(
-    dead_code,
-    reason = "each test binary compiles this module; only node_install_* use it"
-)]
 pub fn node_tool(installer: &str, under: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dest = exe.ancestors().nth(3).unwrap().join(under);
