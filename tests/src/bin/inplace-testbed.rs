@@ -1,36 +1,80 @@
-//! Test-bed maintenance: `inplace-testbed build-rootfs [--suite bookworm|trixie] [MIRROR]`
-//! prebuilds the cached node root filesystems (both suites unless one is named; for `make`), `inplace-testbed sweep` removes nodes left by crashed test runs,
-//! `inplace-testbed boot NAME` boots a node and keeps it until Ctrl-C (for poking around with
-//! `nsenter -t <pid> -a bash`), `inplace-testbed kube --dir DIR [--node NAME]...` runs the real
-//! control plane (etcd, kube-apiserver, kube-controller-manager) until Ctrl-C or SIGTERM,
-//! `inplace-testbed cluster --dir DIR --nodes N [--kubelet RELEASE]` a whole cluster on real
-//! nodes (docs/development/test-beds.md § Real Kubernetes nodes) until Ctrl-C or SIGTERM.
+//! Test-bed maintenance by hand (`inplace-testbed --help`): `build-rootfs` prebuilds the
+//! cached node root filesystems (for `make`), `sweep` removes nodes left by crashed test runs,
+//! `boot` keeps a node up for poking around, `kube` runs the real control plane and `cluster`
+//! a whole cluster on real nodes (docs/development/test-beds.md § Real Kubernetes nodes).
 
-use anyhow::{Context, bail};
-use std::path::Path;
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
 
 use inplace_tests::apiserver::ApiServer;
 use inplace_tests::install::workspace_binaries;
 use inplace_tests::kube_node::{ClusterOptions, KUBELET_RELEASES, KubeCluster};
 use inplace_tests::nspawn::{Node, NodeOptions, RootfsRecipe, Suite, sweep_stale_nodes};
 
+/// The test beds by hand: node root filesystems, nodes, the real control plane and whole
+/// clusters on real nodes (docs/development/test-beds.md).
+#[derive(Parser)]
+#[command(name = "inplace-testbed")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build (once, cached) the root filesystems the nodes boot from: both suites side by side
+    /// unless one is named.
+    BuildRootfs {
+        /// bookworm or trixie.
+        #[arg(long)]
+        suite: Option<String>,
+        /// The Debian mirror debootstrap fetches from.
+        mirror: Option<String>,
+    },
+    /// Remove the nodes left behind by crashed test runs.
+    Sweep,
+    /// Boot a node and keep it until Ctrl-C (poke around with `nsenter -t PID -a bash`).
+    Boot { name: String },
+    /// Run the real control plane (etcd, kube-apiserver, kube-controller-manager) until
+    /// Ctrl-C or SIGTERM: DIR/admin.kubeconfig, and DIR/NAME.kubeconfig per node.
+    Kube {
+        /// Where the kubeconfigs and the control plane's state go.
+        #[arg(long)]
+        dir: PathBuf,
+        /// A node identity (system:node:NAME) to write a kubeconfig for; repeatable.
+        #[arg(long = "node", value_name = "NAME")]
+        nodes: Vec<String>,
+    },
+    /// Run a whole cluster on real nodes (containerd, the real kubelet, the agent) with the
+    /// controller until Ctrl-C or SIGTERM, then remove every node.
+    Cluster {
+        /// Where the cluster's files go: admin.kubeconfig, releases/, images.txt.
+        #[arg(long)]
+        dir: PathBuf,
+        /// How many nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// The nodes' first kubelet (default: the oldest built release).
+        #[arg(long, value_name = "RELEASE")]
+        kubelet: Option<String>,
+        /// Leave the controller out (run your own against DIR/admin.kubeconfig).
+        #[arg(long)]
+        no_controller: bool,
+    },
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["build-rootfs", rest @ ..] => build_rootfs(rest).await?,
-        ["sweep"] => {
+    match Cli::parse().command {
+        Command::BuildRootfs { suite, mirror } => build_rootfs(suite, mirror).await?,
+        Command::Sweep => {
             for name in sweep_stale_nodes().await.context("sweeping stale nodes")? {
                 println!("removed stale node {name}");
             }
         }
-        ["boot", name] => {
-            let node = Node::boot(name, NodeOptions::default())
+        Command::Boot { name } => {
+            let node = Node::boot(&name, NodeOptions::default())
                 .await
                 .with_context(|| format!("booting {name}"))?;
             println!(
@@ -43,33 +87,37 @@ async fn main() -> anyhow::Result<()> {
                 .context("waiting for Ctrl-C")?;
             node.poweroff().await.context("powering off")?;
         }
-        ["kube", "--dir", dir, rest @ ..] => serve_kube(Path::new(dir), rest).await?,
-        ["cluster", rest @ ..] => serve_cluster(rest).await?,
-        _ => bail!(
-            "usage: inplace-testbed build-rootfs [--suite bookworm|trixie] [MIRROR] | sweep | boot NAME | kube --dir DIR [--node NAME]... | cluster --dir DIR --nodes N [--kubelet RELEASE] [--no-controller]"
-        ),
+        Command::Kube { dir, nodes } => serve_kube(&dir, &nodes).await?,
+        Command::Cluster {
+            dir,
+            nodes,
+            kubelet,
+            no_controller,
+        } => {
+            let kubelet = kubelet.unwrap_or_else(|| KUBELET_RELEASES[0].to_owned());
+            serve_cluster(&dir, nodes, kubelet, !no_controller).await?
+        }
     }
     Ok(())
 }
 
-/// `build-rootfs [--suite NAME] [MIRROR]`: the named suite's root filesystem, or every
-/// suite's side by side (one debootstrap each; each tree has its own build lock).
-async fn build_rootfs(args: &[&str]) -> anyhow::Result<()> {
-    let (suites, mirror) = match args {
-        ["--suite", name, rest @ ..] => (vec![name.parse::<Suite>()?], rest),
-        rest => (Suite::ALL.to_vec(), rest),
+/// The named suite's root filesystem, or every suite's side by side (one debootstrap each;
+/// each tree has its own build lock).
+async fn build_rootfs(suite: Option<String>, mirror: Option<String>) -> anyhow::Result<()> {
+    let suites = match suite {
+        Some(name) => vec![name.parse::<Suite>()?],
+        None => Suite::ALL.to_vec(),
     };
-    let recipes: Vec<RootfsRecipe> = match mirror {
-        [] => suites.into_iter().map(RootfsRecipe::of).collect(),
-        [mirror] => suites
-            .into_iter()
-            .map(|suite| RootfsRecipe {
-                mirror: (*mirror).to_owned(),
+    let recipes: Vec<RootfsRecipe> = suites
+        .into_iter()
+        .map(|suite| match &mirror {
+            Some(mirror) => RootfsRecipe {
+                mirror: mirror.clone(),
                 ..RootfsRecipe::of(suite)
-            })
-            .collect(),
-        _ => bail!("build-rootfs: expected [--suite bookworm|trixie] [MIRROR], got {args:?}"),
-    };
+            },
+            None => RootfsRecipe::of(suite),
+        })
+        .collect();
     let built = futures::future::join_all(recipes.iter().map(|recipe| recipe.ensure())).await;
     for (recipe, path) in recipes.iter().zip(built) {
         let path =
@@ -79,23 +127,16 @@ async fn build_rootfs(args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `kube --dir DIR [--node NAME]...`: the real control plane until SIGINT or SIGTERM, with
-/// `DIR/admin.kubeconfig` and `DIR/NAME.kubeconfig` per node (identity `system:node:NAME`).
-async fn serve_kube(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let mut nodes = Vec::new();
-    for pair in args.chunks(2) {
-        match pair {
-            ["--node", name] => nodes.push(name.to_string()),
-            _ => bail!("kube: expected --node NAME, got {pair:?}"),
-        }
-    }
-    let server = ApiServer::start_in(dir, &nodes).await?;
+/// The real control plane until SIGINT or SIGTERM, with `DIR/admin.kubeconfig` and
+/// `DIR/NAME.kubeconfig` per node (identity `system:node:NAME`).
+async fn serve_kube(dir: &Path, nodes: &[String]) -> anyhow::Result<()> {
+    let server = ApiServer::start_in(dir, nodes).await?;
     println!(
         "kube-apiserver is ready at {}: export KUBECONFIG={}   (Ctrl-C or SIGTERM stops it)",
         server.url(),
         server.admin_kubeconfig().display()
     );
-    for node in &nodes {
+    for node in nodes {
         println!("node {node}: {}", server.node_kubeconfig(node)?.display());
     }
     until_stopped().await?;
@@ -103,35 +144,23 @@ async fn serve_kube(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `cluster --dir DIR --nodes N [--kubelet RELEASE] [--no-controller]`: the real control
-/// plane, N real nodes on the oldest built kubelet (or RELEASE) with containerd and the agent,
-/// the controller, every built kubelet served; `DIR/admin.kubeconfig`,
+/// The real control plane, `nodes` real nodes on `kubelet` with containerd and the agent,
+/// the controller unless left out, every built kubelet served; `DIR/admin.kubeconfig`,
 /// `DIR/releases/RELEASE.yaml` and `DIR/images.txt`. Runs until SIGINT or SIGTERM, then
 /// removes every node.
-async fn serve_cluster(args: &[&str]) -> anyhow::Result<()> {
-    let (mut dir, mut nodes, mut kubelet, mut controller) = (None, 3, KUBELET_RELEASES[0], true);
-    let mut rest = args.iter();
-    while let Some(flag) = rest.next() {
-        let mut value = || {
-            rest.next()
-                .with_context(|| format!("cluster: {flag} needs a value"))
-        };
-        match *flag {
-            "--dir" => dir = Some(Path::new(value()?).to_path_buf()),
-            "--nodes" => nodes = value()?.parse().context("cluster: --nodes N")?,
-            "--kubelet" => kubelet = value()?,
-            "--no-controller" => controller = false,
-            other => bail!("cluster: unknown flag {other}"),
-        }
-    }
-    let dir = dir.context("cluster: --dir DIR is required")?;
+async fn serve_cluster(
+    dir: &Path,
+    nodes: usize,
+    kubelet: String,
+    controller: bool,
+) -> anyhow::Result<()> {
     println!("building the agent and the controller (cargo; cached)");
     let (agent, controller_bin) = workspace_binaries().await?;
     let options = ClusterOptions {
-        dir: std::path::absolute(&dir)?,
+        dir: std::path::absolute(dir)?,
         nodes,
         name_prefix: "node".to_owned(),
-        kubelet: kubelet.to_owned(),
+        kubelet,
         agent,
         controller: controller.then_some(controller_bin),
         kubelet_path: None,
