@@ -14,7 +14,6 @@ use inplace_tests::sysext::SysextImage;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::Args;
 use crate::cluster::DEMO_LABEL;
 use crate::concurrency::Concurrency;
 use crate::fleet::{Demo, FLEET_LABEL, HEALTH_TIMEOUT, MAX_UNAVAILABLE, ROLLOUT, V2, step};
@@ -143,7 +142,8 @@ async fn create_release(
     version: &str,
     image: &SysextImage,
 ) -> anyhow::Result<()> {
-    let value = release(demo.server, name, version, image, HEALTH_TIMEOUT, demo.args)?;
+    let window = demo.args.health_window;
+    let value = release(demo.server, name, version, image, window, HEALTH_TIMEOUT)?;
     Api::<NodeRelease>::all(demo.client.clone())
         .create(&PostParams::default(), &value)
         .await
@@ -156,8 +156,8 @@ pub(crate) fn release(
     name: &str,
     version: &str,
     image: &SysextImage,
+    window_seconds: u64,
     timeout: &str,
-    args: &Args,
 ) -> anyhow::Result<NodeRelease> {
     let url = server.url(&crate::setup::image_path(image));
     ReleaseFixture::kubelet(name, version, version)
@@ -166,7 +166,7 @@ pub(crate) fn release(
         // The real kubelet's own report: its Node Ready on the new version.
         .node_kubelet_version()
         .node_ready()
-        .checked_for(&format!("{}s", args.health_window), timeout)
+        .checked_for(&format!("{window_seconds}s"), timeout)
         .object()
         .with_context(|| format!("NodeRelease {name}"))
 }
