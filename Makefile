@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start prepare suites fetch nextest lint-tools agent-versions suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start prepare suites fetch nextest lint-tools suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went (printed
 ## last, failed or not: CI shows a run's last lines).
@@ -114,7 +114,7 @@ DEBUG_CONTROLLER = $(TARGET)/debug/inplace-controller
 prepare: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
 prepare: deps
 	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) --output-sync=target \
-		nextest build-tests testbed kube kubelets capi node-tools tools agent-versions
+		nextest build-tests testbed kube kubelets capi node-tools tools
 	@$(MAKE) --no-print-directory images
 
 # The suites alone, on what `make prepare` built.
@@ -131,12 +131,6 @@ TESTBED := $(TARGET)/debug/inplace-testbed
 # build need not wait for nextest's own.
 build-tests:
 	$(TIMED) $(CARGO) test --workspace --no-run
-
-# The agent's dependencies, built once where the suites build the agent at other versions
-# (tests/src/agent_images.rs: <target>/agent-versions): each version then rebuilds only the
-# agent crate, where the first suite to ask paid about four CPU-minutes within its time limit.
-agent-versions:
-	$(TIMED) $(CARGO) build -q -p inplace-agent --bin inplace-agent --target-dir "$(TARGET)/agent-versions"
 
 ## Build (once) the cached Debian root filesystems the systemd-nspawn nodes boot from (bookworm
 ## and trixie, side by side).

@@ -115,7 +115,7 @@ impl HttpFetcher {
                 .redirect(redirect())
                 .connect_timeout(settings.connect_timeout)
                 .read_timeout(settings.stall_timeout)
-                .user_agent(format!("inplace-agent/{}", crate::BUILD_VERSION))
+                .user_agent(format!("inplace-agent/{}", crate::build_version()))
                 .no_proxy()
         })?;
         Ok(HttpFetcher {

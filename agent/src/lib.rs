@@ -10,14 +10,54 @@
 //! an agent switch), and [`update`], which coordinates them.
 
 /// This build's version, as the agent reports it (`--version`, the plan's status, its user
-/// agent) and as an agent switch checks it against `spec.agent.version`. The package version,
-/// unless `INPLACE_AGENT_VERSION` is set at build time: the node tests build a second and a
-/// third agent from this tree that way, rebuilding only this crate rather than every
-/// dependency at a bumped package version.
-pub const BUILD_VERSION: &str = match option_env!("INPLACE_AGENT_VERSION") {
+/// agent) and as an agent switch checks it against `spec.agent.version`: the stamp's.
+pub fn build_version() -> &'static str {
+    // Read through black_box, so that the bytes are read from the binary at run time and
+    // never folded into the code: a stamped copy reports its stamp everywhere.
+    let field = &std::hint::black_box(&VERSION_STAMP)[VERSION_STAMP_MARK.len()..];
+    let len = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+    std::str::from_utf8(&field[..len]).unwrap_or(COMPILED_VERSION)
+}
+
+/// The version compiled in: the package version, unless `INPLACE_AGENT_VERSION` is set at
+/// build time.
+const COMPILED_VERSION: &str = match option_env!("INPLACE_AGENT_VERSION") {
     Some(version) => version,
     None => env!("CARGO_PKG_VERSION"),
 };
+
+/// The mark the version stamp starts with, once in the binary: the test beds make an agent
+/// at another version by copying one build and writing the version after the mark
+/// (`inplace_tests::agent_images::stamp_version`), where compiling the agent again per
+/// version cost each node test about 90 s (docs/development/testing.md § Where the time
+/// goes).
+pub const VERSION_STAMP_MARK: &[u8] = b"inplace-agent version stamp:";
+
+/// Room for the version after the mark; unused bytes are NUL.
+pub const VERSION_STAMP_ROOM: usize = 64;
+
+static VERSION_STAMP: [u8; VERSION_STAMP_MARK.len() + VERSION_STAMP_ROOM] =
+    version_stamp(COMPILED_VERSION);
+
+const fn version_stamp(version: &str) -> [u8; VERSION_STAMP_MARK.len() + VERSION_STAMP_ROOM] {
+    let version = version.as_bytes();
+    assert!(
+        version.len() <= VERSION_STAMP_ROOM,
+        "the version does not fit its stamp"
+    );
+    let mut stamp = [0; VERSION_STAMP_MARK.len() + VERSION_STAMP_ROOM];
+    let mut i = 0;
+    while i < VERSION_STAMP_MARK.len() {
+        stamp[i] = VERSION_STAMP_MARK[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < version.len() {
+        stamp[VERSION_STAMP_MARK.len() + j] = version[j];
+        j += 1;
+    }
+    stamp
+}
 
 pub mod archive;
 pub mod beneath;

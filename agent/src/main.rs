@@ -26,7 +26,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::Instrument;
 
 #[derive(Parser)]
-#[command(version = inplace_agent::BUILD_VERSION, about = "Applies this node's NodeUpdatePlan")]
+#[command(version = inplace_agent::build_version(), about = "Applies this node's NodeUpdatePlan")]
 struct Cli {
     /// The main configuration file; drop-ins are read from `agent.d/` beside it.
     #[arg(long, default_value = settings::DEFAULT_CONFIG)]
@@ -228,7 +228,7 @@ async fn run(config: &Path) -> anyhow::Result<()> {
     let _lock = take_lock(&settings.paths.lock_file)?;
     let node = settings.node_name.clone();
     let node_name = node.clone();
-    tracing::info!(%node, version = inplace_agent::BUILD_VERSION, "starting");
+    tracing::info!(%node, version = inplace_agent::build_version(), "starting");
     let notifier = Arc::new(notify::Notifier::default());
     notifier.status("connecting");
 

@@ -2,12 +2,12 @@
 //! signs them (docs/usage/agent-updates.md): the new agents an agent switch installs, good
 //! and broken. Used by the agent-update suites and by the demo's `--agent-update`.
 //!
-//! A second version is built from this tree with `INPLACE_AGENT_VERSION` set at build time
-//! (`inplace_agent::BUILD_VERSION`), in a target directory of its own
-//! (`<target>/agent-versions`, under a file lock): building it in the caller's target
-//! directory would replace the `inplace-agent` that other suites run while they run. The
-//! first build there compiles the agent's dependencies once (debug, about four CPU-minutes);
-//! each other version then rebuilds only the agent crate.
+//! An agent at another version is a copy of the workspace's debug build with the version
+//! stamped into it ([`stamp_version`], as `inplace_agent::build_version` reads it): one
+//! build serves every version, where compiling the agent again per version cost the first
+//! suite about nine CPU-minutes of dependencies in a target directory of its own and each
+//! version about 90 s. The build has the agent's `failpoints` (its package's tests switch
+//! the feature on, and the workspace build is one), which fire only when armed.
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -79,73 +79,69 @@ impl ReleaseKey {
     }
 }
 
-/// Where [`agent_binary_at`] leaves `inplace-agent-<version>` for a test binary: the layout
-/// the demo's `--agent-bin-dir` reads.
+/// Where [`agent_binary_at`] leaves `inplace-agent-<version>` for a test binary
+/// (`<target>/agent-versions/bin`): the layout the demo's `--agent-bin-dir` reads.
 pub fn agent_bin_dir() -> anyhow::Result<PathBuf> {
-    Ok(agent_versions_dir()?.join("bin"))
-}
-
-/// `<target>/agent-versions` of the running test binary (`<target>/<profile>/deps/<test>`).
-fn agent_versions_dir() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating this test binary")?;
-    let target = exe
+    let agent = crate::workspace_build::workspace_bin("inplace-agent")?;
+    let target = agent
         .ancestors()
-        .nth(3)
-        .context("this test binary is not in <target>/<profile>/deps")?;
-    Ok(target.join("agent-versions"))
+        .nth(2)
+        .context("the agent is not in <target>/<profile>")?;
+    Ok(target.join("agent-versions").join("bin"))
 }
 
-/// The agent binary built at `version` (debug, from this tree), as
+/// The workspace's agent (debug, from this tree) stamped with `version`, as
 /// `<agent_bin_dir>/inplace-agent-<version>`. Put in place by a rename, so that a test
-/// reading another version's binary, or this one's from an earlier build, never reads a
+/// reading another version's binary, or this one's from an earlier run, never reads a
 /// half-written file.
 pub fn agent_binary_at(version: &str) -> anyhow::Result<PathBuf> {
-    agent_binary_built(version, false)
-}
-
-/// [`agent_binary_at`] with the agent's `failpoints` feature (agent/src/failpoints.rs, for
-/// the agent switch's crash matrix), as `<agent_bin_dir>/inplace-agent-<version>-failpoints`.
-pub fn agent_binary_with_failpoints(version: &str) -> anyhow::Result<PathBuf> {
-    agent_binary_built(version, true)
-}
-
-fn agent_binary_built(version: &str, failpoints: bool) -> anyhow::Result<PathBuf> {
-    let target = agent_versions_dir()?;
-    std::fs::create_dir_all(&target).with_context(|| format!("creating {}", target.display()))?;
-    let lock = std::fs::File::create(target.join("build.lock")).context("the build lock")?;
-    lock.lock().context("taking the build lock")?;
-    let status = crate::workspace_build::cargo()
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "inplace-agent",
-            "--bin",
-            "inplace-agent",
-        ])
-        .args(failpoints.then_some("--features=failpoints"))
-        .arg("--target-dir")
-        .arg(&target)
-        .env("INPLACE_AGENT_VERSION", version)
-        .status()
-        .context("running cargo")?;
-    if !status.success() {
-        bail!("cargo build of the agent at {version}: {status}");
-    }
-    let bin_dir = target.join("bin");
+    let agent = crate::workspace_build::workspace_bin("inplace-agent")?;
+    let binary = std::fs::read(&agent).with_context(|| format!("reading {}", agent.display()))?;
+    let stamped = stamp_version(binary, version)?;
+    let bin_dir = agent_bin_dir()?;
     std::fs::create_dir_all(&bin_dir)?;
-    let name = if failpoints {
-        format!("inplace-agent-{version}-failpoints")
-    } else {
-        format!("inplace-agent-{version}")
-    };
+    let name = format!("inplace-agent-{version}");
     let copy = bin_dir.join(&name);
-    let partial = bin_dir.join(format!(".{name}.partial"));
-    std::fs::copy(target.join("debug").join("inplace-agent"), &partial)
-        .context("copying the built agent")?;
+    let partial = bin_dir.join(format!(".{name}.{}.partial", std::process::id()));
+    std::fs::write(&partial, stamped).context("writing the stamped agent")?;
+    std::fs::set_permissions(
+        &partial,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
     std::fs::rename(&partial, &copy).with_context(|| format!("renaming to {}", copy.display()))?;
     Ok(copy)
+}
+
+/// The mark `inplace_agent`'s version stamp starts with (`VERSION_STAMP_MARK` there: this
+/// crate does not depend on the agent's), and the room after it.
+const VERSION_STAMP_MARK: &[u8] = b"inplace-agent version stamp:";
+const VERSION_STAMP_ROOM: usize = 64;
+
+/// `binary` (an agent build) with its version stamp set to `version`: the bytes after the
+/// stamp's mark, NUL-padded. Refuses a binary without exactly one mark.
+pub fn stamp_version(mut binary: Vec<u8>, version: &str) -> anyhow::Result<Vec<u8>> {
+    let marks: Vec<usize> = binary
+        .windows(VERSION_STAMP_MARK.len())
+        .enumerate()
+        .filter(|(_, window)| *window == VERSION_STAMP_MARK)
+        .map(|(at, _)| at)
+        .collect();
+    let [mark] = marks[..] else {
+        bail!(
+            "the agent binary has {} version stamps, not one",
+            marks.len()
+        );
+    };
+    if version.len() > VERSION_STAMP_ROOM {
+        bail!("version {version:?} is longer than the stamp's {VERSION_STAMP_ROOM} bytes");
+    }
+    let field = mark + VERSION_STAMP_MARK.len();
+    let room = binary
+        .get_mut(field..field + VERSION_STAMP_ROOM)
+        .context("the version stamp is cut off")?;
+    room.fill(0);
+    room[..version.len()].copy_from_slice(version.as_bytes());
+    Ok(binary)
 }
 
 /// The agent's sysext image at `version` (`packaging/node/build-sysext.sh`, as `make
@@ -246,4 +242,33 @@ fn run(command: &mut Command) -> anyhow::Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stamped_agent_reports_the_stamped_version_and_runs_as_before() {
+        let binary = agent_binary_at("9.8.7-stamp.1").unwrap();
+        let printed = run(Command::new(&binary).arg("--version")).unwrap();
+        assert_eq!(printed.trim(), "inplace-agent 9.8.7-stamp.1");
+        let usage = run(Command::new(&binary).arg("--help")).unwrap();
+        assert!(usage.contains("NodeUpdatePlan"), "{usage}");
+    }
+
+    #[test]
+    fn a_binary_without_exactly_one_stamp_is_refused() {
+        let mut one = b"code".to_vec();
+        one.extend_from_slice(VERSION_STAMP_MARK);
+        one.extend_from_slice(&[0; VERSION_STAMP_ROOM]);
+        let stamped = stamp_version(one.clone(), "1.2.3").unwrap();
+        assert!(stamped.windows(5).any(|w| w == b"1.2.3"));
+        let none = stamp_version(b"no stamp here".to_vec(), "1.2.3").unwrap_err();
+        assert!(none.to_string().contains("0 version stamps"), "{none}");
+        let two = stamp_version([one.clone(), one.clone()].concat(), "1.2.3").unwrap_err();
+        assert!(two.to_string().contains("2 version stamps"), "{two}");
+        let long = stamp_version(one, &"9".repeat(VERSION_STAMP_ROOM + 1)).unwrap_err();
+        assert!(long.to_string().contains("longer than"), "{long}");
+    }
 }

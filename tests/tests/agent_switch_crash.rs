@@ -30,7 +30,7 @@ use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::nspawn::{Node, NodeOptions};
 
 use inplace_tests::agent_images::{
-    Behaviour, ReleaseKey, agent_binary_with_failpoints, agent_image, sha256_hex,
+    Behaviour, ReleaseKey, agent_binary_at, agent_image, sha256_hex,
 };
 use support::packaging::{PATIENCE, api_for_agents};
 use support::switch_node::{install_agent, kubelet_start, order, wait_phase};
@@ -98,7 +98,7 @@ async fn every_row_of_the_power_loss_table_ends_on_one_agent() {
     let agents = [1, 2].map(|n| {
         let version = format!("{base}-crash.{n}");
         let dir = out.path().join(format!("crash-{n}"));
-        let binary = agent_binary_with_failpoints(&version).unwrap();
+        let binary = agent_binary_at(&version).unwrap();
         let image = agent_image(Behaviour::Works, &binary, &version, &dir, "").unwrap();
         (version, image)
     });

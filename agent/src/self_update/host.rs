@@ -28,7 +28,7 @@ impl RunningAgent {
     /// This process.
     pub fn this_process() -> RunningAgent {
         RunningAgent {
-            version: crate::BUILD_VERSION.to_owned(),
+            version: crate::build_version().to_owned(),
             exe: PathBuf::from("/proc/self/exe"),
         }
     }

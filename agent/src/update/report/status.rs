@@ -88,7 +88,7 @@ pub(super) fn status(
         conditions,
         started_at,
         finished_at,
-        agent_version: Some(crate::BUILD_VERSION.to_owned()),
+        agent_version: Some(crate::build_version().to_owned()),
         boot_id: seen.boot_id.map(str::to_owned),
     }
 }
