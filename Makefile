@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start prepare suites fetch nextest lint-tools suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start prepare suites fetch nextest lint-tools side-checks suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went (printed
 ## last, failed or not: CI shows a run's last lines).
@@ -144,13 +144,17 @@ testbed: build-tests
 # The workspace's crates are fetched first, so that nothing on that way waits for the
 # background's hold on cargo's download lock; arm64-unit goes first, as its crates are
 # among them, and the side checks that install a tool (lint's cargo-deny, fuzz-short's
-# cargo-fuzz) download theirs after nextest's install has ended. Their output goes to
-# SIDE_LOG, printed when both have ended; either failing fails the step. (`-o deps`: made
-# already.)
+# cargo-fuzz) download theirs after nextest's install has ended; then those two side by
+# side, each filling what the other leaves idle (a link on one core, the single-threaded
+# fuzz runs): one after the other they outlasted the tests by the fuzz build (session 29's
+# fresh-clone run: fuzz-short started as the tests ended). Their output goes to SIDE_LOG,
+# printed when both have ended; either failing fails the step. (`-o deps`: made already.)
 SIDE_CHECKS := arm64-unit lint fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
+side-checks: arm64-unit
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint fuzz-short
 suites-and-side-checks: deps fetch
-	@./scripts/background.sh $(MAKE) --no-print-directory $(SIDE_CHECKS) >"$(SIDE_LOG)" 2>&1 & side=$$!; \
+	@./scripts/background.sh $(MAKE) --no-print-directory side-checks >"$(SIDE_LOG)" 2>&1 & side=$$!; \
 	$(MAKE) --no-print-directory -o deps prepare kube-smoke suites; unit=$$?; \
 	wait $$side; side=$$?; \
 	echo "== make $(SIDE_CHECKS), run beside the tests ($(SIDE_LOG)):"; cat "$(SIDE_LOG)"; \

@@ -73,8 +73,8 @@ agent_args=()
 if [[ " $* " == *" --agent-update "* ]]; then
     # The demo's agent v2 is this tree built at another version (INPLACE_AGENT_VERSION, the
     # version inplace_agent::build_version reports), in a target directory of its own so
-    # that the v1 agent above stays as it is. A first
-    # build compiles the agent's dependencies again (release; minutes).
+    # that the v1 agent above stays as it is. A first build compiles the agent's
+    # dependencies again (release; minutes).
     v1=$("$target/release/inplace-agent" --version | cut -d' ' -f2)
     # One patch above v1, pre-release next.2 (inplace_tests::agent_images::next_version): an
     # update must be above the running version, or the nodes refuse it as a downgrade.

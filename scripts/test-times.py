@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where a `make test` run's time went: the steps scripts/timed.sh logged (wall and CPU
 seconds), then the slowest tests and the suites (a test binary, or a module of a package's
-integration binary) by their summed time, from nextest's JUnit file. usage: test-times.py STEPS_TSV [JUNIT_XML]"""
+integration binary) by their summed time, from nextest's JUnit file.
+usage: test-times.py STEPS_TSV [JUNIT_XML]"""
 
 import collections
 import os

@@ -31,10 +31,10 @@ const COMPILED_VERSION: &str = match option_env!("INPLACE_AGENT_VERSION") {
 /// (`inplace_tests::agent_images::stamp_version`), where compiling the agent again per
 /// version cost each node test about 90 s (docs/development/testing.md § Where the time
 /// goes).
-pub const VERSION_STAMP_MARK: &[u8] = b"inplace-agent version stamp:";
+const VERSION_STAMP_MARK: &[u8] = b"inplace-agent version stamp:";
 
 /// Room for the version after the mark; unused bytes are NUL.
-pub const VERSION_STAMP_ROOM: usize = 64;
+const VERSION_STAMP_ROOM: usize = 64;
 
 static VERSION_STAMP: [u8; VERSION_STAMP_MARK.len() + VERSION_STAMP_ROOM] =
     version_stamp(COMPILED_VERSION);
