@@ -55,9 +55,9 @@ enum Command {
         /// How many nodes.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
-        /// The nodes' first kubelet (default: the oldest built release).
-        #[arg(long, value_name = "RELEASE")]
-        kubelet: Option<String>,
+        /// The nodes' first kubelet (the oldest built release unless named).
+        #[arg(long, value_name = "RELEASE", default_value = KUBELET_RELEASES[0])]
+        kubelet: String,
         /// Leave the controller out (run your own against DIR/admin.kubeconfig).
         #[arg(long)]
         no_controller: bool,
@@ -93,10 +93,7 @@ async fn main() -> anyhow::Result<()> {
             nodes,
             kubelet,
             no_controller,
-        } => {
-            let kubelet = kubelet.unwrap_or_else(|| KUBELET_RELEASES[0].to_owned());
-            serve_cluster(&dir, nodes, kubelet, !no_controller).await?
-        }
+        } => serve_cluster(&dir, nodes, kubelet, !no_controller).await?,
     }
     Ok(())
 }
