@@ -1,10 +1,11 @@
 //! Health checks after activation: every unit active and not restarted, every HTTP check
 //! answering 2xx, the Node reporting the expected kubelet version and `Ready` — all of them,
 //! uninterrupted, for the whole window, before the timeout. Sampled every interval; the
-//! Node is read once per sample for both Node checks.
+//! Node is read once per sample for both Node checks, and counts only when the kubelet
+//! running now posted it.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use inplace_proto::{HealthChecks, Reason};
@@ -12,6 +13,12 @@ use tokio::time::Instant;
 
 use crate::journal::Failure;
 use crate::systemd::{SystemdManager, UnitState};
+
+/// The unit that runs the kubelet. A Node's status posted before it last started was
+/// posted by the kubelet before it (the one a restart or a reboot replaced), and says
+/// nothing of the one that runs: the Node checks wait for the running kubelet's own. A
+/// node without this unit (a kubelet run otherwise) has its Node checks read as they are.
+pub const KUBELET_UNIT: &str = "kubelet.service";
 
 /// Checks that need the network or the API server.
 #[async_trait]
@@ -40,6 +47,8 @@ pub struct ReadyCondition {
     pub reason: String,
     /// Why, in words; may be empty.
     pub message: String,
+    /// `lastHeartbeatTime`: when the kubelet last posted the Node's status (whole seconds).
+    pub last_heartbeat: Option<SystemTime>,
 }
 
 impl NodeReport {
@@ -59,8 +68,26 @@ impl NodeReport {
                     status: c.status,
                     reason: c.reason.unwrap_or_default(),
                     message: c.message.unwrap_or_default(),
+                    last_heartbeat: c.last_heartbeat_time.map(|t| SystemTime::from(t.0)),
                 }),
         }
+    }
+
+    /// Whether the kubelet that started at `kubelet_started` posted this status. The
+    /// heartbeat the kubelet stamps on every status it posts has whole seconds, so it counts
+    /// from the first whole second after the start: a status stamped with the second the
+    /// kubelet started in may be its predecessor's (a fresh kubelet posts again within
+    /// seconds, as its `Ready` changes).
+    fn posted_since(&self, kubelet_started: SystemTime) -> bool {
+        let whole_second_after = |t: SystemTime| {
+            let since_epoch = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+            since_epoch.as_secs() + u64::from(since_epoch.subsec_nanos() > 0)
+        };
+        let heartbeat = self.ready.as_ref().and_then(|r| r.last_heartbeat);
+        heartbeat.is_some_and(|h| {
+            h.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+                >= whole_second_after(kubelet_started)
+        })
     }
 }
 
@@ -225,6 +252,7 @@ async fn sample<'a>(
     units: &mut UnitWatch<'a>,
 ) -> Sample {
     let mut problem = None;
+    let mut kubelet = None;
     for unit in plan.units {
         let state = match systemd.unit_state(unit).await {
             Ok(state) => state,
@@ -234,6 +262,9 @@ async fn sample<'a>(
             }
         };
         units.count_restarts(unit, &state);
+        if unit == KUBELET_UNIT {
+            kubelet = Some(state.clone());
+        }
         if state.active_state == "failed" {
             return Sample::Fatal(format!("{unit} failed ({})", state.sub_state));
         }
@@ -264,10 +295,18 @@ async fn sample<'a>(
             problem.get_or_insert(format!("HTTP check {url}: {e}"));
         }
     }
-    if (plan.kubelet_version.is_some() || plan.node_ready)
-        && let Some(p) = node_problem(plan, probes.node_status().await)
-    {
-        problem.get_or_insert(p);
+    if plan.kubelet_version.is_some() || plan.node_ready {
+        let kubelet = match kubelet {
+            Some(state) => Ok(state),
+            None => systemd.unit_state(KUBELET_UNIT).await,
+        };
+        let node_problem = match kubelet {
+            Ok(kubelet) => node_problem(plan, probes.node_status().await, kubelet.active_since()),
+            Err(e) => Some(format!("when {KUBELET_UNIT} started: {e}")),
+        };
+        if let Some(p) = node_problem {
+            problem.get_or_insert(p);
+        }
     }
     match problem {
         None => Sample::Healthy,
@@ -275,9 +314,14 @@ async fn sample<'a>(
     }
 }
 
-/// What is wrong with the Node as `read`, for the Node checks the plan has; the kubelet
-/// version first, because a wrong version says more than the `Ready` of a kubelet.
-fn node_problem(plan: &Plan<'_>, read: Result<NodeReport, String>) -> Option<String> {
+/// What is wrong with the Node as `read`, for the Node checks the plan has, when the kubelet
+/// running now started at `kubelet_started`; the kubelet version first, because a wrong
+/// version says more than the `Ready` of a kubelet, then whether that kubelet posted it.
+fn node_problem(
+    plan: &Plan<'_>,
+    read: Result<NodeReport, String>,
+    kubelet_started: Option<SystemTime>,
+) -> Option<String> {
     let node = match read {
         Ok(node) => node,
         Err(e) => return Some(format!("cannot read the Node: {e}")),
@@ -289,6 +333,11 @@ fn node_problem(plan: &Plan<'_>, read: Result<NodeReport, String>) -> Option<Str
             None => return Some("the node reports no kubelet version".into()),
         }
     }
+    if let Some(started) = kubelet_started
+        && !node.posted_since(started)
+    {
+        return Some(stale_status(&node, started));
+    }
     if !plan.node_ready {
         return None;
     }
@@ -296,6 +345,25 @@ fn node_problem(plan: &Plan<'_>, read: Result<NodeReport, String>) -> Option<Str
         Some(ready) if ready.status == "True" => None,
         Some(ready) => Some(format!("the Node is not Ready ({})", ready_detail(&ready))),
         None => Some("the Node has no Ready condition".into()),
+    }
+}
+
+/// Why a Node status posted before the running kubelet started is not counted.
+fn stale_status(node: &NodeReport, kubelet_started: SystemTime) -> String {
+    let at = |t: SystemTime, precision| {
+        chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(precision, true)
+    };
+    let started = at(kubelet_started, chrono::SecondsFormat::Millis);
+    match node.ready.as_ref().and_then(|r| r.last_heartbeat) {
+        Some(heartbeat) => format!(
+            "the Node's status was posted at {} (its Ready heartbeat), before {KUBELET_UNIT} \
+             started at {started}: waiting for the running kubelet to post its own",
+            at(heartbeat, chrono::SecondsFormat::Secs)
+        ),
+        None => format!(
+            "the Node's Ready condition has no heartbeat to show it was posted after \
+             {KUBELET_UNIT} started at {started}"
+        ),
     }
 }
 

@@ -32,7 +32,7 @@ use zbus_systemd::systemd1::{ManagerProxy, ServiceProxy, UnitProxy};
 use zbus_systemd::zbus;
 
 /// What health checks read about a unit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnitState {
     /// `active`, `activating`, `failed`, ...
     pub active_state: String,
@@ -42,6 +42,10 @@ pub struct UnitState {
     pub n_restarts: Option<u32>,
     /// When the unit last entered the active state (CLOCK_MONOTONIC, µs).
     pub active_enter_monotonic: u64,
+    /// The same instant by the wall clock (CLOCK_REALTIME, µs since the epoch; 0 when the
+    /// unit never entered it, as for a unit that is not loaded): what a Node's status,
+    /// stamped by the node's clock, is compared with.
+    pub active_enter_realtime: u64,
     /// The unit's current `InvocationID` (hex; empty when it never ran): a new one for
     /// every start.
     pub invocation_id: String,
@@ -54,6 +58,14 @@ impl UnitState {
     pub fn started_since(&self, before: &UnitState) -> bool {
         (!self.invocation_id.is_empty() && self.invocation_id != before.invocation_id)
             || self.active_enter_monotonic > before.active_enter_monotonic
+    }
+
+    /// When the unit last entered the active state, by the wall clock; `None` when it never
+    /// did.
+    pub fn active_since(&self) -> Option<std::time::SystemTime> {
+        (self.active_enter_realtime != 0).then(|| {
+            std::time::UNIX_EPOCH + std::time::Duration::from_micros(self.active_enter_realtime)
+        })
     }
 }
 
@@ -307,6 +319,7 @@ impl SystemdManager for DbusSystemd {
             sub_state: unit_proxy.sub_state().await?,
             n_restarts,
             active_enter_monotonic: unit_proxy.active_enter_timestamp_monotonic().await?,
+            active_enter_realtime: unit_proxy.active_enter_timestamp().await?,
             invocation_id: hex::encode(unit_proxy.invocation_id().await?),
         })
     }

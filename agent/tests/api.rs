@@ -262,7 +262,8 @@ async fn real_probes_read_the_nodes_kubelet_version_and_ready() {
         "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
         "osImage": "", "systemUUID": ""},
         "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
-            "message": "container runtime network not ready"}]}});
+            "message": "container runtime network not ready",
+            "lastHeartbeatTime": "2026-11-30T03:40:05Z"}]}});
     nodes
         .patch_status(NODE, &PatchParams::default(), &Patch::Merge(&status))
         .await
@@ -281,6 +282,7 @@ async fn real_probes_read_the_nodes_kubelet_version_and_ready() {
             status: "False".into(),
             reason: "KubeletNotReady".into(),
             message: "container runtime network not ready".into(),
+            last_heartbeat: Some(std::time::UNIX_EPOCH + Duration::from_secs(1_796_010_005)),
         })
     );
     // The Node authorizer lets a kubelet identity read its own Node only.

@@ -422,14 +422,14 @@ pub struct HealthChecks {
     pub http: Vec<HttpCheck>,
 
     /// Require the Node object to report `status.nodeInfo.kubeletVersion` equal to
-    /// `kubernetesVersion`.
+    /// `kubernetesVersion`, in a status posted after `kubelet.service` last started.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub node_kubelet_version: bool,
 
     /// Require the Node object's `Ready` condition to be `True`, as the API server has it.
-    /// Together with `nodeKubeletVersion` it means the new kubelet reported the Node Ready.
-    /// Alone it may be passed by the `Ready` the old kubelet posted, until the new kubelet
-    /// or the node lifecycle controller changes it.
+    /// Like `nodeKubeletVersion`, it counts only a status posted after `kubelet.service`
+    /// last started (the condition's `lastHeartbeatTime`), never the one the kubelet before a
+    /// restart or a reboot left. Together they mean the new kubelet reported the Node Ready.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub node_ready: bool,
 

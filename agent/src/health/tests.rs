@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use inplace_proto::Reason;
@@ -50,11 +50,29 @@ impl Probes for ScriptedNode {
     }
 }
 
-/// One service's states, one per read, in order; the last one repeats. Plans that check no
-/// unit get none: systemd is never asked.
+/// One service's states, one per read, in order; the last one repeats. Without any, every
+/// unit is one systemd has not loaded (never active): a node without a kubelet unit.
 #[derive(Default)]
 struct ScriptedUnit {
     states: Mutex<VecDeque<UnitState>>,
+}
+
+impl ScriptedUnit {
+    /// The kubelet's unit, running since `started` (the wall clock).
+    fn kubelet_started(started: SystemTime) -> Self {
+        let micros = started.duration_since(UNIX_EPOCH).unwrap().as_micros();
+        let state = UnitState {
+            active_state: "active".into(),
+            sub_state: "running".into(),
+            n_restarts: Some(0),
+            active_enter_monotonic: 1,
+            active_enter_realtime: u64::try_from(micros).unwrap(),
+            invocation_id: "1".repeat(32),
+        };
+        ScriptedUnit {
+            states: Mutex::new([state].into()),
+        }
+    }
 }
 
 #[async_trait]
@@ -87,7 +105,11 @@ impl SystemdManager for ScriptedUnit {
         if states.len() > 1 {
             Ok(states.pop_front().unwrap())
         } else {
-            Ok(states.front().cloned().expect("a scripted state"))
+            Ok(states.front().cloned().unwrap_or(UnitState {
+                active_state: "inactive".into(),
+                sub_state: "dead".into(),
+                ..UnitState::default()
+            }))
         }
     }
 }
@@ -99,6 +121,7 @@ fn node(version: Option<&str>, ready: Option<(&str, &str, &str)>) -> Result<Node
             status: status.into(),
             reason: reason.into(),
             message: message.into(),
+            last_heartbeat: None,
         }),
     })
 }
@@ -123,10 +146,20 @@ fn plan(kubelet_version: Option<&'static str>, node_ready: bool) -> Plan<'static
     }
 }
 
-/// Runs the checks on a paused clock; the failure's message, or `None` when they passed.
+/// Runs the checks on a paused clock, on a node without a kubelet unit; the failure's
+/// message, or `None` when they passed.
 async fn run(plan: &Plan<'_>, probes: &ScriptedNode) -> Option<String> {
+    run_beside(plan, &ScriptedUnit::default(), probes).await
+}
+
+/// [`run`] with the units of `systemd`.
+async fn run_beside(
+    plan: &Plan<'_>,
+    systemd: &ScriptedUnit,
+    probes: &ScriptedNode,
+) -> Option<String> {
     let progress = |_line: String| {};
-    match verify(plan, &ScriptedUnit::default(), probes, &progress).await {
+    match verify(plan, systemd, probes, &progress).await {
         Ok(()) => None,
         Err(failure) => {
             assert_eq!(failure.reason, Reason::HealthCheckFailed);
@@ -280,7 +313,8 @@ fn node_report_of_a_node_object() {
             "conditions": [
                 {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
                 {"type": "Ready", "status": "False", "reason": "KubeletNotReady",
-                 "message": "container runtime network not ready"},
+                 "message": "container runtime network not ready",
+                 "lastHeartbeatTime": "2026-11-30T03:40:05Z"},
             ],
         },
     }))
@@ -293,6 +327,7 @@ fn node_report_of_a_node_object() {
                 status: "False".into(),
                 reason: "KubeletNotReady".into(),
                 message: "container runtime network not ready".into(),
+                last_heartbeat: Some(UNIX_EPOCH + Duration::from_secs(1_796_010_005)),
             }),
         }
     );
@@ -313,6 +348,7 @@ async fn a_crash_looping_unit_is_named_whatever_the_last_sample_saw() {
         sub_state: sub.into(),
         n_restarts: Some(restarts),
         active_enter_monotonic: u64::from(restarts),
+        active_enter_realtime: 0,
         invocation_id: format!("{restarts:032x}"),
     };
     // Down and up in turns, 14 restarts in all (0 to 14); the last reads find it up.
@@ -346,5 +382,71 @@ async fn a_crash_looping_unit_is_named_whatever_the_last_sample_saw() {
         ),
         "{}",
         failure.message
+    );
+}
+
+/// 2026-11-30T03:40:03.250Z, when the kubelet of the tests below started.
+fn kubelet_start() -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(1_796_010_003_250)
+}
+
+/// A Ready Node on [`VERSION`] whose status the kubelet posted at `heartbeat` (seconds since
+/// the epoch).
+fn ready_posted_at(heartbeat: u64) -> Result<NodeReport, String> {
+    let mut report = ready()?;
+    if let Some(ready) = report.ready.as_mut() {
+        ready.last_heartbeat = Some(UNIX_EPOCH + Duration::from_secs(heartbeat));
+    }
+    Ok(report)
+}
+
+/// A kubelet restarted into flags it refuses, at the same version: the Node still shows the
+/// status the kubelet before it posted, `Ready` on the expected version, until the node
+/// lifecycle controller notices, 40 s or more later. Before, a plan with the Node checks
+/// alone passed its window on that status and committed the broken kubelet (the demo's
+/// broken release did, in a fresh clone's run of 348079f).
+#[tokio::test(start_paused = true)]
+async fn a_status_posted_before_the_kubelet_started_is_not_counted() {
+    let systemd = ScriptedUnit::kubelet_started(kubelet_start());
+    for (case, plan) in [
+        ("both Node checks", plan(Some(VERSION), true)),
+        ("the version alone", plan(Some(VERSION), false)),
+        ("Ready alone", plan(None, true)),
+    ] {
+        let probes = ScriptedNode::new([ready_posted_at(1_796_010_002)]);
+        let message = run_beside(&plan, &systemd, &probes).await.expect(case);
+        assert!(
+            message.ends_with(
+                "the Node's status was posted at 2026-11-30T03:40:02Z (its Ready heartbeat), \
+                 before kubelet.service started at 2026-11-30T03:40:03.250Z: waiting for the \
+                 running kubelet to post its own"
+            ),
+            "{case}: {message}"
+        );
+    }
+    let no_heartbeat = ScriptedNode::new([ready()]);
+    let message = run_beside(&plan(None, true), &systemd, &no_heartbeat).await;
+    assert!(message.is_some_and(|m| m.ends_with(
+        "the Node's Ready condition has no heartbeat to show it was posted after \
+             kubelet.service started at 2026-11-30T03:40:03.250Z"
+    )),);
+}
+
+/// The heartbeat has whole seconds: one stamped with the second the kubelet started in may
+/// be its predecessor's, so the window starts with the next post.
+#[tokio::test(start_paused = true)]
+async fn the_running_kubelets_own_status_counts_from_the_second_after_its_start() {
+    let systemd = ScriptedUnit::kubelet_started(kubelet_start());
+    let same_second = std::iter::repeat_n(ready_posted_at(1_796_010_003), 4);
+    let probes = ScriptedNode::new(same_second.chain([ready_posted_at(1_796_010_004)]));
+    let start = tokio::time::Instant::now();
+    assert_eq!(
+        run_beside(&plan(Some(VERSION), true), &systemd, &probes).await,
+        None
+    );
+    assert!(
+        start.elapsed() >= Duration::from_secs(14),
+        "the window began with the fifth sample: passed after {:?}",
+        start.elapsed()
     );
 }

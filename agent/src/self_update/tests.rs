@@ -132,6 +132,7 @@ impl SystemdManager for RecordingSystemd {
             sub_state: "auto-restart".into(),
             n_restarts: Some(7),
             active_enter_monotonic: 0,
+            active_enter_realtime: 0,
             invocation_id: String::new(),
         })
     }

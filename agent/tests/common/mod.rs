@@ -312,6 +312,7 @@ impl SystemdManager for FakeSystemd {
                 sub_state: "dead".into(),
                 n_restarts: None,
                 active_enter_monotonic: 0,
+                active_enter_realtime: 0,
                 invocation_id: String::new(),
             });
         }
@@ -324,6 +325,9 @@ impl SystemdManager for FakeSystemd {
             } else {
                 0
             },
+            // No wall-clock start: the Node reports of these flows carry no heartbeat to
+            // compare with (health::tests has the kubelet's start against them).
+            active_enter_realtime: 0,
             invocation_id: self
                 .invocations
                 .lock()
@@ -351,12 +355,14 @@ impl Probes for FakeProbes {
                 status: "False".into(),
                 reason: "KubeletNotReady".into(),
                 message: "container runtime network not ready".into(),
+                last_heartbeat: None,
             }
         } else {
             ReadyCondition {
                 status: "True".into(),
                 reason: "KubeletReady".into(),
                 message: "kubelet is posting ready status".into(),
+                last_heartbeat: None,
             }
         };
         Ok(NodeReport {

@@ -1,6 +1,7 @@
 //! The agent's first kubelet update on a real Kubernetes node (test bed 5): the real kubelet
 //! v1.36.1 merged at boot by `systemd-sysext.service`, containerd, and a Pod. v1.36.3 commits
-//! and the Node reports it; a v1.36.3 whose kubelet refuses its flags rolls back; a kubelet
+//! and the Node reports it; a v1.36.3 whose kubelet refuses its flags rolls back, also when
+//! only the Node is checked (the Node still shows the status of the kubelet before); a kubelet
 //! whose restart starts nothing fails its activation without any health check. Then a
 //! `Config` artifact sets the kubelet's `maxPods` without a reboot and the Node's capacity
 //! shows it; a config the kubelet cannot decode rolls back to the previous file
@@ -20,7 +21,6 @@ use inplace_tests::kube_node::config::KUBELET_CONFIG_PATH;
 use inplace_tests::kube_node::workload::RunningContainer;
 use inplace_tests::kube_node::{self, KubeletImage};
 use inplace_tests::sysext::{SysextImage, sha256_hex};
-use kube::api::PostParams;
 use serde_json::json;
 
 use super::{readlink, revision, run};
@@ -108,18 +108,36 @@ async fn first_update_of_a_real_kubelet_merged_at_boot_commits_rolls_back_and_ke
     bed.assert_runs(&v2_stored, NEWER, "after refuses to start")
         .await;
 
+    // The same broken kubelet checked by the Node alone: the Node goes on showing the status
+    // the kubelet before it posted (Ready, on the same version) until the node lifecycle
+    // controller notices; only a status the restarted kubelet posted counts. The spec is
+    // replaced whole, so that none of the checks before stays.
+    let (artifact, _) = bed.sysext(&refuses);
+    let node_checks = json!({"nodeKubeletVersion": true, "nodeReady": true,
+        "window": "3s", "timeout": "20s"});
+    let mut p3_by_the_node = bed.node.plan(vec![artifact], node_checks);
+    p3_by_the_node.spec.content.kubernetes_version = Some(NEWER.into());
+    bed.node.replace_spec(&p3_by_the_node).await;
+    let label = "refuses, Node checks alone";
+    bed.node
+        .wait_final(Phase::RolledBack, &revision(&p3_by_the_node), label)
+        .await;
+    let (reason, message) = bed.node.ready().await;
+    assert_eq!(reason, "RolledBack", "{message}");
+    assert!(
+        message.contains("HealthCheckFailed")
+            && message.contains("before kubelet.service started at"),
+        "{message}"
+    );
+    bed.assert_runs(&v2_stored, NEWER, "after refuses, Node checks alone")
+        .await;
+
     // A kubelet whose restart starts nothing, in a plan with no health check at all: the
     // spec is replaced whole, so that none of the checks before stays.
     let never = bed.image(NEWER, KubeletImage::NeverStarts).await;
     let (artifact, _) = bed.sysext(&never);
     let p4 = bed.node.plan(vec![artifact], json!({}));
-    let mut current = bed.node.api.get(bed.node.name()).await.unwrap();
-    current.spec = p4.spec.clone();
-    bed.node
-        .api
-        .replace(bed.node.name(), &PostParams::default(), &current)
-        .await
-        .unwrap();
+    bed.node.replace_spec(&p4).await;
     bed.node
         .wait_final(Phase::RolledBack, &revision(&p4), "never starts")
         .await;

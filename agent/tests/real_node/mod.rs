@@ -105,7 +105,8 @@ impl AgentNode {
         .unwrap()
     }
 
-    /// Creates the node's plan with `plan`'s spec, or replaces the spec of the one there.
+    /// Creates the node's plan with `plan`'s spec, or merges `plan`'s spec into the one
+    /// there (a field `plan` leaves out keeps its value: [`AgentNode::replace_spec`] drops it).
     pub async fn apply(&self, plan: &NodeUpdatePlan) {
         if self.api.get_opt(self.name()).await.unwrap().is_none() {
             self.api.create(&PostParams::default(), plan).await.unwrap();
@@ -114,6 +115,21 @@ impl AgentNode {
         let patch = serde_json::json!({"spec": plan.spec});
         self.api
             .patch(self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Replaces the spec of the node's plan with `plan`'s, whole: none of the health checks
+    /// or settings of the spec before stays.
+    pub async fn replace_spec(&self, plan: &NodeUpdatePlan) {
+        let replace = serde_json::json!([{"op": "replace", "path": "/spec", "value": plan.spec}]);
+        let patch: json_patch::Patch = serde_json::from_value(replace).unwrap();
+        self.api
+            .patch(
+                self.name(),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
             .await
             .unwrap();
     }

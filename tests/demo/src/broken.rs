@@ -11,9 +11,7 @@ use kubectl_inplace::render;
 use serde_json::json;
 
 use crate::concurrency::Concurrency;
-use crate::fleet::{
-    BROKEN_HEALTH_TIMEOUT, BROKEN_HEALTH_WINDOW_SECONDS, BROKEN_RELEASE, Demo, ROLLOUT, V2, step,
-};
+use crate::fleet::{BROKEN_HEALTH_TIMEOUT, BROKEN_RELEASE, Demo, ROLLOUT, V2, step};
 use crate::follow::{Ending, Stage, follow, print_limits, the_halt};
 use crate::kubelet::release;
 use crate::nodes::node_sh;
@@ -41,7 +39,7 @@ pub(crate) async fn roll_out_broken_v3(
                 BROKEN_RELEASE,
                 V2,
                 image,
-                BROKEN_HEALTH_WINDOW_SECONDS.max(demo.args.health_window),
+                demo.args.health_window,
                 BROKEN_HEALTH_TIMEOUT,
             )?,
         )

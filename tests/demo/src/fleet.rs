@@ -38,12 +38,6 @@ pub(crate) const BROKEN_RELEASE: &str = "kubelet-broken";
 /// shorter one keeps the demo short.
 pub(crate) const HEALTH_TIMEOUT: &str = "3m";
 pub(crate) const BROKEN_HEALTH_TIMEOUT: &str = "45s";
-/// The broken release's health window, at least: V2's kubelet again, so its Node already
-/// reports that version and stays `Ready` until its lease runs out; only the unit's crash
-/// loop shows the breakage, and a kubelet slow to load and refuse its flags on a loaded
-/// machine (an 80 MB binary from a just-merged image) lived through a 3 s window and was
-/// committed.
-pub(crate) const BROKEN_HEALTH_WINDOW_SECONDS: u64 = 15;
 /// The rollouts' `maxUnavailable` after the setup, which the demo checks from outside.
 pub(crate) const MAX_UNAVAILABLE: usize = 1;
 /// The NodeRollout's name.

@@ -240,7 +240,7 @@ pub(super) fn kubelet_note(content: &UpdateContent) -> String {
         .activation
         .restart_units
         .iter()
-        .any(|u| u.as_str() == "kubelet.service");
+        .any(|u| u.as_str() == crate::health::KUBELET_UNIT);
     if !restarts_kubelet {
         return String::new();
     }
