@@ -1313,6 +1313,11 @@ async fn streaming_list_watch_sends_initial_events_then_changes(backend: Backend
             .await
             .unwrap();
     }
+    // kube-rs opens the streaming list at resourceVersion "0": any freshness, so the real
+    // server answers from its watch cache, which may not have the second create yet (a
+    // loaded run saw only w1 before the initial events ended; the watch then brings w2 as
+    // an ordinary event). A consistent list first waits until the cache has both.
+    api.list(&ListParams::default()).await.unwrap();
     let cfg = watcher::Config::default().streaming_lists();
     let mut stream = watcher::watcher(api.clone(), cfg).boxed();
     let mut init = Vec::new();
