@@ -74,20 +74,16 @@ impl NodeReport {
     }
 
     /// Whether the kubelet that started at `kubelet_started` posted this status. The
-    /// heartbeat the kubelet stamps on every status it posts has whole seconds, so it counts
-    /// from the first whole second after the start: a status stamped with the second the
-    /// kubelet started in may be its predecessor's (a fresh kubelet posts again within
-    /// seconds, as its `Ready` changes).
+    /// heartbeat the kubelet stamps on every status it posts has whole seconds, so a status
+    /// stamped with the second the kubelet started in counts: a started kubelet posts its
+    /// status at once, often within that second, and then only when it changes or every
+    /// five minutes (`nodeStatusReportFrequency`), so a later second may not come within
+    /// a health timeout. The kubelet before it posts on the same schedule, so that its last
+    /// status falls in that second is rare.
     fn posted_since(&self, kubelet_started: SystemTime) -> bool {
-        let whole_second_after = |t: SystemTime| {
-            let since_epoch = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-            since_epoch.as_secs() + u64::from(since_epoch.subsec_nanos() > 0)
-        };
+        let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         let heartbeat = self.ready.as_ref().and_then(|r| r.last_heartbeat);
-        heartbeat.is_some_and(|h| {
-            h.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
-                >= whole_second_after(kubelet_started)
-        })
+        heartbeat.is_some_and(|h| seconds(h) >= seconds(kubelet_started))
     }
 }
 
