@@ -34,14 +34,7 @@ pub(crate) async fn roll_out_broken_v3(
     releases
         .create(
             &PostParams::default(),
-            &release(
-                demo.server,
-                BROKEN_RELEASE,
-                V2,
-                image,
-                demo.args.health_window,
-                BROKEN_HEALTH_TIMEOUT,
-            )?,
+            &release(demo, BROKEN_RELEASE, V2, image, BROKEN_HEALTH_TIMEOUT)?,
         )
         .await
         .with_context(|| format!("creating NodeRelease {BROKEN_RELEASE}"))?;

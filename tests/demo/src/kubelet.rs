@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use inplace_proto::{NodeRelease, NodeRollout};
-use inplace_tests::artifact_server::ArtifactServer;
 use inplace_tests::fixtures::ReleaseFixture;
 use inplace_tests::kube_node::wait_node_ready;
 use inplace_tests::sysext::SysextImage;
@@ -142,8 +141,7 @@ async fn create_release(
     version: &str,
     image: &SysextImage,
 ) -> anyhow::Result<()> {
-    let window = demo.args.health_window;
-    let value = release(demo.server, name, version, image, window, HEALTH_TIMEOUT)?;
+    let value = release(demo, name, version, image, HEALTH_TIMEOUT)?;
     Api::<NodeRelease>::all(demo.client.clone())
         .create(&PostParams::default(), &value)
         .await
@@ -152,21 +150,20 @@ async fn create_release(
 }
 
 pub(crate) fn release(
-    server: &ArtifactServer,
+    demo: &Demo<'_>,
     name: &str,
     version: &str,
     image: &SysextImage,
-    window_seconds: u64,
     timeout: &str,
 ) -> anyhow::Result<NodeRelease> {
-    let url = server.url(&crate::setup::image_path(image));
+    let url = demo.server.url(&crate::setup::image_path(image));
     ReleaseFixture::kubelet(name, version, version)
         .label(DEMO_LABEL, "true")
         .kubernetes_sysext(&url, &image.sha256, Some(image.size))
         // The real kubelet's own report: its Node Ready on the new version.
         .node_kubelet_version()
         .node_ready()
-        .checked_for(&format!("{window_seconds}s"), timeout)
+        .checked_for(&format!("{}s", demo.args.health_window), timeout)
         .object()
         .with_context(|| format!("NodeRelease {name}"))
 }
