@@ -902,8 +902,9 @@ async fn binary_and_archive_artifacts_install_roll_back_and_resume_on_a_real_nod
     assert_kubelet_runs(&bed, &images, "v1.32.2", "v5").await;
 
     // The Node object must report the plan's kubelet version. The API says v1.32.2
-    // (written by the test in the kubelet's place): a plan expecting v1.33.0 rolls back
-    // after its timeout, one expecting v1.32.2 commits.
+    // (written by the test in the kubelet's place, with the Ready heartbeat a kubelet posts
+    // every few seconds, so that it is newer than kubelet.service's start): a plan expecting
+    // v1.33.0 rolls back after its timeout, one expecting v1.32.2 commits.
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
         kube::Api::all(bed.test_api.client().await.unwrap());
     let node_object = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
@@ -921,6 +922,7 @@ async fn binary_and_archive_artifacts_install_roll_back_and_resume_on_a_real_nod
         .patch_status(bed.name(), &PatchParams::default(), &Patch::Merge(&info))
         .await
         .unwrap();
+    let heartbeat = tokio::spawn(post_ready_heartbeats(nodes, bed.name().to_owned()));
     let expecting = |version: &str, timeout: &str| {
         let mut plan = plans.plan(
             vec![kubelet_v5.clone(), plans.kubectl("v5"), plans.crictl("v3")],
@@ -950,8 +952,24 @@ async fn binary_and_archive_artifacts_install_roll_back_and_resume_on_a_real_nod
         "kubelet version match",
     )
     .await;
+    heartbeat.abort();
 
     bed.node.poweroff().await.unwrap();
+}
+
+/// Posts the Node's Ready condition every second, stamped with the time, as the stand-in
+/// kubelet (which does not talk to the API server) would if it were a real one.
+async fn post_ready_heartbeats(nodes: kube::Api<k8s_openapi::api::core::v1::Node>, name: String) {
+    loop {
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+            "reason": "KubeletReady", "lastHeartbeatTime": now}]}});
+        nodes
+            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(ready))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Issue 18: a download survives the agent's death. The agent is killed (SIGKILL) in the
