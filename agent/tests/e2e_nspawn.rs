@@ -70,7 +70,7 @@ impl Images {
     async fn for_suite(dir: &Path, suite: Suite) -> Images {
         Images {
             fake_kubelet: real_node::fake_kubelet_binary().await,
-            port: real_node::free_port(),
+            port: inplace_tests::ports::free_port().unwrap(),
             dir: dir.to_owned(),
             suite,
         }

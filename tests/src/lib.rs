@@ -36,6 +36,7 @@ pub mod metrics_guide;
 pub mod module_maps;
 pub mod nspawn;
 pub mod plans;
+pub mod ports;
 pub mod prereq;
 pub mod registry;
 pub mod sim_agent;

@@ -8,10 +8,7 @@ use tokio::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_fake-kubelet");
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+    inplace_tests::ports::free_port().expect("free port")
 }
 
 fn config_file(dir: &tempfile::TempDir, cfg: &FakeKubeletConfig) -> String {

@@ -354,13 +354,3 @@ pub async fn fake_kubelet_binary() -> PathBuf {
         .unwrap()
         .expect("the fake kubelet builds")
 }
-
-/// A free TCP port on 127.0.0.1 for a stand-in kubelet: nodes share the host's network,
-/// so kubelets of concurrent tests must not all listen on 10248.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}

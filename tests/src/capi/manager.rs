@@ -87,9 +87,9 @@ impl CapiManager {
             .prefix("inplace-capi-manager-")
             .tempdir()
             .context("creating the manager's directory")?;
-        let webhook_port = crate::kube_node::free_port()?;
-        let health_port = crate::kube_node::free_port()?;
-        let diagnostics_port = crate::kube_node::free_port()?;
+        let webhook_port = crate::ports::free_port()?;
+        let health_port = crate::ports::free_port()?;
+        let diagnostics_port = crate::ports::free_port()?;
         let certs = dir.path().join("certs");
         server.issue_serving_cert(&certs, &["127.0.0.1", "localhost"])?;
         let webhook = Webhook {

@@ -19,7 +19,6 @@ use k8s_openapi::api::core::v1::Node as NodeObject;
 pub use cluster::{ClusterOptions, KubeCluster};
 pub use config::KubeletPorts;
 pub use kubelet::{KUBELET_RELEASES, KubeletImage, kubelet_binary, kubelet_sysext, node_images};
-pub(crate) use node::free_port;
 pub use node::{KubeNode, KubeNodeConfig, healthz_ok};
 
 use crate::{Error, Result};

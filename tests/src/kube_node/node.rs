@@ -37,8 +37,8 @@ impl KubeNodeConfig {
     /// Free loopback ports for a node's kubelet.
     pub fn free_ports() -> Result<KubeletPorts> {
         Ok(KubeletPorts {
-            api: free_port()?,
-            healthz: free_port()?,
+            api: crate::ports::free_port()?,
+            healthz: crate::ports::free_port()?,
         })
     }
 
@@ -210,28 +210,6 @@ pub async fn healthz_ok(port: u16) -> bool {
         .ok()
         .flatten()
         .unwrap_or(false)
-}
-
-/// Ports for servers the bed starts (kubelets, Cluster API's manager) come from below the
-/// kernel's ephemeral range (32768-60999 here): such a server binds its ports seconds after
-/// they were chosen, and a port the kernel hands out for
-/// `bind(0)` meanwhile (an etcd of another test takes its ports that way) would collide.
-const KUBELET_PORTS: std::ops::Range<u16> = 20_000..32_000;
-
-/// A port of [`KUBELET_PORTS`] free now, tried from a point that differs per process and call.
-pub(crate) fn free_port() -> Result<u16> {
-    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let span = u32::from(KUBELET_PORTS.end - KUBELET_PORTS.start);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let start = (std::process::id().wrapping_mul(7919) ^ nanos).wrapping_add(call.wrapping_mul(97));
-    (0..span)
-        .map(|i| KUBELET_PORTS.start + u16::try_from(start.wrapping_add(i) % span).unwrap_or(0))
-        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
-        .ok_or_else(|| Error::Invalid(format!("no free port in {KUBELET_PORTS:?} on 127.0.0.1")))
 }
 
 fn file_name(path: &Path) -> Result<String> {
