@@ -6,10 +6,10 @@ use std::path::Path;
 use crate::error::IoContext;
 use crate::{Error, Result};
 
-/// Ports for servers the beds start (kubelets, Cluster API's manager, stand-in kubelets) come from below the
-/// kernel's ephemeral range (32768-60999 here): such a server binds its ports seconds after
-/// they were chosen, and a port the kernel hands out for
-/// `bind(0)` meanwhile (an etcd of another test takes its ports that way) would collide.
+/// Ports for servers the beds start (kubelets, Cluster API's manager, stand-in kubelets) come
+/// from below the kernel's ephemeral range (32768-60999 here): such a server binds its ports
+/// seconds after they were chosen, and a port the kernel hands out for `bind(0)` meanwhile
+/// (an etcd of another test takes its ports that way) would collide.
 const BED_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
 /// Where each chosen port has a lock file, locked by the process that chose it until it exits.
