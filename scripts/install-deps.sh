@@ -50,43 +50,41 @@ install_cross_tools() {
         rustup target add aarch64-unknown-linux-gnu
 }
 
-# The cargo tools are built from source on a new machine. Those installed together share
-# one target directory (their common dependencies build once), skip their release profiles' link-time
-# optimisation (cargo-deny's is fat LTO in one codegen unit) and optimise at level 1: test
-# tools that run for seconds, where the build costs minutes of a new machine's first run
-# (docs/development/testing.md § Where the time goes).
-# install_tool NAME [CARGO-INSTALL-OPTION...]
+# The cargo tools come prebuilt, as the wheels tests/cargo-tools/requirements.txt pins by
+# sha256 (pip checks each hash): built from source they cost a new machine about 14 minutes
+# of its two cores (docs/development/testing.md § Where the time goes).
+# install_tool NAME: NAME's binary from its wheel into cargo's bin directory, unless on PATH.
 install_tool() {
     command -v "$1" >/dev/null && return
-    CARGO_TARGET_DIR=$tools_target CARGO_PROFILE_RELEASE_LTO=false \
-        CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
-        cargo install "$@" --locked
+    local wheels bin=${CARGO_HOME:-$HOME/.cargo}/bin
+    wheels=$(mktemp -d)
+    grep "^astral-dev-toolchain-$1==" "$requirements" >"$wheels/requirements.txt"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
+        -r "$wheels/requirements.txt" -d "$wheels"
+    mkdir -p "$bin"
+    python3 - "$wheels"/*.whl "$1" "$bin/$1.new" <<'PY'
+import shutil, sys, zipfile
+wheel, name, out = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    [member] = [m for m in z.namelist() if m.endswith(".data/scripts/" + name)]
+    with z.open(member) as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+PY
+    chmod 755 "$bin/$1.new"
+    mv "$bin/$1.new" "$bin/$1"
+    rm -rf "$wheels"
+    echo "installed $("$bin/$1" "${1#cargo-}" --version | head -1)"
 }
-# install_unoptimised_tool NAME [CARGO-INSTALL-OPTION...]: a tool whose work is starting
-# other programs and waiting, built without optimisation or debug info. cargo-nextest so
-# built took 305 CPU-s where its opt-level 1 build took 545, and lists the workspace's tests
-# in 3.7 s where the optimised one takes 2.2 (docs/development/testing.md § Where the time
-# goes).
-install_unoptimised_tool() {
-    CARGO_PROFILE_DEV_DEBUG=0 install_tool "$@" --debug
-}
-# nextest without its default features: they are its self-update (an HTTP client and a TLS
-# stack, most of its build) and USDT probes, neither of which a test run uses.
-install_nextest() {
-    install_unoptimised_tool cargo-nextest --no-default-features
-}
-tools_target=$(mktemp -d)
-trap 'rm -rf "$tools_target"' EXIT
+requirements=$(cd "$(dirname "$0")/.." && pwd)/tests/cargo-tools/requirements.txt
 
 install_cargo_tools() {
-    install_nextest
+    install_tool cargo-nextest
     install_tool cargo-deny
 }
 
-# Installed by `make fuzz-short` itself, which `make test` runs beside the tests: their
-# build then fills the CPU the node tests leave idle.
+# Installed by `make fuzz-short` itself, which `make test` runs beside the tests.
 install_fuzz_tools() {
-    install_unoptimised_tool cargo-fuzz
+    install_tool cargo-fuzz
     rustup toolchain list | grep -q ^nightly || rustup toolchain install nightly --profile minimal
 }
 
@@ -95,7 +93,7 @@ all) install_system_packages && install_cargo_tools ;;
 --system) install_system_packages ;;
 --arm64) install_cross_tools ;;
 --cargo-tools) install_cargo_tools ;;
---nextest) install_nextest ;;
+--nextest) install_tool cargo-nextest ;;
 --deny) install_tool cargo-deny ;;
 --fuzz) install_fuzz_tools ;;
 *) echo "install-deps.sh: unknown option $1 (--system, --arm64, --cargo-tools, --nextest, --deny or --fuzz)" >&2; exit 2 ;;
