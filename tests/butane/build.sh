@@ -10,6 +10,6 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
 version=$(go list -m -f '{{.Version}}' github.com/coreos/butane)
-go build -trimpath -ldflags "-s -w -X github.com/coreos/butane/internal/version.Raw=$version" \
+"$here/../go-build.sh" -ldflags "-s -w -X github.com/coreos/butane/internal/version.Raw=$version" \
     -o "$out/butane" github.com/coreos/butane/internal
 echo "$out/butane ($version)"

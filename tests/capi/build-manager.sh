@@ -27,6 +27,6 @@ ldflags="-X $pkg.gitVersion=$release -X $pkg.gitMajor=$major -X $pkg.gitMinor=$m
 ldflags+=" -X $pkg.gitTreeState=clean"
 # Write beside the target and rename: an interrupted build never leaves a half binary that
 # looks newer than go.mod.
-go build -trimpath -ldflags "$ldflags" -o "$bin.tmp-$$" sigs.k8s.io/cluster-api/core
+"$here/../go-build.sh" -ldflags "-s -w $ldflags" -o "$bin.tmp-$$" sigs.k8s.io/cluster-api/core
 mv -f "$bin.tmp-$$" "$bin"
 echo "$bin ($release)"

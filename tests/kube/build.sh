@@ -11,6 +11,6 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
 release=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
-go build -trimpath -ldflags "$(./ldflags.sh "$release")" -o "$out/kube-testbed" .
+"$here/../go-build.sh" -ldflags "$(./ldflags.sh "$release")" -o "$out/kube-testbed" .
 ln -sf kube-testbed "$out/kubectl"
 echo "$out/kube-testbed ($release)"

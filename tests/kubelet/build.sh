@@ -19,7 +19,7 @@ fi
 for release in "${releases[@]}"; do
     [[ -f $here/$release/go.mod ]] || { echo "tests/kubelet/$release/go.mod is missing: tests/kube/pin.sh $release tests/kubelet/$release k8s.io/kubernetes/cmd/kubelet" >&2; exit 1; }
     (cd "$here/$release" &&
-        go build -trimpath -ldflags "$("$here/../kube/ldflags.sh" "$release")" \
+        "$here/../go-build.sh" -ldflags "$("$here/../kube/ldflags.sh" "$release")" \
             -o "$out/kubelet-$release" k8s.io/kubernetes/cmd/kubelet)
     echo "$out/kubelet-$release"
 done

@@ -10,10 +10,10 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
 # -s -w: no symbol tables; linking is the slowest step of a rebuild.
-go build -trimpath -ldflags "-s -w" -o "$out/distribution-registry" \
+"$here/../go-build.sh" -ldflags "-s -w" -o "$out/distribution-registry" \
     github.com/distribution/distribution/v3/cmd/registry
 echo "$out/distribution-registry"
-go build -trimpath -ldflags "-s -w" -o "$out/distribution-htpasswd" ./htpasswd
+"$here/../go-build.sh" -ldflags "-s -w" -o "$out/distribution-htpasswd" ./htpasswd
 echo "$out/distribution-htpasswd"
-go build -trimpath -ldflags "-s -w" -o "$out/distribution-token-service" ./tokenservice
+"$here/../go-build.sh" -ldflags "-s -w" -o "$out/distribution-token-service" ./tokenservice
 echo "$out/distribution-token-service"

@@ -86,8 +86,9 @@ pub fn hookcheck() -> anyhow::Result<PathBuf> {
 fn build_hookcheck() -> anyhow::Result<PathBuf> {
     let root = crate::apiserver::repo_root();
     let binary = crate::apiserver::target_dir().join("capi/bin/hookcheck");
-    let output = Command::new("go")
-        .args(["build", "-trimpath", "-o"])
+    // tests/go-build.sh: the flags every Go build of the tests shares, and so its cache.
+    let output = Command::new(root.join("tests/go-build.sh"))
+        .arg("-o")
         .arg(&binary)
         .arg("./hookcheck")
         .current_dir(root.join("tests").join("capi"))

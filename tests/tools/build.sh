@@ -10,12 +10,12 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
 # -s -w: no symbol tables; linking is the slowest step of a rebuild.
-go build -trimpath -ldflags "-s -w" -o "$out/" \
+"$here/../go-build.sh" -ldflags "-s -w" -o "$out/" \
     github.com/google/go-containerregistry/cmd/crane helm.sh/helm/v4/cmd/helm ./oci-image
 # krew as kubectl runs it, a plugin named kubectl-krew.
 (
     cd krew
-    go build -trimpath -ldflags "-s -w" -o "$out/" sigs.k8s.io/krew/cmd/validate-krew-manifest
-    go build -trimpath -ldflags "-s -w" -o "$out/kubectl-krew" sigs.k8s.io/krew/cmd/krew
+    "$here/../go-build.sh" -ldflags "-s -w" -o "$out/" sigs.k8s.io/krew/cmd/validate-krew-manifest
+    "$here/../go-build.sh" -ldflags "-s -w" -o "$out/kubectl-krew" sigs.k8s.io/krew/cmd/krew
 )
 echo "$out: crane helm oci-image validate-krew-manifest kubectl-krew"

@@ -16,7 +16,7 @@ out=$(cd "$out" && pwd)
 [[ -x $tools/oci-image ]] || "$here/build.sh" "$tools" >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/pod" ./pod)
+(cd "$here" && CGO_ENABLED=0 ../go-build.sh -ldflags "-s -w" -o "$work/pod" ./pod)
 for name in pause workload; do
     mkdir -p "$work/$name"
     install -m 0755 "$work/pod" "$work/$name/$name"
