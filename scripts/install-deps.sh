@@ -57,6 +57,11 @@ install_cross_tools() {
 install_tool() {
     command -v "$1" >/dev/null && return
     local wheels bin=${CARGO_HOME:-$HOME/.cargo}/bin
+    python3 -m pip --version >/dev/null 2>&1 || {
+        echo "python3 with pip is missing: $1 comes as a wheel tests/cargo-tools/requirements.txt pins" >&2
+        echo "(Debian: apt-get install python3-pip). Install it, then run make again." >&2
+        exit 1
+    }
     wheels=$(mktemp -d)
     grep "^astral-dev-toolchain-$1==" "$requirements" >"$wheels/requirements.txt"
     python3 -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
