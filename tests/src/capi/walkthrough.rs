@@ -60,13 +60,7 @@ case "$*" in
       "get machinedeployment workers "*)
         case $n in 1) echo "2 2 3 3 3 False" ;; 2|3) echo "2 2 3 1 3 True" ;; *) echo "2 2 3 3 3 False" ;; esac ;;
       "get machines "*)
-        if [ "$n" -ge 4 ]; then printf 'v1.36.3
-v1.36.3
-v1.36.3
-'; else printf 'v1.36.1
-v1.36.3
-v1.36.1
-'; fi ;;
+        if [ "$n" -ge 4 ]; then printf 'v1.36.3\nv1.36.3\nv1.36.3\n'; else printf 'v1.36.1\nv1.36.3\nv1.36.1\n'; fi ;;
     esac ;;
   *) echo "kubectl $*" ;;
 esac
