@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start prepare suites fetch nextest lint-tools side-checks suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools images
+.PHONY: test test-start prepare prepare-first suites fetch nextest lint-tools side-checks suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools registry images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went (printed
 ## last, failed or not: CI shows a run's last lines).
@@ -37,7 +37,7 @@ capi: kube
 ## target/kubelet/bin (they share Go's build cache with `make kube`), and the container images
 ## the real nodes import (target/node-images).
 KUBELET_BIN := $(TARGET)/kubelet/bin
-kubelets: kube tools
+kubelets: kube
 	@$(TIMED) ./tests/kubelet/build.sh "$(KUBELET_BIN)"
 	@$(TIMED) ./tests/tools/node-images.sh
 
@@ -53,17 +53,21 @@ node-tools:
 	@$(TIMED) ./tests/ansible/install.sh "$(TARGET)/ansible/venv"
 
 ## Build (cached) the packaging tools pinned in tests/tools: crane, helm, krew's manifest validator;
-## and the registries of tests/registry (CNCF Distribution, its htpasswd writer and token service).
+## and the registry (make registry).
 TOOLS_BIN := $(TARGET)/tools/bin
-tools:
+tools: registry
 	@$(TIMED) ./tests/tools/build.sh "$(TOOLS_BIN)"
+
+## Build (cached) the registry of tests/registry (CNCF Distribution, its htpasswd writer and
+## token service) into target/tools/bin.
+registry:
 	@$(TIMED) ./tests/registry/build.sh "$(TOOLS_BIN)"
 
 ## The controller image from the release build (IMAGE_BINARY=path packs that binary instead),
 ## without a container daemon, into target/images/ (IMAGES_DIR overrides): a docker-load-able
 ## tarball and an OCI image layout; with IMAGE_BINARY_ARM64=path (an aarch64 build) too, the
 ## layout is an index of linux/amd64 and linux/arm64 and each has its tarball (`make arm64`).
-images: tools
+images:
 	@$(TIMED) ./scripts/build-image.sh
 
 ## The system packages the test beds need and the arm64 cross tools (scripts/install-deps.sh).
@@ -102,19 +106,27 @@ lint: lint-tools
 unit: prepare
 	@$(MAKE) --no-print-directory suites
 
-# Everything the suites run, built side by side: the Go builds, the cargo tools, the Rust
-# test build and the root filesystem fill each other's idle CPU (a download, a link on one
-# core); make keeps each target's output together. Then the image, from the test build.
+# Everything the suites run, in two waves. First what most tests need, built side by side:
+# the Go builds, the cargo tools, the Rust test build and the root filesystem fill each
+# other's idle CPU (a download, a link on one core); make keeps each target's output together.
+# Then the image, from the test build. Then what only some tests need (BESIDE_THE_TESTS):
+# under `make test` it is built beside the tests instead (suites-and-side-checks).
 # images: the suites run the install pages, which push what `make images` wrote. Under `make
 # test` the image packs the debug build the suites run (IMAGE_BINARY, exported, so the pages'
 # own `make images` packs it too): a release build would cost the run 8 CPU-minutes for a
 # binary no test needs optimised (docs/development/testing.md § The install paths).
 PREPARE_JOBS ?= 3
 DEBUG_CONTROLLER = $(TARGET)/debug/inplace-controller
+FIRST_WAVE := nextest build-tests testbed kube kubelets node-tools
+# The registry, Cluster API's manager and the packaging tools: 13 CPU-minutes of Go that only
+# the registry, Cluster API and packaging tests run; in the order those tests start
+# (.config/nextest.toml).
+BESIDE_THE_TESTS := registry capi tools
 prepare: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
-prepare: deps
-	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) --output-sync=target \
-		nextest build-tests testbed kube kubelets capi node-tools tools
+prepare: prepare-first
+	@$(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS)
+prepare-first: deps
+	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) --output-sync=target $(FIRST_WAVE)
 	@$(MAKE) --no-print-directory images
 
 # The suites alone, on what `make prepare` built.
@@ -153,12 +165,24 @@ SIDE_CHECKS := arm64-unit lint fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
 side-checks: arm64-unit
 	@$(MAKE) --no-print-directory -j2 --output-sync=target lint fuzz-short
+# BESIDE_THE_TESTS are built from the first test on, niced below the tests and above the side
+# checks; a test that asks for one of them first waits for its build (each build script
+# holds a lock on its output), and those tests run after the others (.config/nextest.toml).
+# Output to BESIDE_LOG, printed at the end; a failed build fails the step.
+BESIDE_LOG = $(TARGET)/beside-the-tests.log
+suites-and-side-checks: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
 suites-and-side-checks: deps fetch
 	@./scripts/background.sh $(MAKE) --no-print-directory side-checks >"$(SIDE_LOG)" 2>&1 & side=$$!; \
-	$(MAKE) --no-print-directory -o deps prepare kube-smoke suites; unit=$$?; \
+	$(MAKE) --no-print-directory -o deps prepare-first kube-smoke; first=$$?; beside=0; unit=1; \
+	if [ $$first -eq 0 ]; then \
+		./scripts/background.sh --nice 10 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS) >"$(BESIDE_LOG)" 2>&1 & beside=$$!; \
+		$(MAKE) --no-print-directory suites; unit=$$?; \
+		wait $$beside; beside=$$?; \
+		echo "== make $(BESIDE_THE_TESTS), built beside the tests ($(BESIDE_LOG)):"; cat "$(BESIDE_LOG)"; \
+	fi; \
 	wait $$side; side=$$?; \
 	echo "== make $(SIDE_CHECKS), run beside the tests ($(SIDE_LOG)):"; cat "$(SIDE_LOG)"; \
-	[ $$unit -eq 0 ] && [ $$side -eq 0 ]
+	[ $$unit -eq 0 ] && [ $$beside -eq 0 ] && [ $$side -eq 0 ]
 
 # Every crate the workspace's builds need, downloaded once before they start.
 fetch:

@@ -35,7 +35,7 @@ if [[ -z $binary ]]; then
     ${CARGO:-cargo} build --release --locked -p inplace-controller --bin inplace-controller
     binary=$target/release/inplace-controller
 fi
-[[ -x $tools/oci-image ]] || tests/tools/build.sh "$tools"
+[[ -x $tools/oci-image ]] || tests/tools/build.sh "$tools" oci-image
 
 binary_arm64=${2:-${IMAGE_BINARY_ARM64:-}}
 # The aarch64 C libraries of Debian's cross toolchain (scripts/install-deps.sh --arm64).

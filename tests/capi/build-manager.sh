@@ -13,6 +13,10 @@ mkdir -p "$out"
 # Absolute before the cd below: a relative OUT_DIR means the caller's directory.
 out=$(cd "$out" && pwd)
 bin=$out/capi-manager
+# One build at a time: a test may ask for the manager while `make test` builds it beside the
+# tests; it waits, then finds it current.
+exec 9>"$out/.build.lock"
+flock 9
 cd "$here"
 release=$(go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
 if [[ -x $bin && $bin -nt go.mod && $bin -nt go.sum && $bin -nt "$here/build-manager.sh" ]]; then

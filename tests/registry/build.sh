@@ -8,6 +8,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${INPLACE_TOOLS_BIN_DIR:-$here/../../target/tools/bin}}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# One build into OUT_DIR at a time (tests/tools/build.sh too): a test may ask for a tool
+# while `make test` builds it beside the tests; it waits, then finds it current.
+exec 9>"$out/.build.lock"
+flock 9
 cd "$here"
 # -s -w: no symbol tables; linking is the slowest step of a rebuild.
 "$here/../go-build.sh" -ldflags "-s -w" -o "$out/distribution-registry" \

@@ -34,8 +34,8 @@ pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// The CNCF Distribution registry's tool `name` (`distribution-registry`,
-/// `distribution-htpasswd`, `distribution-token-service`), built from `tests/registry` on first use: only the credential
-/// suite needs it, so `make tools` does not build it.
+/// `distribution-htpasswd`, `distribution-token-service`) from `tests/registry` (`make tools`
+/// builds it first; built here if missing or older than its sources, once per process).
 pub fn distribution_tool(name: &str) -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     BUILT

@@ -13,7 +13,7 @@ out=${1:-$target/node-images}
 tools=${INPLACE_TOOLS_BIN_DIR:-$target/tools/bin}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-[[ -x $tools/oci-image ]] || "$here/build.sh" "$tools" >/dev/null
+[[ -x $tools/oci-image ]] || "$here/build.sh" "$tools" oci-image >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 (cd "$here" && CGO_ENABLED=0 ../go-build.sh -ldflags "-s -w" -o "$work/pod" ./pod)
