@@ -118,10 +118,10 @@ unit: prepare
 PREPARE_JOBS ?= 3
 DEBUG_CONTROLLER = $(TARGET)/debug/inplace-controller
 FIRST_WAVE := nextest build-tests testbed kube kubelets node-tools
-# The registry, Cluster API's manager and the packaging tools: 13 CPU-minutes of Go that only
-# the registry, Cluster API and packaging tests run; in the order those tests start
-# (.config/nextest.toml).
-BESIDE_THE_TESTS := registry capi tools
+# The registry, the packaging tools (crane logs in to the registry and pushes to it) and Cluster
+# API's manager: 13 CPU-minutes of Go that only the registry, packaging and Cluster API tests
+# run; in the order those tests start (.config/nextest.toml).
+BESIDE_THE_TESTS := registry tools capi
 prepare: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
 prepare: prepare-first
 	@$(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS)
