@@ -154,20 +154,21 @@ testbed: build-tests
 # links, the downloads, the boots and the health windows leave idle, and never slow the
 # builds and tests on the way to the end (docs/development/testing.md § Where the time goes).
 # The workspace's crates are fetched first, so that nothing on that way waits for the
-# background's hold on cargo's download lock; arm64-unit goes first, as its crates are
-# among them, and the side checks that install a tool (lint's cargo-deny, fuzz-short's
-# cargo-fuzz) download theirs after nextest's install has ended; then those two side by
-# side, each filling what the other leaves idle (a link on one core, the single-threaded
-# fuzz runs): one after the other they outlasted the tests by the fuzz build (session 29's
-# fresh-clone run: fuzz-short started as the tests ended). Their output goes to SIDE_LOG,
-# printed when both have ended; either failing fails the step. (`-o deps`: made already.)
-SIDE_CHECKS := arm64-unit lint fuzz-short
+# background's hold on cargo's download lock. lint and fuzz-short side by side, each filling
+# what the other leaves idle (a link on one core, the single-threaded fuzz runs). Their
+# output goes to SIDE_LOG, printed when both have ended; either failing fails the step.
+# (`-o deps`: made already.) arm64-unit is built among BESIDE_THE_TESTS instead: its
+# target directory is the one the arm64 packaging tests build in, and a test once waited
+# 7 minutes for the lock of a build starved in this class (session 33's cold run).
+SIDE_CHECKS := lint fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
-side-checks: arm64-unit
-	@$(MAKE) --no-print-directory -j2 --output-sync=target lint fuzz-short
+side-checks:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target $(SIDE_CHECKS)
 # BESIDE_THE_TESTS are built from the first test on, niced below the tests and above the side
 # checks; a test that asks for one of them first waits for its build (each build script
 # holds a lock on its output), and those tests run after the others (.config/nextest.toml).
+# Last the agent's arm64 unit tests, whose build shares its crates with the arm64 packaging
+# tests' (which usually build them first, at the tests' priority).
 # Output to BESIDE_LOG, printed at the end; a failed build fails the step.
 BESIDE_LOG = $(TARGET)/beside-the-tests.log
 suites-and-side-checks: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
@@ -175,10 +176,10 @@ suites-and-side-checks: deps fetch
 	@./scripts/background.sh $(MAKE) --no-print-directory side-checks >"$(SIDE_LOG)" 2>&1 & side=$$!; \
 	$(MAKE) --no-print-directory -o deps prepare-first kube-smoke; first=$$?; beside=0; unit=1; \
 	if [ $$first -eq 0 ]; then \
-		./scripts/background.sh --nice 10 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS) >"$(BESIDE_LOG)" 2>&1 & beside=$$!; \
+		./scripts/background.sh --nice 10 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS) arm64-unit >"$(BESIDE_LOG)" 2>&1 & beside=$$!; \
 		$(MAKE) --no-print-directory suites; unit=$$?; \
 		wait $$beside; beside=$$?; \
-		echo "== make $(BESIDE_THE_TESTS), built beside the tests ($(BESIDE_LOG)):"; cat "$(BESIDE_LOG)"; \
+		echo "== make $(BESIDE_THE_TESTS) arm64-unit, run beside the tests ($(BESIDE_LOG)):"; cat "$(BESIDE_LOG)"; \
 	fi; \
 	wait $$side; side=$$?; \
 	echo "== make $(SIDE_CHECKS), run beside the tests ($(SIDE_LOG)):"; cat "$(SIDE_LOG)"; \
