@@ -34,7 +34,7 @@ pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// The CNCF Distribution registry's tool `name` (`distribution-registry`,
-/// `distribution-htpasswd`, `distribution-token-service`) from `tests/registry` (`make tools`
+/// `distribution-htpasswd`, `distribution-token-service`) from `tests/registry` (`make registry`
 /// builds it first; built here if missing or older than its sources, once per process).
 pub fn distribution_tool(name: &str) -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
