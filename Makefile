@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start prepare prepare-first suites fetch nextest lint-tools side-checks suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools tools registry images
+.PHONY: test test-start prepare prepare-first suites fetch nextest lint-tools side-checks suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools node-images tools registry images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went (printed
 ## last, failed or not: CI shows a run's last lines).
@@ -34,11 +34,13 @@ capi: kube
 	@$(TIMED) ./tests/capi/build-manager.sh "$(CAPI_BIN)"
 
 ## Build (cached) the real kubelet of every release pinned under tests/kubelet into
-## target/kubelet/bin (they share Go's build cache with `make kube`), and the container images
-## the real nodes import (target/node-images).
+## target/kubelet/bin (they share Go's build cache with `make kube`).
 KUBELET_BIN := $(TARGET)/kubelet/bin
 kubelets: kube
 	@$(TIMED) ./tests/kubelet/build.sh "$(KUBELET_BIN)"
+
+## Build (cached) the container images the real nodes import (target/node-images).
+node-images:
 	@$(TIMED) ./tests/tools/node-images.sh
 
 ## Start the real server once, show its version, apply the shipped manifests with its kubectl.
@@ -117,14 +119,19 @@ unit: prepare
 # binary no test needs optimised (docs/development/testing.md § The install paths).
 PREPARE_JOBS ?= 3
 DEBUG_CONTROLLER = $(TARGET)/debug/inplace-controller
-FIRST_WAVE := nextest build-tests testbed kube kubelets node-tools
-# The registry, the packaging tools (crane logs in to the registry and pushes to it) and Cluster
-# API's manager: 13 CPU-minutes of Go that only the registry, packaging and Cluster API tests
-# run; in the order those tests start (.config/nextest.toml).
-BESIDE_THE_TESTS := registry tools capi
+FIRST_WAVE := nextest build-tests testbed kube node-images
+# The three kubelets: 14 CPU-minutes of Go that only the real-kubelet node tests run. Under
+# `make test` they are built beside the node tests that need no kubelet, which start first
+# (.config/nextest.toml), at the tests' own priority: niced, they got half a core.
+BESIDE_THE_NODE_TESTS := kubelets
+# The registry, the packaging tools (crane logs in to the registry and pushes to it), Cluster
+# API's manager and the node install tools: 14 CPU-minutes of Go (and a pip install) that
+# only the registry, packaging, Cluster API and node install tests run; in the order those
+# tests start (.config/nextest.toml).
+BESIDE_THE_TESTS := registry tools capi node-tools
 prepare: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
 prepare: prepare-first
-	@$(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS)
+	@$(MAKE) --no-print-directory -o kube $(BESIDE_THE_NODE_TESTS) $(BESIDE_THE_TESTS)
 prepare-first: deps
 	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) --output-sync=target $(FIRST_WAVE)
 	@$(MAKE) --no-print-directory images
@@ -140,9 +147,9 @@ suites:
 # `cargo run -p inplace-tests` here resolved other features and built the kube stack again.
 TESTBED := $(TARGET)/debug/inplace-testbed
 # `cargo test --no-run` is what nextest runs to build (same profile, same features): the
-# build need not wait for nextest's own.
+# build need not wait for nextest's own. Its crate-by-crate times: <target>/cargo-timings.
 build-tests:
-	$(TIMED) $(CARGO) test --workspace --no-run
+	$(TIMED) $(CARGO) test --workspace --no-run --timings
 
 ## Build (once) the cached Debian root filesystems the systemd-nspawn nodes boot from (bookworm
 ## and trixie, side by side).
@@ -164,26 +171,31 @@ SIDE_CHECKS := lint fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
 side-checks:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(SIDE_CHECKS)
-# BESIDE_THE_TESTS are built from the first test on, niced below the tests and above the side
-# checks; a test that asks for one of them first waits for its build (each build script
-# holds a lock on its output), and those tests run after the others (.config/nextest.toml).
-# Last the agent's arm64 unit tests, whose build shares its crates with the arm64 packaging
-# tests' (which usually build them first, at the tests' priority).
-# Output to BESIDE_LOG, printed at the end; a failed build fails the step.
+# From the first test on, BESIDE_THE_NODE_TESTS are built at the tests' own priority (in a
+# session of their own: an autogroup with a node's weight), and BESIDE_THE_TESTS niced below
+# the tests and above the side checks. A test that asks for one of them first waits for its
+# build (each build script holds a lock on its output), and those tests run after the others
+# of their kind (.config/nextest.toml). Last the agent's arm64 unit tests, whose build
+# shares its crates with the arm64 packaging tests' (which usually build them first, at the
+# tests' priority). Output to NODE_BESIDE_LOG and BESIDE_LOG, printed at the end; a failed
+# build fails the step.
+NODE_BESIDE_LOG = $(TARGET)/beside-the-node-tests.log
 BESIDE_LOG = $(TARGET)/beside-the-tests.log
 suites-and-side-checks: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
 suites-and-side-checks: deps fetch
 	@./scripts/background.sh $(MAKE) --no-print-directory side-checks >"$(SIDE_LOG)" 2>&1 & side=$$!; \
-	$(MAKE) --no-print-directory -o deps prepare-first kube-smoke; first=$$?; beside=0; unit=1; \
+	$(MAKE) --no-print-directory -o deps prepare-first kube-smoke; first=$$?; node_beside=0; beside=0; unit=1; \
 	if [ $$first -eq 0 ]; then \
+		./scripts/background.sh --nice 0 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_NODE_TESTS) >"$(NODE_BESIDE_LOG)" 2>&1 & node_beside=$$!; \
 		./scripts/background.sh --nice 10 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS) arm64-unit >"$(BESIDE_LOG)" 2>&1 & beside=$$!; \
 		$(MAKE) --no-print-directory suites; unit=$$?; \
-		wait $$beside; beside=$$?; \
+		wait $$node_beside; node_beside=$$?; wait $$beside; beside=$$?; \
+		echo "== make $(BESIDE_THE_NODE_TESTS), run beside the first node tests ($(NODE_BESIDE_LOG)):"; cat "$(NODE_BESIDE_LOG)"; \
 		echo "== make $(BESIDE_THE_TESTS) arm64-unit, run beside the tests ($(BESIDE_LOG)):"; cat "$(BESIDE_LOG)"; \
 	fi; \
 	wait $$side; side=$$?; \
 	echo "== make $(SIDE_CHECKS), run beside the tests ($(SIDE_LOG)):"; cat "$(SIDE_LOG)"; \
-	[ $$unit -eq 0 ] && [ $$beside -eq 0 ] && [ $$side -eq 0 ]
+	[ $$unit -eq 0 ] && [ $$node_beside -eq 0 ] && [ $$beside -eq 0 ] && [ $$side -eq 0 ]
 
 # Every crate the workspace's builds need, downloaded once before they start.
 fetch:

@@ -7,7 +7,8 @@
 # sessions. So the command gets a session (and so an autogroup) of its own, which is niced
 # too.
 # Usage: scripts/background.sh [--nice N] COMMAND...   (N: 19, the default, takes only CPU
-# nothing else wants; 10 comes before 19 and after everything at 0)
+# nothing else wants; 10 comes before 19 and after everything at 0; 0 shares the CPU with
+# the tests and each node as one more of them)
 set -euo pipefail
 level=19
 if [[ ${1:-} == --nice ]]; then

@@ -12,6 +12,10 @@ out=${1:-${INPLACE_KUBELET_BIN_DIR:-$here/../../target/kubelet/bin}}
 shift || true
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# One build into OUT_DIR at a time: `make test` builds the kubelets beside the first node
+# tests, and a test that asks for one meanwhile waits here, then finds Go's cache full.
+exec 9>"$out/.build.lock"
+flock 9
 releases=("$@")
 if ((${#releases[@]} == 0)); then
     for dir in "$here"/v*/; do releases+=("$(basename "$dir")"); done

@@ -94,8 +94,9 @@ fn kubernetes_image_name(release: &str, variant: &str) -> String {
 }
 
 /// The kubelet of `release`, built first if it is missing or older than its module
-/// (`make kubelets` builds them all before the suites, so this is usually a check of file
-/// times). Concurrent callers build once.
+/// (`make test` builds them all beside the first node tests, so this is usually a check of
+/// file times). `tests/kubelet/build.sh` holds a lock on its output: a caller that comes
+/// while another builds waits for it, then finds Go's cache full (seconds).
 pub async fn kubelet_binary(release: &str) -> Result<PathBuf> {
     let source = repo_root().join("tests/kubelet").join(release);
     if !source.join("go.mod").is_file() {
@@ -105,13 +106,6 @@ pub async fn kubelet_binary(release: &str) -> Result<PathBuf> {
     }
     let bin_dir = target_dir().join("kubelet/bin");
     let binary = bin_dir.join(format!("kubelet-{release}"));
-    if fresh(&binary, &source) {
-        return Ok(binary);
-    }
-    tokio::fs::create_dir_all(&bin_dir)
-        .await
-        .ctx(|| format!("creating {}", bin_dir.display()))?;
-    let _lock = FileLock::acquire(bin_dir.join(".build.lock")).await?;
     if fresh(&binary, &source) {
         return Ok(binary);
     }
