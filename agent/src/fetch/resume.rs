@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use inplace_proto::Artifact;
 use sha2::{Digest, Sha256};
 
-use super::partial::{Partial, Sink};
+use super::partial::{DirectIo, Partial, Sink};
 
 /// A validator is a short header value; anything longer is not ours.
 const MAX_VALIDATOR_BYTES: u64 = 1024;
@@ -58,13 +58,7 @@ impl Partial {
                 (Sha256::new(), 0)
             }
         };
-        file.seek(SeekFrom::Start(len))?;
-        partial.sink = Some(Sink {
-            file,
-            hasher,
-            len,
-            advised: 0,
-        });
+        partial.sink = Some(Sink::new(file, hasher, len, DirectIo::KERNEL));
         partial.done = len;
         partial.validator = resumable.filter(|_| len > 0);
         Ok(partial)

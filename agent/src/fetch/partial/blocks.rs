@@ -1,0 +1,132 @@
+//! The blocks a body is cut into on its way to the writer and the hasher: page-aligned
+//! memory (what `O_DIRECT` needs), cut at multiples of [`BLOCK`] of the file offset, and
+//! reused once both threads are done with them.
+
+use std::sync::Arc;
+
+/// Bytes are handed to the writer and hasher threads in blocks of this size: large enough
+/// that the channel and thread hand-off cost nothing next to the write and the hash.
+pub(super) const BLOCK: usize = 512 << 10;
+
+/// What a write around the page cache needs of its memory, its length and its file
+/// offset: 4096 is the largest logical block size a disk has and a multiple of every
+/// smaller one.
+pub(super) const ALIGN: usize = 4096;
+
+/// Blocks kept for reuse: as many as can be alive at once (one being filled, two queued
+/// for each thread and one in each; the faster thread's queue is empty while the slower
+/// one holds memory), so a download allocates them once and then only recycles.
+const KEPT: usize = 6;
+
+/// [`BLOCK`] bytes starting at an [`ALIGN`]ed address. Safe code cannot ask the
+/// allocator for an alignment of a `Vec<u8>`, so the memory is over-allocated by `ALIGN`
+/// bytes and the aligned window inside it used: 4 KiB more per block, and no `unsafe`.
+pub(super) struct AlignedBlock {
+    memory: Box<[u8]>,
+    start: usize,
+}
+
+impl AlignedBlock {
+    fn new() -> Self {
+        let memory = vec![0u8; BLOCK + ALIGN].into_boxed_slice();
+        // The heap memory does not move with the box, so the window stays aligned.
+        let address = memory.as_ptr() as usize;
+        let start = (ALIGN - address % ALIGN) % ALIGN;
+        AlignedBlock { memory, start }
+    }
+
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.memory[self.start..self.start + BLOCK]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.memory[self.start..self.start + BLOCK]
+    }
+}
+
+/// A filled block: its first `len` bytes belong in the file at `at`. The writer and the
+/// hasher share it (one allocation, no copy).
+#[derive(Clone)]
+pub(super) struct Filled {
+    pub(super) block: Arc<AlignedBlock>,
+    pub(super) len: usize,
+    pub(super) at: u64,
+}
+
+impl Filled {
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.block.bytes()[..self.len]
+    }
+}
+
+/// Cuts received chunks into [`Filled`] blocks that end at multiples of [`BLOCK`] of the
+/// file offset: after a resume at an unaligned offset only the first block is short, and
+/// every later one starts aligned and can be written around the page cache.
+pub(super) struct Cutter {
+    block: Arc<AlignedBlock>,
+    filled: usize,
+    /// Where the block being filled starts in the file.
+    at: u64,
+    /// Blocks handed out, reused once no thread holds them any more.
+    kept: Vec<Arc<AlignedBlock>>,
+}
+
+impl Cutter {
+    /// A cutter for bytes that go into the file from offset `at`.
+    pub(super) fn new(at: u64) -> Self {
+        Cutter {
+            block: Arc::new(AlignedBlock::new()),
+            filled: 0,
+            at,
+            kept: Vec::new(),
+        }
+    }
+
+    /// Where the block being filled ends: the next multiple of [`BLOCK`] after its start.
+    fn room(&self) -> usize {
+        BLOCK - (self.at % BLOCK as u64) as usize
+    }
+
+    /// Copies `chunk` into blocks; every block it completes goes to `full`, in order.
+    pub(super) fn push(&mut self, mut chunk: &[u8], full: &mut Vec<Filled>) {
+        while !chunk.is_empty() {
+            let n = chunk.len().min(self.room() - self.filled);
+            let block = Arc::get_mut(&mut self.block).expect("the block being filled is ours");
+            block.bytes_mut()[self.filled..self.filled + n].copy_from_slice(&chunk[..n]);
+            self.filled += n;
+            chunk = &chunk[n..];
+            if self.filled == self.room() {
+                full.push(self.take());
+            }
+        }
+    }
+
+    /// The bytes of the block being filled, if any (the end of the body).
+    pub(super) fn finish(mut self) -> Option<Filled> {
+        (self.filled > 0).then(|| self.take())
+    }
+
+    fn take(&mut self) -> Filled {
+        let next = self.reusable();
+        let block = std::mem::replace(&mut self.block, next);
+        if self.kept.len() < KEPT {
+            self.kept.push(block.clone());
+        }
+        let filled = Filled {
+            block,
+            len: self.filled,
+            at: self.at,
+        };
+        self.at += self.filled as u64;
+        self.filled = 0;
+        filled
+    }
+
+    /// A block no thread holds any more, or a new one.
+    fn reusable(&mut self) -> Arc<AlignedBlock> {
+        match self.kept.iter_mut().position(|b| Arc::get_mut(b).is_some()) {
+            Some(i) => self.kept.swap_remove(i),
+            None => Arc::new(AlignedBlock::new()),
+        }
+    }
+}
