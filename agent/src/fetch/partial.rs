@@ -21,12 +21,12 @@ use blocks::{Cutter, Filled};
 pub(super) use direct::DirectIo;
 use direct::{Direct, Written};
 
-/// Blocks waiting for each of the writer and the hasher. Two keep the network, the disk
-/// and the hash all busy; more would only pile up in memory behind the slowest of them,
-/// so the fetcher's memory stays flat at about (QUEUED + 3) blocks of 512 KiB whatever
-/// the artifact's size (the writer and the hasher share each block, so the slower of them
-/// sets the bound).
-const QUEUED: usize = 2;
+/// Blocks waiting for each of the writer and the hasher: enough that the disk always has
+/// the next write while the network and the hash catch up (see [`blocks::BLOCK`] for what
+/// was measured); the fetcher's memory stays flat at about (QUEUED + 3) blocks, 14 MiB,
+/// whatever the artifact's size (the writer and the hasher share each block, so the slower
+/// of them sets the bound).
+const QUEUED: usize = 4;
 
 /// When a block cannot be written around the page cache (the first after a resume at an
 /// unaligned offset, the last one, or every one where the file system refuses `O_DIRECT`),

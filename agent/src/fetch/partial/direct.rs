@@ -4,13 +4,11 @@
 //! few cores. A file system that refuses it (overlayfs on some kernels, tmpfs before 6.6)
 //! gets buffered writes for the rest of the download, correct either way.
 //!
-//! 1 GiB from a local nginx on a 2-core machine with another build beside it, `inplace-bench
-//! fetch-one` alternating with the buffered writer, medians of 12 runs each: 1.43 s wall
-//! against 1.50, 0.85 s of system CPU against 1.15 (user 0.97 against 0.99), peak RSS
-//! 11.1 MiB against 12.5. A write around the page cache waits for the disk (one at a time
-//! here: about 1 GB/s, larger blocks or more of them queued measured no better), so a
-//! download is no shorter than that; what it saves is the CPU that the hash and the
-//! receiving share.
+//! A write around the page cache waits for the disk, so the blocks are large and several
+//! are queued (`blocks::BLOCK`, `QUEUED`). With 512 KiB blocks, two queued, on the 2-core
+//! machine beside another build (12 alternating runs each) it already took 1.43 s for 1 GiB
+//! against 1.50 buffered, and 0.85 s of system CPU against 1.15: the CPU it saves is what
+//! the hash and the receiving share.
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
