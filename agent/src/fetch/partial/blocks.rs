@@ -22,29 +22,28 @@ pub(super) const ALIGN: usize = 4096;
 /// recycles.
 const KEPT: usize = super::QUEUED + 4;
 
-/// [`BLOCK`] bytes starting at an [`ALIGN`]ed address. Safe code cannot ask the
-/// allocator for an alignment of a `Vec<u8>`, so the memory is over-allocated by `ALIGN`
-/// bytes and the aligned window inside it used: 4 KiB more per block, and no `unsafe`.
-pub(super) struct AlignedBlock {
-    memory: Box<[u8]>,
-    start: usize,
-}
+/// [`BLOCK`] bytes of anonymous memory mapped for this block alone: page-aligned, as a
+/// write around the page cache needs, and given back to the kernel when the block is
+/// dropped. From the heap, the allocator would keep a download's freed blocks (it raises
+/// its thresholds for returning memory to the size of blocks freed before) in the agent's
+/// memory between updates.
+pub(super) struct AlignedBlock(memmap2::MmapMut);
 
 impl AlignedBlock {
     fn new() -> Self {
-        let memory = vec![0u8; BLOCK + ALIGN].into_boxed_slice();
-        // The heap memory does not move with the box, so the window stays aligned.
-        let address = memory.as_ptr() as usize;
-        let start = (ALIGN - address % ALIGN) % ALIGN;
-        AlignedBlock { memory, start }
+        match memmap2::MmapMut::map_anon(BLOCK) {
+            Ok(memory) => AlignedBlock(memory),
+            // Out of memory, handled as a failed `vec!` is: Rust's handler ends the process.
+            Err(_) => std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u8; BLOCK]>()),
+        }
     }
 
     pub(super) fn bytes(&self) -> &[u8] {
-        &self.memory[self.start..self.start + BLOCK]
+        &self.0
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.memory[self.start..self.start + BLOCK]
+        &mut self.0
     }
 }
 
