@@ -122,7 +122,8 @@ DEBUG_CONTROLLER = $(TARGET)/debug/inplace-controller
 FIRST_WAVE := nextest build-tests testbed kube node-images
 # The three kubelets: 14 CPU-minutes of Go that only the real-kubelet node tests run. Under
 # `make test` they are built beside the node tests that need no kubelet, which start first
-# (.config/nextest.toml), at the tests' own priority: niced, they got half a core.
+# (.config/nextest.toml), at the tests' own priority: the builds niced 10 beside the tests got
+# a quarter to half a core (sessions 33-34), and the real-kubelet tests would wait for them.
 BESIDE_THE_NODE_TESTS := kubelets
 # The registry, the packaging tools (crane logs in to the registry and pushes to it), Cluster
 # API's manager and the node install tools: 14 CPU-minutes of Go (and a pip install) that

@@ -105,8 +105,13 @@ impl Cutter {
     }
 
     /// The bytes of the block being filled, if any (the end of the body).
-    pub(super) fn finish(mut self) -> Option<Filled> {
-        (self.filled > 0).then(|| self.take())
+    pub(super) fn finish(self) -> Option<Filled> {
+        // No block after it: handed over as it is, nothing taken for the next one.
+        (self.filled > 0).then(|| Filled {
+            block: self.block,
+            len: self.filled,
+            at: self.at,
+        })
     }
 
     fn take(&mut self) -> Filled {
