@@ -6,8 +6,12 @@
 # the e2e suite installs (systemd/, packaging/agent/), never copies. Reproducible: every
 # mtime is SOURCE_DATE_EPOCH (default: the last commit's time, else 0).
 #
-# usage: [ARCH=amd64|arm64] build-sysext.sh BINARY VERSION OUT_DIR   (ARCH: the binary's, as
-# Kubernetes names it; the image is named and marked as systemd and sysext-bakery name it)
+# usage: [ARCH=amd64|arm64] [COMPRESSION=gzip|zstd] build-sysext.sh BINARY VERSION OUT_DIR
+#   ARCH: the binary's, as Kubernetes names it; the image is named and marked as systemd and
+#   sysext-bakery name it.
+#   COMPRESSION: gzip (the default: every kernel that reads squashfs reads it) or zstd at
+#   level 1 (kernels with CONFIG_SQUASHFS_ZSTD; a thirtieth of gzip's CPU for an image a few
+#   per cent larger: the test beds pack this way).
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
@@ -24,6 +28,11 @@ arm64) systemd_arch=arm64 ;;
 *) echo "ARCH=$ARCH: amd64 or arm64" >&2; exit 2 ;;
 esac
 name="inplace-agent-${version}-${systemd_arch}.raw"
+case ${COMPRESSION:-gzip} in
+gzip) compression=(-comp gzip) ;;
+zstd) compression=(-comp zstd -Xcompression-level 1) ;;
+*) echo "COMPRESSION=$COMPRESSION: gzip or zstd" >&2; exit 2 ;;
+esac
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -43,7 +52,7 @@ chmod 0644 "$stage/usr/lib/extension-release.d/extension-release.inplace-agent"
 
 mkdir -p "$out"
 rm -f "$out/$name"
-mksquashfs "$stage" "$out/$name" -all-root -noappend -quiet -no-progress \
+mksquashfs "$stage" "$out/$name" -all-root -noappend -quiet -no-progress "${compression[@]}" \
     -mkfs-time "$epoch" -all-time "$epoch" >/dev/null
 chmod 0644 "$out/$name"
 "$(dirname "$0")/../add-sha256sum.sh" "$out" "$name"

@@ -168,7 +168,7 @@ func startAPIServer(ctx context.Context, p *pki, o serveOptions, etcdURL string)
 			}
 		}
 		server := "https://127.0.0.1:" + strconv.Itoa(port)
-		apiserver := &child{name: "kube-apiserver", dir: o.dir, args: apiserverArgs(p, etcdURL, port, o.apiserverArgs)}
+		apiserver := &child{name: "kube-apiserver", dir: o.dir, args: apiserverArgs(p, etcdURL, port, o.apiserverArgs), env: apiserverGC}
 		logStart := apiserver.logSize()
 		if err := apiserver.start(); err != nil {
 			return nil, "", err
@@ -185,6 +185,13 @@ func startAPIServer(ctx context.Context, p *pki, o serveOptions, etcdURL string)
 		port = 0
 	}
 }
+
+// apiserverGC lets kube-apiserver collect garbage only once its heap nears 512 MiB: it
+// allocates most of what it ever holds while it starts (its OpenAPI documents, its caches),
+// and Go's default collector spent a fifth to a third of the start's CPU on it. Measured
+// here in alternating runs, to /readyz: 2.4-3.1 CPU-seconds with the default, 1.9-2.5 so;
+// peak memory 300 MiB, 480 so. Every test starts a control plane of its own.
+var apiserverGC = []string{"GOGC=off", "GOMEMLIMIT=512MiB"}
 
 func apiserverArgs(p *pki, etcdURL string, port int, extra []string) []string {
 	args := []string{
@@ -351,6 +358,7 @@ type child struct {
 	name   string
 	dir    string
 	args   []string
+	env    []string // added to this process's environment
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error
@@ -386,6 +394,7 @@ func (c *child) start() error {
 		return err
 	}
 	c.cmd = exec.Command(self, append([]string{c.name}, c.args...)...)
+	c.cmd.Env = append(os.Environ(), c.env...)
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {

@@ -145,10 +145,10 @@ pub fn stamp_version(mut binary: Vec<u8>, version: &str) -> anyhow::Result<Vec<u
 }
 
 /// The agent's sysext image at `version` (`packaging/node/build-sysext.sh`, as `make
-/// packages` builds it) in `out`, whose agent behaves as `behaviour` says: `binary` for
-/// [`Behaviour::Works`] and [`Behaviour::IdentityRefused`], a script for the others.
-/// `refused` is the kubeconfig an [`Behaviour::IdentityRefused`] image carries in its vendor
-/// layer.
+/// packages` builds it, but compressed as the beds' images are: [`crate::sysext::COMPRESSION`])
+/// in `out`, whose agent behaves as `behaviour` says: `binary` for [`Behaviour::Works`] and
+/// [`Behaviour::IdentityRefused`], a script for the others. `refused` is the kubeconfig an
+/// [`Behaviour::IdentityRefused`] image carries in its vendor layer.
 pub fn agent_image(
     behaviour: Behaviour,
     binary: &Path,
@@ -169,6 +169,7 @@ pub fn agent_image(
     let dir = out.join(format!("{behaviour:?}"));
     let built = run(
         Command::new(repo_root().join("packaging/node/build-sysext.sh"))
+            .env("COMPRESSION", "zstd")
             .arg(&binary)
             .arg(version)
             .arg(&dir),
@@ -219,12 +220,11 @@ fn replace_vendor_credential(image: &Path, kubeconfig: &str) -> anyhow::Result<(
         bail!("the vendor agent.toml has no [kubernetes] section");
     }
     std::fs::write(vendor.join("agent.toml"), config)?;
-    run(Command::new("mksquashfs").arg(&tree).arg(image).args([
-        "-all-root",
-        "-noappend",
-        "-quiet",
-        "-no-progress",
-    ]))?;
+    run(Command::new("mksquashfs")
+        .arg(&tree)
+        .arg(image)
+        .args(["-all-root", "-noappend", "-quiet", "-no-progress"])
+        .args(crate::sysext::COMPRESSION))?;
     std::fs::remove_dir_all(&tree)?;
     Ok(())
 }

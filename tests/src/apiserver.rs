@@ -27,7 +27,7 @@ pub(crate) fn repo_root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// Where `tests/kube/build.sh` puts `kube-testbed` and its `kubectl` link:
+/// Where `tests/kube/build.sh` puts `kube-testbed` and the release's `kubectl`:
 /// `$INPLACE_KUBE_BIN_DIR`, else `target/kube/bin` under the cargo target directory.
 pub fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("INPLACE_KUBE_BIN_DIR") {
@@ -53,7 +53,7 @@ pub fn binary() -> anyhow::Result<PathBuf> {
         .map_err(anyhow::Error::msg)
 }
 
-/// kubectl of the pinned release (a link to `kube-testbed`).
+/// kubectl of the pinned release (built beside `kube-testbed`).
 pub fn kubectl() -> anyhow::Result<PathBuf> {
     Ok(binary()?.with_file_name("kubectl"))
 }

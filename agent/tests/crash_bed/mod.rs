@@ -2,8 +2,7 @@
 //!
 //! Every revision is a `kubernetes` extension with the kubelet: the healthy or the broken
 //! base image plus a file naming the case at the image's root, outside the merged `/usr`
-//! (appended by mksquashfs in a fraction of a second, where packing the real kubelet again
-//! takes 20 s here), so that every case's image has a sha256 of its own. On a real Kubernetes
+//! (appended by mksquashfs without packing the kubelet again), so that every case's image has a sha256 of its own. On a real Kubernetes
 //! node ([`Kubelet::Real`]) the healthy base is the real kubelet and the broken one the same
 //! kubelet with a flag it refuses; on the stand-in ([`Kubelet::StandIn`]) a script that
 //! sleeps or exits.

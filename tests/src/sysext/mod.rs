@@ -133,9 +133,7 @@ impl SysextImage {
     /// A copy of this image at `out` with one more file, `name` at the image's root, holding
     /// `contents`: another image (its own sha256) with the same merged `/usr`, since
     /// systemd-sysext merges only `/usr` and `/opt`. mksquashfs appends it without compressing
-    /// the image again: well under a second, where packing an image with a real kubelet (80 MB)
-    /// takes 8 CPU-seconds (20 s on a loaded 2-core machine). For a test that needs many
-    /// distinct revisions of one image.
+    /// the image again. For a test that needs many distinct revisions of one image.
     pub async fn with_root_file(&self, name: &str, contents: &[u8], out: &Path) -> Result<Self> {
         let staging = tempfile::tempdir().ctx(|| "creating a staging directory".to_owned())?;
         let file = staging.path().join(name);
@@ -406,13 +404,24 @@ fn relative(path: &Path) -> Result<&Path> {
     Ok(rel)
 }
 
+/// The compressor of the beds' images: zstd at level 1 packed a real kubelet (80 MiB) in
+/// 0.3 CPU-seconds into 26.5 MB, mksquashfs's default (gzip) in 9.3 into 25.1 MB
+/// (docs/development/testing.md § Where the time goes). The agent reads either the same way:
+/// the kernel merges the image.
+pub const COMPRESSION: [&str; 4] = ["-comp", "zstd", "-Xcompression-level", "1"];
+
 /// Packs `tree` into the squashfs image `out` (or appends it to the image there), with no
 /// owner, time or xattr of the build machine, so the same content gives the same bytes.
 async fn pack(name: &str, tree: &Path, out: &Path, append: bool) -> Result<SysextImage> {
     let mut command = Command::new("mksquashfs");
     command.arg(tree).arg(out);
-    // An append also writes a recovery file into the current directory, unless told not to.
-    command.arg(if append { "-no-recovery" } else { "-noappend" });
+    // An append also writes a recovery file into the current directory, unless told not to,
+    // and keeps the image's compressor.
+    if append {
+        command.arg("-no-recovery");
+    } else {
+        command.arg("-noappend").args(COMPRESSION);
+    }
     let output = command
         .args([
             "-all-root",
