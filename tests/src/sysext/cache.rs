@@ -7,14 +7,14 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use super::{Entry, SysextBuilder, SysextImage, sha256_hex};
+use super::{COMPRESSION, Entry, SysextBuilder, SysextImage, sha256_hex};
 use crate::Result;
 use crate::error::IoContext;
 
-/// How `build` packs a tree: part of every key, so that an image kept by an earlier way of
-/// packing is never taken for a new one. Change it with `build` or `pack`.
+/// How `build` packs a tree (with [`COMPRESSION`]): part of every key, so that an image kept
+/// by an earlier way of packing is never taken for a new one. Change it with `build` or `pack`.
 const PACKING: &str = "chmod -R u+rwX,go+rX,go-w; mksquashfs -noappend -all-root -no-xattrs \
-                       -mkfs-time 0 -all-time 0 -comp zstd -Xcompression-level 1";
+                       -mkfs-time 0 -all-time 0";
 
 impl SysextBuilder {
     /// [`SysextBuilder::build`] through `cache`: the first build of this content (in any
@@ -58,6 +58,9 @@ impl SysextBuilder {
             hash.update(bytes);
         };
         part(PACKING.as_bytes());
+        for option in COMPRESSION {
+            part(option.as_bytes());
+        }
         part(self.name.as_bytes());
         part(self.release_dir.as_bytes());
         part(self.release_file_name.as_bytes());
