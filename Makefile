@@ -137,8 +137,10 @@ prepare-first: deps
 	@$(MAKE) --no-print-directory -j$(PREPARE_JOBS) --output-sync=target $(FIRST_WAVE)
 	@$(MAKE) --no-print-directory images
 
-# The suites alone, on what `make prepare` built.
+# The suites alone, on what `make prepare` built. nextest builds the workspace before it runs
+# a test; the tests then take its programs as built (inplace_tests::workspace_build).
 suites: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
+suites: export INPLACE_DEV_BUILD_CURRENT = 1
 suites:
 	$(TIMED) $(CARGO) nextest run --workspace --no-fail-fast
 

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,6 +59,9 @@ func serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "serve: --dir is required")
 		return 2
 	}
+	// etcd runs in this process: its collector as the children's (lazyGC).
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(componentMemoryLimit)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if o.exitOnEOF {
@@ -168,7 +172,7 @@ func startAPIServer(ctx context.Context, p *pki, o serveOptions, etcdURL string)
 			}
 		}
 		server := "https://127.0.0.1:" + strconv.Itoa(port)
-		apiserver := &child{name: "kube-apiserver", dir: o.dir, args: apiserverArgs(p, etcdURL, port, o.apiserverArgs), env: apiserverGC}
+		apiserver := &child{name: "kube-apiserver", dir: o.dir, args: apiserverArgs(p, etcdURL, port, o.apiserverArgs), env: lazyGC(apiserverMemoryLimit)}
 		logStart := apiserver.logSize()
 		if err := apiserver.start(); err != nil {
 			return nil, "", err
@@ -186,12 +190,23 @@ func startAPIServer(ctx context.Context, p *pki, o serveOptions, etcdURL string)
 	}
 }
 
-// apiserverGC lets kube-apiserver collect garbage only once its heap nears 512 MiB: it
-// allocates most of what it ever holds while it starts (its OpenAPI documents, its caches),
-// and Go's default collector spent a fifth to a third of the start's CPU on it. Measured
-// here in alternating runs, to /readyz: 2.4-3.1 CPU-seconds with the default, 1.9-2.5 so;
-// peak memory 300 MiB, 480 so. Every test starts a control plane of its own.
-var apiserverGC = []string{"GOGC=off", "GOMEMLIMIT=512MiB"}
+// Every process of the control plane collects garbage only once its heap nears a limit:
+// they allocate most of what they ever hold while they start (kube-apiserver its OpenAPI
+// documents and caches, the others their informers' caches), and Go's default collector
+// spent a fifth to a third of kube-apiserver's start on it. Every test starts a control
+// plane of its own. Measured here in alternating runs: kube-apiserver to /readyz 2.4-3.1
+// CPU-seconds with the default, 1.9-2.5 so (peak memory 300 MiB, 480 so); a whole `serve
+// --workloads` over its first 25 s 4.2-4.3 with that alone, 3.8 with the others too.
+const (
+	apiserverMemoryLimit = 512 << 20
+	// etcd (in serve's own process), kube-controller-manager, kube-scheduler.
+	componentMemoryLimit = 256 << 20
+)
+
+// lazyGC is the environment of a child that collects garbage as above, near limit bytes.
+func lazyGC(limit int) []string {
+	return []string{"GOGC=off", "GOMEMLIMIT=" + strconv.Itoa(limit)}
+}
 
 func apiserverArgs(p *pki, etcdURL string, port int, extra []string) []string {
 	args := []string{
@@ -236,7 +251,7 @@ func startControllerManager(p *pki, dir, server string, workloads bool) (*child,
 		// Pods mount the cluster CA from the kube-root-ca.crt ConfigMap of their namespace.
 		controllers += ",root-ca-certificate-publisher-controller"
 	}
-	c := &child{name: "kube-controller-manager", dir: dir, args: []string{
+	c := &child{name: "kube-controller-manager", dir: dir, env: lazyGC(componentMemoryLimit), args: []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -259,7 +274,7 @@ func startScheduler(p *pki, dir, server string) (*child, error) {
 	if err := p.writeKubeconfig(kubeconfig, server, "system:kube-scheduler", nil); err != nil {
 		return nil, err
 	}
-	c := &child{name: "kube-scheduler", dir: dir, args: []string{
+	c := &child{name: "kube-scheduler", dir: dir, env: lazyGC(componentMemoryLimit), args: []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
