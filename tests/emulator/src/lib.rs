@@ -191,43 +191,13 @@ impl Handle {
     /// Create (or replace) CustomResourceDefinitions from YAML documents, through the API path
     /// a real client would use, as the admin.
     pub async fn apply_crd_yaml(&self, yaml: &str) -> anyhow::Result<()> {
-        let client = self.client().await?;
-        let api: kube::Api<kube::core::DynamicObject> = kube::Api::all_with(
-            client,
-            &kube::discovery::ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(&()),
-        );
-        for doc in serde_yaml::Deserializer::from_str(yaml) {
-            let v: Value = serde::Deserialize::deserialize(doc)?;
-            if v.is_null() {
-                continue;
-            }
-            let name = v
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .context("CRD without a name")?
-                .to_string();
-            let params = kube::api::PatchParams::apply("inplace-api-emulator").force();
-            api.patch(&name, &params, &kube::api::Patch::Apply(&v))
-                .await
-                .with_context(|| format!("applying CRD {name}"))?;
-        }
+        apply_crds(&self.client().await?, yaml, FIELD_MANAGER).await?;
         Ok(())
     }
 
     /// Apply every `*.yaml`/`*.yml` CRD file in a directory.
     pub async fn apply_crd_dir(&self, dir: &Path) -> anyhow::Result<()> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .with_context(|| format!("reading {}", dir.display()))?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-            .collect();
-        files.sort();
-        for f in files {
-            let text =
-                std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
-            self.apply_crd_yaml(&text).await?;
-        }
+        apply_crd_files(&self.client().await?, dir, FIELD_MANAGER).await?;
         Ok(())
     }
 
@@ -244,4 +214,60 @@ impl Drop for Handle {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
     }
+}
+
+/// The field manager of what the emulator's own helpers apply.
+const FIELD_MANAGER: &str = "inplace-api-emulator";
+
+/// Server-side applies (forced) the CustomResourceDefinitions in the YAML documents `yaml` as
+/// `field_manager`, through `client` (the emulator's or a real server's); returns their names.
+pub async fn apply_crds(
+    client: &kube::Client,
+    yaml: &str,
+    field_manager: &str,
+) -> anyhow::Result<Vec<String>> {
+    let api: kube::Api<kube::core::DynamicObject> = kube::Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(&()),
+    );
+    let mut names = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let v: Value = serde::Deserialize::deserialize(doc)?;
+        if v.is_null() {
+            continue;
+        }
+        let name = v
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .context("CRD without a name")?
+            .to_string();
+        let params = kube::api::PatchParams::apply(field_manager).force();
+        api.patch(&name, &params, &kube::api::Patch::Apply(&v))
+            .await
+            .with_context(|| format!("applying CRD {name}"))?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// [`apply_crds`] of every `*.yaml`/`*.yml` file in `dir`, in name order.
+pub async fn apply_crd_files(
+    client: &kube::Client,
+    dir: &Path,
+    field_manager: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    let mut names = Vec::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        names.extend(apply_crds(client, &text, field_manager).await?);
+    }
+    Ok(names)
 }
