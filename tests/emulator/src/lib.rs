@@ -250,19 +250,23 @@ pub async fn apply_crds(
     Ok(names)
 }
 
-/// [`apply_crds`] of every `*.yaml`/`*.yml` file in `dir`, in name order.
+/// [`apply_crds`] of the YAML file `path`, or of every `*.yaml`/`*.yml` file in the directory
+/// `path`, in name order (as `kubectl apply -f PATH` takes either).
 pub async fn apply_crd_files(
     client: &kube::Client,
-    dir: &Path,
+    path: &Path,
     field_manager: &str,
 ) -> anyhow::Result<Vec<String>> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-        .collect();
-    files.sort();
+    let mut files = vec![path.to_path_buf()];
+    if path.is_dir() {
+        files = std::fs::read_dir(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+            .collect();
+        files.sort();
+    }
     let mut names = Vec::new();
     for f in files {
         let text =
