@@ -376,9 +376,10 @@ impl ApiServer {
 
     /// Applies the CRDs in `dir` (or in one YAML file; server-side, forced) and waits until
     /// each is Established (served). Through the kube client, not kubectl: every test that
-    /// starts a server applies them, and `kubectl apply` then `kubectl wait` cost 0.45 CPU-seconds in kubectl besides
-    /// the server's answers to its discovery (the shipped manifests are applied with the real
-    /// kubectl by `real_apiserver`'s test and the docs' pages).
+    /// starts a server applies them, and `kubectl apply` then `kubectl wait` cost 0.45
+    /// CPU-seconds in kubectl besides the server's answers to its discovery (the shipped
+    /// manifests are applied with the real kubectl by `real_apiserver`'s test and the docs'
+    /// pages).
     pub async fn apply_crd_dir(&self, dir: &Path) -> anyhow::Result<()> {
         let client = self.client().await?;
         let names = inplace_api_emulator::apply_crd_files(&client, dir, "inplace-tests").await?;

@@ -136,7 +136,7 @@ fn running_profile_dir() -> Result<PathBuf> {
 /// builds its programs too), and a run of the suites changes no source. Each test process
 /// then skips its own `cargo build`, which only found everything current: 0.3 CPU-seconds
 /// each, in each of the hundreds of test processes that start a workspace program.
-pub const DEV_BUILD_CURRENT: &str = "INPLACE_DEV_BUILD_CURRENT";
+const DEV_BUILD_CURRENT: &str = "INPLACE_DEV_BUILD_CURRENT";
 
 /// Builds and returns `<target>/<profile dir>` of the running program.
 fn build() -> Result<PathBuf> {

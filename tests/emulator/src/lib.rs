@@ -257,16 +257,18 @@ pub async fn apply_crd_files(
     path: &Path,
     field_manager: &str,
 ) -> anyhow::Result<Vec<String>> {
-    let mut files = vec![path.to_path_buf()];
-    if path.is_dir() {
-        files = std::fs::read_dir(path)
+    let files = if path.is_dir() {
+        let mut files: Vec<_> = std::fs::read_dir(path)
             .with_context(|| format!("reading {}", path.display()))?
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
             .collect();
         files.sort();
-    }
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
     let mut names = Vec::new();
     for f in files {
         let text =
