@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a `make test` run's time went: the steps scripts/timed.sh logged (wall and CPU
-seconds), then the slowest tests and the suites (a test binary, or a module of a package's
+seconds) and the disk space left, then the slowest tests and the suites (a test binary, or a module of a package's
 integration binary) by their summed time, from nextest's JUnit file.
 usage: test-times.py STEPS_TSV [JUNIT_XML]"""
 
@@ -37,6 +37,18 @@ def steps(path):
         pass
 
 
+def disk(path):
+    """The free bytes timed.sh sampled on the target's filesystem: first at the start."""
+    try:
+        with open(path) as samples:
+            free = [int(line) for line in samples if line.strip().isdigit()]
+    except FileNotFoundError:
+        return
+    if free:
+        gib = [f / 2**30 for f in free]
+        print(f"disk free (GiB): {gib[0]:.1f} at the start, {min(gib):.1f} at the lowest, {gib[-1]:.1f} at the end")
+
+
 def tests(path):
     try:
         root = ET.parse(path).getroot()
@@ -64,5 +76,6 @@ def tests(path):
 
 if __name__ == "__main__":
     steps(sys.argv[1])
+    disk(sys.argv[1] + ".disk")
     if len(sys.argv) > 2:
         tests(sys.argv[2])
