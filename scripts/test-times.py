@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a `make test` run's time went: the steps scripts/timed.sh logged (wall and CPU
-seconds) and the disk space left, then the slowest tests and the suites (a test binary, or a module of a package's
-integration binary) by their summed time, from nextest's JUnit file.
+seconds) and the disk space left, then the slowest tests and the suites (a test binary, or
+a module of a package's integration binary) by their summed time, from nextest's JUnit file.
 usage: test-times.py STEPS_TSV [JUNIT_XML]"""
 
 import collections
@@ -45,8 +45,8 @@ def disk(path):
     except FileNotFoundError:
         return
     if free:
-        gib = [f / 2**30 for f in free]
-        print(f"disk free (GiB): {gib[0]:.1f} at the start, {min(gib):.1f} at the lowest, {gib[-1]:.1f} at the end")
+        start, lowest, end = (f / 2**30 for f in (free[0], min(free), free[-1]))
+        print(f"disk free (GiB): {start:.1f} at the start, {lowest:.1f} at the lowest, {end:.1f} at the end")
 
 
 def tests(path):
