@@ -15,6 +15,9 @@ crane=$tools/crane
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$repo/Cargo.toml")
 
 work=$(mktemp -d)
+# Created here, not by the background job's redirection: that one opens the file only once the
+# job has forked, and the loop below may read it before (CI of 35cfb87 failed so).
+: >"$work/registry.log"
 "$crane" registry serve --address 127.0.0.1:0 2>"$work/registry.log" &
 server=$!
 trap 'kill "$server"; rm -rf "$work"' EXIT
