@@ -103,6 +103,7 @@ lint: lint-tools
 	$(TIMED) $(CARGO) fmt --all --check
 	$(TIMED) $(CARGO) clippy --workspace --all-targets --target-dir "$(TARGET)/clippy" -- -D warnings
 	$(TIMED) $(CARGO) deny --log-level error check bans licenses sources
+	$(TIMED) ./tests/go-align.py --check
 
 ## Every suite: what they run (make prepare), then cargo nextest run over the workspace.
 unit: prepare

@@ -3,7 +3,8 @@
 # of the release pinned in go.mod, recorded there as a `tool`) into OUT_DIR (default:
 # target/capi/bin at the repository root) as `capi-manager`. Built from the module proxy's
 # sources, never a prebuilt image; Go's build and module caches are shared with the other
-# beds (tests/kube/build.sh), so Kubernetes' client packages compile once. The binary is
+# beds (tests/kube/build.sh), and so are the versions of the modules they have in common
+# (tests/go-align.py), so Kubernetes' client packages compile once. The binary is
 # rebuilt only when go.mod, go.sum or this script is newer than it.
 # Usage: tests/capi/build-manager.sh [OUT_DIR]      (README-manager.md: how to run it)
 set -euo pipefail

@@ -3,7 +3,8 @@
 # (k8s.io/api, k8s.io/apiserver, ...) at v0.0.0 and replaces it with its own ./staging folder,
 # which a consumer cannot see; the module proxy serves them as v0.MINOR.PATCH. So this reads the
 # release's own go.mod and adds one `replace` per staging module to the published version.
-# Usage: tests/kube/pin.sh [RELEASE [MODULE_DIR [TOOL_PACKAGE]]]   (then commit go.mod and go.sum)
+# Usage: tests/kube/pin.sh [RELEASE [MODULE_DIR [TOOL_PACKAGE]]]
+#   then tests/go-align.py (the beds' shared modules at one version), and commit go.mod and go.sum
 #   tests/kube/pin.sh v1.36.3                       this module (kube-testbed)
 #   tests/kube/pin.sh v1.36.1 tests/kubelet/v1.36.1 k8s.io/kubernetes/cmd/kubelet
 # A TOOL_PACKAGE is recorded as a `tool` of the module, so that `go build PACKAGE` builds that
