@@ -59,13 +59,15 @@ def is_kubelet(bed):
 def selected(bed):
     """{module path: (version, replaced)} of the modules whose packages the bed builds (its
     own packages and its `tool`s), without the bed itself."""
-    out = subprocess.run(
+    listed = subprocess.run(
         ["go", "list", "-e", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}"
          " {{with .Replace}}{{.Version}}{{end}}{{end}}{{end}}", "./...", "tool"],
-        cwd=bed, check=True, capture_output=True, text=True,
-    ).stdout
+        cwd=bed, capture_output=True, text=True,
+    )
+    if listed.returncode != 0:
+        sys.exit(f"go list in {bed}:\n{listed.stderr}")
     modules = {}
-    for line in out.splitlines():
+    for line in listed.stdout.splitlines():
         path, version, *replacement = line.split()
         modules[path] = (replacement[0], True) if replacement else (version, False)
     return modules
@@ -81,8 +83,9 @@ def semver_key(version):
     return numbers, (0, parts)
 
 
-def pinned_by_release(bed, path):
-    return path.startswith("k8s.io/") and is_kubelet(bed)
+def movable(bed, path, replaced):
+    """Not a module the bed replaces, nor a kubelet's k8s.io module (its release's)."""
+    return not replaced and not (path.startswith("k8s.io/") and is_kubelet(bed))
 
 
 def wanted(lists):
@@ -90,7 +93,7 @@ def wanted(lists):
     versions = {}
     for bed, modules in lists.items():
         for path, (version, replaced) in modules.items():
-            if not replaced and not pinned_by_release(bed, path):
+            if movable(bed, path, replaced):
                 versions.setdefault(path, []).append(version)
     return {p: max(v, key=semver_key) for p, v in versions.items() if len(v) > 1}
 
@@ -100,7 +103,7 @@ def moves(lists, want):
     plan = {}
     for bed, modules in lists.items():
         for path, (version, replaced) in modules.items():
-            if path in want and not replaced and not pinned_by_release(bed, path):
+            if path in want and movable(bed, path, replaced):
                 if semver_key(version) < semver_key(want[path]):
                     plan.setdefault(bed, []).append(f"{path}@{want[path]}")
     return plan
