@@ -103,9 +103,9 @@ def moves(lists, want):
     plan = {}
     for bed, modules in lists.items():
         for path, (version, replaced) in modules.items():
-            if path in want and movable(bed, path, replaced):
-                if semver_key(version) < semver_key(want[path]):
-                    plan.setdefault(bed, []).append(f"{path}@{want[path]}")
+            behind = path in want and semver_key(version) < semver_key(want[path])
+            if behind and movable(bed, path, replaced):
+                plan.setdefault(bed, []).append(f"{path}@{want[path]}")
     return plan
 
 
