@@ -956,6 +956,22 @@ fn teardown(dir: &Path, cgroups: &[PathBuf]) -> Result<()> {
     host::remove_tree_blocking(dir)
 }
 
+/// Whether the node in `dir` was left by a test process that no longer runs: the process its
+/// `owner` file names is gone, or no owner was recorded within [`OWNERLESS_GRACE`] of the
+/// directory's last change. An owner file that is still being written reads empty, like one
+/// not yet created: a node another test is booting is never taken for a dead one's.
+fn left_by_a_dead_process(dir: &Path) -> bool {
+    let owner = std::fs::read_to_string(dir.join("owner")).unwrap_or_default();
+    if !owner.trim().is_empty() {
+        return !host::identity_alive(&owner);
+    }
+    std::fs::metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age >= OWNERLESS_GRACE)
+}
+
 /// Tears down nodes left by test processes that no longer run (crashed, killed). Returns
 /// their names. [`Node::boot`] calls this first.
 /// A node that another process is tearing down at the same moment may fail to go here; it is
@@ -970,20 +986,8 @@ pub async fn sweep_stale_nodes() -> Result<Vec<String>> {
         for entry in entries.flatten() {
             let dir = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            match std::fs::read_to_string(dir.join("owner")) {
-                Ok(owner) if host::identity_alive(&owner) => continue,
-                Ok(_) => {}
-                Err(_) => {
-                    let young = entry
-                        .metadata()
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| t.elapsed().ok())
-                        .is_none_or(|age| age < OWNERLESS_GRACE);
-                    if young {
-                        continue;
-                    }
-                }
+            if !left_by_a_dead_process(&dir) {
+                continue;
             }
             match teardown(&dir, &host::node_cgroups(&name, true)) {
                 Ok(()) => swept.push(name),
@@ -1095,6 +1099,27 @@ mod tests {
         let unique = Node::unique_name("Smoke Test");
         assert!(validate_name(&unique).is_ok(), "{unique}");
         assert_ne!(unique, Node::unique_name("Smoke Test"));
+    }
+
+    #[test]
+    fn a_node_whose_owner_is_being_written_is_not_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = dir.path().join("owner");
+        std::fs::write(&owner, "").unwrap();
+        assert!(
+            !left_by_a_dead_process(dir.path()),
+            "owner file not yet written"
+        );
+        std::fs::remove_file(&owner).unwrap();
+        assert!(!left_by_a_dead_process(dir.path()), "no owner file yet");
+        let mine = host::process_identity(std::process::id()).unwrap();
+        std::fs::write(&owner, &mine).unwrap();
+        assert!(!left_by_a_dead_process(dir.path()), "a running owner");
+        std::fs::write(&owner, format!("{} 1", std::process::id())).unwrap();
+        assert!(
+            left_by_a_dead_process(dir.path()),
+            "an owner whose process has ended"
+        );
     }
 
     #[test]
