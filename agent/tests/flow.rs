@@ -11,6 +11,7 @@ use inplace_proto::{
     Architecture, ArchitectureBuild, Artifact, DesiredState, NodeUpdatePlan, Phase,
 };
 use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
 
 #[tokio::test]
 async fn first_install_succeeds() {
@@ -492,14 +493,23 @@ async fn plan_for_another_node_is_ignored() {
 async fn killed_while_kubelet_restarts(bed: &Bed, plan: &NodeUpdatePlan) {
     bed.systemd.hang.store(true, Ordering::SeqCst);
     let mut agent = bed.agent().await;
-    let run = agent.handle(Some(plan));
-    assert!(
-        tokio::time::timeout(std::time::Duration::from_millis(300), run)
-            .await
-            .is_err()
-    );
+    until_hung(agent.handle(Some(plan)), &bed.systemd.hung).await;
     drop(agent);
     bed.systemd.hang.store(false, Ordering::SeqCst);
+}
+
+/// Runs `work` until `hung` says it reached the step that hangs, and no longer: the caller
+/// then drops the agent ("kill -9" at that step). Told by the fake, not guessed from a
+/// time, which a loaded machine can outlast before the step is reached.
+async fn until_hung<F>(work: F, hung: &Notify)
+where
+    F: std::future::Future,
+    F::Output: std::fmt::Debug,
+{
+    tokio::select! {
+        ended = work => panic!("the agent ended ({ended:?}) before the step that hangs"),
+        () = hung.notified() => {}
+    }
 }
 
 #[tokio::test]
@@ -625,12 +635,7 @@ async fn crash_during_download_changes_nothing_and_restages_on_restart() {
     bed.fetcher.hang.store(true, Ordering::SeqCst);
     {
         let mut agent = bed.agent().await;
-        let run = agent.handle(Some(&plan));
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(300), run)
-                .await
-                .is_err()
-        );
+        until_hung(agent.handle(Some(&plan)), &bed.fetcher.hung).await;
     }
     // "kill -9" mid-download: nothing visible changed.
     assert_eq!(bed.link(), "OK v1");
@@ -669,12 +674,7 @@ async fn crash_during_rollback_finishes_it_on_restart_whatever_the_plan() {
             }
             systemd.hang.store(true, Ordering::SeqCst);
         });
-        let run = agent.handle(Some(&plan));
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_secs(2), run)
-                .await
-                .is_err()
-        );
+        until_hung(agent.handle(Some(&plan)), &bed.systemd.hung).await;
         arm.await.unwrap();
     }
     let journal = bed.agent().await.journal().clone();

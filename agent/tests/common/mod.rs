@@ -31,6 +31,7 @@ use inplace_proto::{Artifact, NodeUpdatePlan, Phase};
 use minisign::KeyPair;
 use sha2::{Digest, Sha256};
 use std::io::Cursor;
+use tokio::sync::Notify;
 
 pub const NODE: &str = "worker-1";
 
@@ -41,6 +42,8 @@ pub struct FakeFetcher {
     pub calls: AtomicUsize,
     /// Every download hangs (to simulate a crash in the middle of one).
     pub hang: AtomicBool,
+    /// Told when a download has begun to hang.
+    pub hung: Notify,
 }
 
 #[async_trait]
@@ -60,6 +63,7 @@ impl Fetcher for FakeFetcher {
                 b"part",
             )
             .unwrap();
+            self.hung.notify_one();
             futures::future::pending::<()>().await;
         }
         let bytes = self.objects.lock().unwrap().get(&artifact.url).cloned();
@@ -122,6 +126,8 @@ pub struct FakeSystemd {
     pub broken: AtomicBool,
     /// kubelet's restart never finishes (to simulate a crash in the middle).
     pub hang: AtomicBool,
+    /// Told when kubelet's restart has begun to hang.
+    pub hung: Notify,
     pub restarts: AtomicUsize,
     /// `systemd-sysext.service` is active.
     pub sysext_active: AtomicBool,
@@ -227,6 +233,7 @@ impl SystemdManager for FakeSystemd {
         }
         if unit == "kubelet.service" {
             if self.hang.load(Ordering::SeqCst) {
+                self.hung.notify_one();
                 futures::future::pending::<()>().await;
             }
             self.restarts.fetch_add(1, Ordering::SeqCst);
@@ -423,6 +430,7 @@ lock_file = "{root}/run/lock"
             calls: Mutex::new(Vec::new()),
             broken: AtomicBool::new(false),
             hang: AtomicBool::new(false),
+            hung: Notify::new(),
             restarts: AtomicUsize::new(0),
             sysext_active: AtomicBool::new(false),
             inactive: Mutex::new(Vec::new()),
@@ -444,6 +452,7 @@ lock_file = "{root}/run/lock"
                 objects: Mutex::new(HashMap::new()),
                 calls: AtomicUsize::new(0),
                 hang: AtomicBool::new(false),
+                hung: Notify::new(),
             }),
             systemd,
             status: Arc::new(MemorySink::default()),
