@@ -174,7 +174,16 @@ pub async fn wait_phase(
                 .journal("inplace-agent-guard.service", 40)
                 .await
                 .unwrap_or_default();
-            panic!("the plan never reached {phase:?}: {unmet}\n{agent}\n{guard}");
+            // The agent refuses a switch while the path unit is not active: why it is not.
+            let path_unit = node
+                .sh(
+                    "systemctl show -p ActiveState,SubState,Result inplace-agent-guard.path; \
+                     journalctl --no-pager -o short-precise -n 20 -u inplace-agent-guard.path",
+                )
+                .await
+                .map(|out| out.stdout_text())
+                .unwrap_or_default();
+            panic!("the plan never reached {phase:?}: {unmet}\n{agent}\n{guard}\n{path_unit}");
         }
     }
 }
