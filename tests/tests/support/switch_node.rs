@@ -175,15 +175,15 @@ pub async fn wait_phase(
                 .await
                 .unwrap_or_default();
             // The agent refuses a switch while the path unit is not active: why it is not.
-            let path_unit = node
-                .sh(
-                    "systemctl show -p ActiveState,SubState,Result inplace-agent-guard.path; \
-                     journalctl --no-pager -o short-precise -n 20 -u inplace-agent-guard.path",
-                )
+            let unit = "inplace-agent-guard.path";
+            let path_state = node
+                .systemctl(&["show", "-p", "ActiveState,SubState,Result", unit])
                 .await
-                .map(|out| out.stdout_text())
                 .unwrap_or_default();
-            panic!("the plan never reached {phase:?}: {unmet}\n{agent}\n{guard}\n{path_unit}");
+            let path_journal = node.journal(unit, 20).await.unwrap_or_default();
+            panic!(
+                "the plan never reached {phase:?}: {unmet}\n{agent}\n{guard}\n{path_state}{path_journal}"
+            );
         }
     }
 }
