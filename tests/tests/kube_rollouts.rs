@@ -335,7 +335,7 @@ async fn a_kubelet_binary_artifact_is_swapped_in_place_and_a_broken_one_rolls_ba
             "v1.36.3",
             &broken,
             kubelet_path,
-            "45s",
+            "15s",
         )
         .unwrap();
     cluster.apply("release-exits", &release).unwrap();

@@ -37,7 +37,7 @@ pub(crate) const BROKEN_RELEASE: &str = "kubelet-broken";
 /// kubelet never gives it one, so the broken release's rollback comes after its timeout: a
 /// shorter one keeps the demo short.
 pub(crate) const HEALTH_TIMEOUT: &str = "3m";
-pub(crate) const BROKEN_HEALTH_TIMEOUT: &str = "45s";
+pub(crate) const BROKEN_HEALTH_TIMEOUT: &str = "15s";
 /// The rollouts' `maxUnavailable` after the setup, which the demo checks from outside.
 pub(crate) const MAX_UNAVAILABLE: usize = 1;
 /// The NodeRollout's name.

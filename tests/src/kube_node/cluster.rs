@@ -274,8 +274,9 @@ impl KubeCluster {
     /// Serves a kubelet image of `release` that cannot start (its drop-in passes a flag the
     /// kubelet refuses) and returns its NodeRelease, named `kubelet-RELEASE-refuses-to-start`
     /// (`…-by-reboot` when `activation` is [`Activation::Reboot`]), with a health-check
-    /// timeout of 45 s (60 s after a reboot, so that the node is seen up before it reboots
-    /// back).
+    /// timeout of 15 s (60 s after a reboot, so that the node is seen up before it reboots
+    /// back). The rollback then verifies the previous kubelet with the committed release's
+    /// own checks and timeout, not these.
     pub async fn serve_broken_release(
         &self,
         release: &str,
@@ -291,7 +292,7 @@ impl KubeCluster {
             .put(&image_path(&image), Artifact::file(&image.path)?);
         // It never gets healthy: no need to wait the working release's 3 minutes.
         let (suffix, timeout) = match activation {
-            Activation::Restart => ("", "45s"),
+            Activation::Restart => ("", "15s"),
             Activation::Reboot => ("-by-reboot", "60s"),
         };
         Ok(release_manifest_activated(
@@ -372,7 +373,7 @@ spec:
     restartUnits: [containerd.service]
   healthChecks:
     units: [containerd.service, kubelet.service]
-    window: 10s
+    window: 3s
     timeout: 3m
 ",
             url = self.server.url(&image_path(&image)),

@@ -27,7 +27,9 @@ pub enum Activation {
 
 /// The NodeRelease `name` moving a node to kubelet `version` with `artifact` (a YAML list
 /// item): the kubelet restarted, healthy when its unit is steady and its Node `Ready` on
-/// `version` for 10 s, within `timeout`.
+/// `version` for 3 s, within `timeout`. A kubelet that cannot start dies in its first
+/// second, and one that starts reports `Ready` at once: a longer window proves nothing more
+/// here and costs every node update of the suites its length (the shipped examples say 30 s).
 pub(super) fn release_manifest(name: &str, version: &str, artifact: &str, timeout: &str) -> String {
     release_manifest_activated(name, version, artifact, timeout, Activation::Restart)
 }
@@ -59,7 +61,7 @@ spec:
     units: [kubelet.service]
     nodeKubeletVersion: true
     nodeReady: true
-    window: 10s
+    window: 3s
     timeout: {timeout}
 "
     )
