@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test test-start prepare prepare-first suites fetch nextest lint-tools side-checks suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools node-images tools registry images
+.PHONY: test test-start prepare prepare-first suites fetch nextest lint-tools side-checks suites-and-side-checks arm64-unit arm64-bins arm64 fuzz-deps lint lint-sources build-tests unit crds docs deps fuzz-short demo testbed bench packages kube kubelets capi kube-smoke capi-golden node-tools node-images tools registry images
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went (printed
 ## last, failed or not: CI shows a run's last lines).
@@ -76,6 +76,7 @@ images:
 deps:
 	@$(TIMED) ./scripts/install-deps.sh --system
 	@$(TIMED) ./scripts/install-deps.sh --arm64
+	@$(TIMED) ./scripts/install-deps.sh --clippy
 
 ## The test runner, cargo-nextest (prebuilt: tests/cargo-tools/requirements.txt).
 nextest:
@@ -97,13 +98,27 @@ demo:
 bench:
 	@./scripts/bench.sh $(BENCH_ARGS)
 
-# clippy checks in a target directory of its own: under `make test` it runs beside the
-# suites, whose builds (inplace_tests::workspace_build) would otherwise wait for its lock.
-lint: lint-tools
-	$(TIMED) $(CARGO) fmt --all --check
+## fmt, clippy -D warnings (in a target directory of its own), cargo-deny, the Go beds' versions.
+lint: lint-sources
 	$(TIMED) $(CARGO) clippy --workspace --all-targets --target-dir "$(TARGET)/clippy" -- -D warnings
+# What lint checks without compiling. Under `make test` clippy lints inside the test build
+# instead (LINTED_BUILD), and these run beside the suites.
+lint-sources: lint-tools
+	$(TIMED) $(CARGO) fmt --all --check
 	$(TIMED) $(CARGO) deny --log-level error check bans licenses sources
 	$(TIMED) ./tests/go-align.py --check
+
+# The debug builds of the workspace that `make` makes (the tests', and the aarch64 ones the
+# arm64 packaging tests share) compile the workspace's crates with clippy-driver, which lints
+# as `cargo clippy --all-targets -- -D warnings` does and then compiles: the dependencies
+# are compiled once, not once more for clippy's check (280 CPU-seconds of a run:
+# docs/development/testing.md § Where the time goes). Exported to the suites, so that the
+# builds the tests make themselves (inplace_tests::workspace_build) find these current; the
+# wrapper is part of the crates' -C metadata, so a plain build sits beside a linted one.
+CLIPPY_DRIVER = $(shell rustup which clippy-driver 2>/dev/null)
+LINTED_BUILDS := build-tests suites arm64-unit arm64-bins
+$(LINTED_BUILDS): export RUSTC_WORKSPACE_WRAPPER = $(CLIPPY_DRIVER)
+$(LINTED_BUILDS): export CLIPPY_ARGS = -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 
 ## Every suite: what they run (make prepare), then cargo nextest run over the workspace.
 unit: prepare
@@ -158,9 +173,11 @@ suites:
 # `cargo run -p inplace-tests` here resolved other features and built the kube stack again.
 TESTBED := $(TARGET)/debug/inplace-testbed
 # `cargo test --no-run` is what nextest runs to build (same profile, same features): the
-# build need not wait for nextest's own. Its crate-by-crate times: <target>/cargo-timings.
+# build need not wait for nextest's own. `--all-targets` adds the benchmarks, for clippy
+# (LINTED_BUILDS). Its crate-by-crate times: <target>/cargo-timings.
 build-tests:
-	$(TIMED) $(CARGO) test --workspace --no-run --timings
+	@test -x "$(CLIPPY_DRIVER)" || { echo "clippy-driver is missing: make deps (rustup component add clippy)" >&2; exit 1; }
+	$(TIMED) $(CARGO) test --workspace --all-targets --no-run --timings
 
 ## Build (once) the cached Debian root filesystems the systemd-nspawn nodes boot from (bookworm
 ## and trixie, side by side).
@@ -172,13 +189,13 @@ testbed: build-tests
 # links, the downloads, the boots and the health windows leave idle, and never slow the
 # builds and tests on the way to the end (docs/development/testing.md § Where the time goes).
 # The workspace's crates are fetched first, so that nothing on that way waits for the
-# background's hold on cargo's download lock. lint and fuzz-short side by side, each filling
-# what the other leaves idle (a link on one core, the single-threaded fuzz runs). Their
-# output goes to SIDE_LOG, printed when both have ended; either failing fails the step.
+# background's hold on cargo's download lock. lint-sources and fuzz-short side by side (clippy
+# lints in the test build: LINTED_BUILDS). Their output goes to SIDE_LOG, printed when both
+# have ended; either failing fails the step.
 # (`-o deps`: made already.) arm64-unit is built among BESIDE_THE_TESTS instead: its
 # target directory is the one the arm64 packaging tests build in, and a test once waited
 # 7 minutes for the lock of a build starved in this class (session 33's cold run).
-SIDE_CHECKS := lint fuzz-short
+SIDE_CHECKS := lint-sources fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
 side-checks:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(SIDE_CHECKS)

@@ -6,6 +6,7 @@
 #   install-deps.sh                the system packages, then the cargo tools: all a person needs
 #   install-deps.sh --system       the system packages (`make deps`)
 #   install-deps.sh --arm64        the aarch64 cross tools (`make deps`)
+#   install-deps.sh --clippy       clippy, which lints inside `make test`'s builds (`make deps`)
 #   install-deps.sh --cargo-tools  cargo-nextest and cargo-deny
 #   install-deps.sh --nextest      cargo-nextest (`make nextest`, which `make prepare` builds
 #                                  beside the Go builds)
@@ -48,6 +49,11 @@ install_cross_tools() {
     apt_install "${need[@]}"
     rustup target list --installed | grep -q ^aarch64-unknown-linux-gnu ||
         rustup target add aarch64-unknown-linux-gnu
+}
+
+# rustup's default profile has clippy, its minimal one not.
+install_clippy() {
+    rustup component list --installed | grep -q ^clippy || rustup component add clippy
 }
 
 # The cargo tools come prebuilt, as the wheels tests/cargo-tools/requirements.txt pins by
@@ -94,12 +100,13 @@ install_fuzz_tools() {
 }
 
 case ${1:-all} in
-all) install_system_packages && install_cargo_tools ;;
+all) install_system_packages && install_clippy && install_cargo_tools ;;
 --system) install_system_packages ;;
 --arm64) install_cross_tools ;;
+--clippy) install_clippy ;;
 --cargo-tools) install_cargo_tools ;;
 --nextest) install_tool cargo-nextest ;;
 --deny) install_tool cargo-deny ;;
 --fuzz) install_fuzz_tools ;;
-*) echo "install-deps.sh: unknown option $1 (--system, --arm64, --cargo-tools, --nextest, --deny or --fuzz)" >&2; exit 2 ;;
+*) echo "install-deps.sh: unknown option $1 (--system, --arm64, --clippy, --cargo-tools, --nextest, --deny or --fuzz)" >&2; exit 2 ;;
 esac

@@ -115,10 +115,10 @@ fn an_architecture_the_builders_do_not_know_is_refused_by_name() {
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
 }
 
-/// `make test` installs each set of tools where it is used: the system packages and the
-/// arm64 cross tools in `make deps`, the test runner in `make nextest` (beside the Go
-/// builds), cargo-deny in `make lint-tools` and cargo-fuzz and the nightly toolchain in
-/// `make fuzz-deps` (in the background).
+/// `make test` installs each set of tools where it is used: the system packages, the arm64
+/// cross tools and clippy (which lints in the test build) in `make deps`, the test runner in
+/// `make nextest` (beside the Go builds), cargo-deny in `make lint-tools` and cargo-fuzz and
+/// the nightly toolchain in `make fuzz-deps` (in the background).
 /// 6e0ecef ran `install-deps.sh --arm64 --fuzz` there, which installed the cross tools and
 /// never cargo-fuzz: a new machine's fuzzing would have failed.
 #[test]
@@ -140,6 +140,13 @@ fn make_installs_the_test_the_arm64_and_the_fuzzing_tools_each_once() {
         .collect();
     assert_eq!(
         installs,
-        ["--system", "--arm64", "--nextest", "--deny", "--fuzz"]
+        [
+            "--system",
+            "--arm64",
+            "--clippy",
+            "--nextest",
+            "--deny",
+            "--fuzz",
+        ]
     );
 }
