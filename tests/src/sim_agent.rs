@@ -249,6 +249,14 @@ async fn drive(
             _ => {}
         }
         let phase = next.phase.unwrap_or(Phase::Pending);
+        if phase.is_final() {
+            // Off the activating nodes before the final phase is written: the controller
+            // may see the write and grant the next node before this task runs again, and
+            // that node must not find this one still activating beside it (a loaded run
+            // saw three nodes "together" where the controller had granted two).
+            stats.activating_now.fetch_sub(1, Ordering::SeqCst);
+            lock(&stats.activating).remove(&node);
+        }
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let status = status_patch(&next, &seen, &config, &node, &now);
         let mut written = false;
@@ -281,7 +289,7 @@ async fn drive(
             let mut s = lock(&shared);
             s.running.remove(&node);
             let was = s.local.remove(&node).and_then(|l| l.phase);
-            if matches!(was, Some(Phase::Activating | Phase::Verifying)) {
+            if matches!(was, Some(Phase::Activating | Phase::Verifying)) && !phase.is_final() {
                 stats.activating_now.fetch_sub(1, Ordering::SeqCst);
                 lock(&stats.activating).remove(&node);
             }
@@ -308,12 +316,8 @@ async fn drive(
             activating.insert(node.clone());
             lock(&stats.activating_together).push(activating.clone());
         }
-        if phase.is_final() {
-            stats.activating_now.fetch_sub(1, Ordering::SeqCst);
-            lock(&stats.activating).remove(&node);
-            if phase == Phase::Succeeded {
-                stats.succeeded.fetch_add(1, Ordering::SeqCst);
-            }
+        if phase == Phase::Succeeded {
+            stats.succeeded.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
