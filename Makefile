@@ -102,7 +102,7 @@ bench:
 lint: lint-sources
 	$(TIMED) $(CARGO) clippy --workspace --all-targets --target-dir "$(TARGET)/clippy" -- -D warnings
 # What lint checks without compiling. Under `make test` clippy lints inside the test build
-# instead (LINTED_BUILD), and these run beside the suites.
+# instead (LINTED_BUILDS), and these run beside the suites.
 lint-sources: lint-tools
 	$(TIMED) $(CARGO) fmt --all --check
 	$(TIMED) $(CARGO) deny --log-level error check bans licenses sources
@@ -110,8 +110,9 @@ lint-sources: lint-tools
 
 # The debug builds of the workspace that `make` makes (the tests', and the aarch64 ones the
 # arm64 packaging tests share) compile the workspace's crates with clippy-driver, which lints
-# as `cargo clippy --all-targets -- -D warnings` does and then compiles: the dependencies
-# are compiled once, not once more for clippy's check (280 CPU-seconds of a run:
+# as `cargo clippy --all-targets -- -D warnings` does and then compiles (without MIR
+# optimisations, as clippy-driver compiles): the dependencies
+# are compiled once, not once more for clippy's check (a run did 424 CPU-seconds less:
 # docs/development/testing.md § Where the time goes). Exported to the suites, so that the
 # builds the tests make themselves (inplace_tests::workspace_build) find these current; the
 # wrapper is part of the crates' -C metadata, so a plain build sits beside a linted one.

@@ -235,6 +235,20 @@ mod tests {
         }
     }
 
+    /// `make suites` (what `make test` runs) runs on the build clippy linted: the test
+    /// binaries were compiled by clippy-driver with `-D warnings`, so `make test` needs no
+    /// clippy check of its own (the Makefile's LINTED_BUILDS). Outside `make`, nothing to see.
+    #[test]
+    fn make_suites_runs_on_a_build_clippy_linted() {
+        if std::env::var_os(DEV_BUILD_CURRENT).is_none() {
+            return;
+        }
+        let wrapper = std::env::var("RUSTC_WORKSPACE_WRAPPER").unwrap_or_default();
+        assert!(wrapper.ends_with("/clippy-driver"), "{wrapper:?}");
+        let args = std::env::var("CLIPPY_ARGS").unwrap_or_default();
+        assert!(args.contains("-D__CLIPPY_HACKERY__warnings"), "{args:?}");
+    }
+
     #[test]
     fn the_runner_s_variables_are_told_from_a_person_s() {
         for name in [
