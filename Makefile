@@ -204,10 +204,12 @@ side-checks:
 # session of their own: an autogroup with a node's weight), and BESIDE_THE_TESTS niced below
 # the tests and above the side checks. A test that asks for one of them first waits for its
 # build (each build script holds a lock on its output), and those tests run after the others
-# of their kind (.config/nextest.toml). Last the agent's arm64 unit tests, whose build
-# shares its crates with the arm64 packaging tests' (which usually build them first, at the
-# tests' priority). Output to NODE_BESIDE_LOG and BESIDE_LOG, printed at the end; a failed
-# build fails the step.
+# of their kind (.config/nextest.toml). Last the aarch64 builds (ARM64_BESIDE): the programs
+# the arm64 packaging, krew and image tests run (which start among the last, so they find
+# them built: the first of them built them itself, 196 s at the tests' priority in a lane of
+# its own), then the agent's unit tests, which share their crates. Output to NODE_BESIDE_LOG
+# and BESIDE_LOG, printed at the end; a failed build fails the step.
+ARM64_BESIDE := arm64-bins arm64-unit
 NODE_BESIDE_LOG = $(TARGET)/beside-the-node-tests.log
 BESIDE_LOG = $(TARGET)/beside-the-tests.log
 suites-and-side-checks: export IMAGE_BINARY ?= $(DEBUG_CONTROLLER)
@@ -216,11 +218,11 @@ suites-and-side-checks: deps fetch
 	$(MAKE) --no-print-directory -o deps prepare-first kube-smoke; first=$$?; node_beside=0; beside=0; unit=1; \
 	if [ $$first -eq 0 ]; then \
 		./scripts/background.sh --nice 0 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_NODE_TESTS) >"$(NODE_BESIDE_LOG)" 2>&1 & node_beside=$$!; \
-		./scripts/background.sh --nice 10 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS) arm64-unit >"$(BESIDE_LOG)" 2>&1 & beside=$$!; \
+		./scripts/background.sh --nice 10 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS) $(ARM64_BESIDE) >"$(BESIDE_LOG)" 2>&1 & beside=$$!; \
 		$(MAKE) --no-print-directory suites; unit=$$?; \
 		wait $$node_beside; node_beside=$$?; wait $$beside; beside=$$?; \
 		echo "== make $(BESIDE_THE_NODE_TESTS), run beside the first node tests ($(NODE_BESIDE_LOG)):"; cat "$(NODE_BESIDE_LOG)"; \
-		echo "== make $(BESIDE_THE_TESTS) arm64-unit, run beside the tests ($(BESIDE_LOG)):"; cat "$(BESIDE_LOG)"; \
+		echo "== make $(BESIDE_THE_TESTS) $(ARM64_BESIDE), run beside the tests ($(BESIDE_LOG)):"; cat "$(BESIDE_LOG)"; \
 	fi; \
 	wait $$side; side=$$?; \
 	echo "== make $(SIDE_CHECKS), run beside the tests ($(SIDE_LOG)):"; cat "$(SIDE_LOG)"; \
