@@ -110,12 +110,12 @@ lint-sources: lint-tools
 
 # The debug builds of the workspace that `make` makes (the tests', and the aarch64 ones the
 # arm64 packaging tests share) compile the workspace's crates with clippy-driver, which lints
-# as `cargo clippy --all-targets -- -D warnings` does and then compiles (without MIR
-# optimisations, as clippy-driver compiles): the dependencies
-# are compiled once, not once more for clippy's check (a run did 424 CPU-seconds less:
-# docs/development/testing.md § Where the time goes). Exported to the suites, so that the
-# builds the tests make themselves (inplace_tests::workspace_build) find these current; the
-# wrapper is part of the crates' -C metadata, so a plain build sits beside a linted one.
+# as `cargo clippy --all-targets -- -D warnings` does, then compiles (without MIR
+# optimisations): the dependencies are compiled once, not once more for clippy's check (a
+# run did 424 CPU-seconds less: docs/development/testing.md § Where the time goes). Exported
+# to the suites, so that the builds the tests make themselves (inplace_tests::workspace_build)
+# find these current; the wrapper is part of the crates' -C metadata, so a plain build sits
+# beside a linted one.
 CLIPPY_DRIVER = $(shell rustup which clippy-driver 2>/dev/null)
 LINTED_BUILDS := build-tests suites arm64-unit arm64-bins
 $(LINTED_BUILDS): export RUSTC_WORKSPACE_WRAPPER = $(CLIPPY_DRIVER)
