@@ -91,6 +91,14 @@ pub struct FleetStats {
     pub failed_downloads: AtomicUsize,
 }
 
+impl FleetStats {
+    /// `node` is no longer activating.
+    fn leave_activating(&self, node: &str) {
+        self.activating_now.fetch_sub(1, Ordering::SeqCst);
+        lock(&self.activating).remove(node);
+    }
+}
+
 /// One node's download ([`SimConfig::download_from`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Download {
@@ -254,8 +262,7 @@ async fn drive(
             // may see the write and grant the next node before this task runs again, and
             // that node must not find this one still activating beside it (a loaded run
             // saw three nodes "together" where the controller had granted two).
-            stats.activating_now.fetch_sub(1, Ordering::SeqCst);
-            lock(&stats.activating).remove(&node);
+            stats.leave_activating(&node);
         }
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let status = status_patch(&next, &seen, &config, &node, &now);
@@ -290,8 +297,7 @@ async fn drive(
             s.running.remove(&node);
             let was = s.local.remove(&node).and_then(|l| l.phase);
             if matches!(was, Some(Phase::Activating | Phase::Verifying)) && !phase.is_final() {
-                stats.activating_now.fetch_sub(1, Ordering::SeqCst);
-                lock(&stats.activating).remove(&node);
+                stats.leave_activating(&node);
             }
             if was == Some(Phase::Downloading) {
                 stats.staging_now.fetch_sub(1, Ordering::SeqCst);
