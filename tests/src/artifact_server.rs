@@ -859,6 +859,7 @@ async fn send_body(
     let mut pos = start;
     let mut sent = 0u64;
     let mut stalled = false;
+    let paced_from = tokio::time::Instant::now();
     while pos < end {
         let mut want = (end - pos).min(CHUNK as u64);
         if let Some((at, _)) = stall.filter(|_| !stalled) {
@@ -871,7 +872,13 @@ async fn send_body(
             }
         }
         if let Some(bps) = rate {
+            // Pieces of at most a tenth of a second's bytes, each sent once the clock says
+            // the bytes before it are due: any rate holds (a fixed pause per piece of at
+            // most CHUNK held every rate to ten CHUNKs a second), and a late wake-up is made
+            // up by the next pieces rather than added to the body's time.
             want = want.min((bps / 10).max(1));
+            let due = Duration::from_secs_f64(sent as f64 / bps as f64);
+            tokio::time::sleep_until(paced_from + due).await;
         }
         let n = usize::try_from(want).unwrap_or(CHUNK);
         if let Some(link) = link {
@@ -898,7 +905,6 @@ async fn send_body(
         sent += n as u64;
         if rate.is_some() {
             stream.flush().await?;
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     // Stall requested exactly at the end of what we send (e.g. bytes == body length).

@@ -510,6 +510,29 @@ async fn serves_sparse_files_beyond_4_gib_with_64_bit_ranges() {
     assert_eq!(end.body, b"tail");
 }
 
+/// A throttled answer goes at its rate. On a paused clock, which only the server's pacing
+/// moves (the client reads with no timer of its own): 4 MiB at 4 MiB/s take a second. A
+/// pause of 100 ms after each piece of at most 64 KiB held every rate to 640 KiB/s, and
+/// these 4 MiB took 6.4 s (a 64 MiB download the resume test paces at 4 MiB/s took 100 s).
+#[tokio::test(start_paused = true)]
+async fn a_throttled_body_arrives_at_its_rate() {
+    let body = payload(4 << 20);
+    let s = server_with("/paced", &body).await;
+    s.fault("/paced", Fault::Throttle(4 << 20));
+    let started = tokio::time::Instant::now();
+    let mut stream = TcpStream::connect(s.addr()).await.expect("connect");
+    let request = "GET /paced HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n";
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.expect("read");
+    let took = started.elapsed();
+    assert!(raw.ends_with(&body), "{} bytes read", raw.len());
+    assert!(
+        took >= Duration::from_millis(800) && took <= Duration::from_millis(1200),
+        "4 MiB at 4 MiB/s took {took:?}"
+    );
+}
+
 #[tokio::test]
 async fn throttled_bodies_arrive_complete() {
     let body = payload(3000);
