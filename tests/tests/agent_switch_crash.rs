@@ -37,7 +37,7 @@ use support::switch_node::{install_agent, kubelet_start, order, wait_phase};
 
 const SELF_UPDATE: &str = "/var/lib/inplace/self-update";
 /// The guard's deadline for the new agent, in seconds.
-const CONFIRM_TIMEOUT: u64 = 30;
+const CONFIRM_TIMEOUT: u64 = 20;
 const DROP_INS: &str = "/etc/systemd/system/inplace-agent.service.d";
 
 /// How a case stops the process at its point.

@@ -50,7 +50,7 @@ async fn a_reboot_release_commits_after_one_reboot_and_a_failing_one_reboots_bac
         let p2 = by_reboot(plans.healthy(vec![plans.sysext("v2", &v2).await]));
         // A crash-looping kubelet is never healthy for the window; the generous timeout
         // keeps the reboot back from starting before the bed has seen the node up.
-        let p3 = by_reboot(plans.plan(vec![plans.sysext("v3", &v3).await], "2s", "45s"));
+        let p3 = by_reboot(plans.plan(vec![plans.sysext("v3", &v3).await], "2s", "25s"));
         (p2, p3)
     };
 

@@ -274,8 +274,8 @@ impl KubeCluster {
     /// Serves a kubelet image of `release` that cannot start (its drop-in passes a flag the
     /// kubelet refuses) and returns its NodeRelease, named `kubelet-RELEASE-refuses-to-start`
     /// (`…-by-reboot` when `activation` is [`Activation::Reboot`]), with a health-check
-    /// timeout of 15 s (60 s after a reboot, so that the node is seen up before it reboots
-    /// back). The rollback then verifies the previous kubelet with the committed release's
+    /// timeout of 15 s (30 s after a reboot, so that the bed sees the node's boot finish,
+    /// `systemctl is-system-running --wait`, before the agent reboots it back). The rollback then verifies the previous kubelet with the committed release's
     /// own checks and timeout, not these.
     pub async fn serve_broken_release(
         &self,
@@ -293,7 +293,7 @@ impl KubeCluster {
         // It never gets healthy: no need to wait the working release's 3 minutes.
         let (suffix, timeout) = match activation {
             Activation::Restart => ("", "15s"),
-            Activation::Reboot => ("-by-reboot", "60s"),
+            Activation::Reboot => ("-by-reboot", "30s"),
         };
         Ok(release_manifest_activated(
             &format!("kubelet-{release}-refuses-to-start{suffix}"),
