@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Finishes a staged package root into OUT_DIR/NAME and its SHA256SUMS line: DEBIAN/md5sums of
 # every file, every mtime SOURCE_DATE_EPOCH (default: the last commit's time, else 0), files
-# owned by root, xz at level 1. Shared by the agent's package (packaging/node/build-deb.sh) and the
-# kubectl plugin's (packaging/krew/build-plugin.sh), so both are reproducible the same way.
+# owned by root, xz at level 1. Shared by the agent's package (packaging/node/build-deb.sh)
+# and the kubectl plugin's (packaging/krew/build-plugin.sh), so both are reproducible the
+# same way.
 # usage: pack-deb.sh ROOT OUT_DIR NAME   (ROOT/DEBIAN/control already written)
 set -euo pipefail
 root=$1 out=$2 name=$3

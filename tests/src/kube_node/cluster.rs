@@ -275,8 +275,9 @@ impl KubeCluster {
     /// kubelet refuses) and returns its NodeRelease, named `kubelet-RELEASE-refuses-to-start`
     /// (`…-by-reboot` when `activation` is [`Activation::Reboot`]), with a health-check
     /// timeout of 15 s (30 s after a reboot, so that the bed sees the node's boot finish,
-    /// `systemctl is-system-running --wait`, before the agent reboots it back). The rollback then verifies the previous kubelet with the committed release's
-    /// own checks and timeout, not these.
+    /// `systemctl is-system-running --wait`, before the agent reboots it back). The rollback
+    /// then verifies the previous kubelet with the committed release's own checks and
+    /// timeout, not these.
     pub async fn serve_broken_release(
         &self,
         release: &str,
