@@ -142,8 +142,17 @@ impl Bed {
         drainer: Arc<dyn Drainer>,
         update_machine_timeout_seconds: i32,
     ) -> Bed {
-        let workload = TestApi::start().await.unwrap();
-        Bed::start_on(workload, drain, drainer, update_machine_timeout_seconds).await
+        // The two clusters' servers start side by side: a test of these suites spent half
+        // its time waiting for one kube-apiserver and then for the other.
+        let (workload, management) = tokio::join!(TestApi::start(), TestApi::start());
+        Bed::start_between(
+            workload.unwrap(),
+            management.unwrap(),
+            drain,
+            drainer,
+            update_machine_timeout_seconds,
+        )
+        .await
     }
 
     /// The bed with `workload` as the workload cluster (the emulator, for a case that
@@ -154,19 +163,39 @@ impl Bed {
         drainer: Arc<dyn Drainer>,
         update_machine_timeout_seconds: i32,
     ) -> Bed {
-        install_crypto_provider();
         let management = TestApi::start().await.unwrap();
-        let crds = packaging("crds");
-        management
-            .apply_crd_file(&crds.join("nodereleases.yaml"))
-            .await
-            .unwrap();
+        Bed::start_between(
+            workload,
+            management,
+            drain,
+            drainer,
+            update_machine_timeout_seconds,
+        )
+        .await
+    }
+
+    async fn start_between(
+        workload: TestApi,
+        management: TestApi,
+        drain: bool,
+        drainer: Arc<dyn Drainer>,
+        update_machine_timeout_seconds: i32,
+    ) -> Bed {
+        install_crypto_provider();
+        let management_crds = async {
+            let crds = packaging("crds");
+            management
+                .apply_crd_file(&crds.join("nodereleases.yaml"))
+                .await
+                .unwrap();
+            for file in inplace_tests::capi::crd_files().unwrap() {
+                management.apply_crd_file(&file).await.unwrap();
+            }
+        };
         // The workload cluster holds what every node's agent needs (the plans' CRD, the
         // agent's RBAC and admission policy): the simulated agents write as their nodes.
-        workload.install_agent_objects().await.unwrap();
-        for file in inplace_tests::capi::crd_files().unwrap() {
-            management.apply_crd_file(&file).await.unwrap();
-        }
+        let agent_objects = async { workload.install_agent_objects().await.unwrap() };
+        tokio::join!(management_crds, agent_objects);
         let management_client = management.client().await.unwrap();
         let workload_client = workload.client().await.unwrap();
 
