@@ -225,7 +225,8 @@ async fn a_rollout_survives_conflicts_cut_watches_and_an_outage() {
 
 /// The real outage: kube-apiserver killed (SIGKILL) mid-rollout and let up again on the same
 /// port with etcd's data. The controller's watches and writes, and the agents', recover.
-/// It runs alone (`.config/nextest.toml`), the heaviest case of this file.
+/// The heaviest case of this file: nextest starts it first of the tests that boot no node
+/// (`.config/nextest.toml`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_survives_kube_apiserver_killed_and_restarted() {
     let bed = Bed::start().await;
