@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use inplace_proto::Phase;
 use inplace_tests::install::workspace_binaries;
 use inplace_tests::kube_node::cluster::rollout_manifest;
 use inplace_tests::kube_node::workload::{
@@ -44,7 +45,7 @@ async fn a_drain_evicts_through_real_kubelets_holds_the_budget_and_leaves_daemon
         .apply("rollout", &rollout_manifest("kubelet-v1.36.3", "Drain"))
         .unwrap();
     cluster
-        .wait_plans("Succeeded", Duration::from_secs(900))
+        .wait_plans(Phase::Succeeded, Duration::from_secs(900))
         .await
         .unwrap();
 

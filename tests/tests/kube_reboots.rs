@@ -222,7 +222,10 @@ async fn each_node_reboots_once_in_its_slot(
         }
     }
     let after = boot_ids(cluster).await;
-    cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
+    cluster
+        .wait_plans(Phase::Succeeded, PATIENCE)
+        .await
+        .unwrap();
     eprintln!(
         "3 nodes rebooted and committed in {:.0?}",
         started.elapsed()

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use inplace_proto::Phase;
 use inplace_tests::apiserver::bin_dir;
 use inplace_tests::docs::shell_block;
 use inplace_tests::install::workspace_binaries;
@@ -141,7 +142,10 @@ async fn a_minor_kubelet_upgrade_keeps_the_pods_running_and_survives_a_reboot() 
     cluster
         .apply("rollout", &rollout_manifest("kubelet-v1.36.3", "None"))
         .unwrap();
-    cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
+    cluster
+        .wait_plans(Phase::Succeeded, PATIENCE)
+        .await
+        .unwrap();
     assert_pods_kept(&cluster, &before, "v1.36.3").await;
     assert_readiness_bounded(&watch);
     drop(watch);
@@ -215,7 +219,10 @@ async fn containerd_swapped_in_place_keeps_the_containers_running() {
     cluster
         .apply("rollout", &rollout_manifest("containerd", "None"))
         .unwrap();
-    cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
+    cluster
+        .wait_plans(Phase::Succeeded, PATIENCE)
+        .await
+        .unwrap();
     let node = &cluster.nodes[0].node;
     assert_eq!(
         node.merged_extensions().await.unwrap(),
@@ -307,7 +314,10 @@ async fn a_kubelet_binary_artifact_is_swapped_in_place_and_a_broken_one_rolls_ba
     cluster
         .apply("rollout", &rollout_manifest("kubelet-binary", "None"))
         .unwrap();
-    cluster.wait_plans("Succeeded", PATIENCE).await.unwrap();
+    cluster
+        .wait_plans(Phase::Succeeded, PATIENCE)
+        .await
+        .unwrap();
     assert_pods_kept(&cluster, &before, "v1.36.3").await;
     let installed = node
         .exec_ok(&["readlink", "-f", "/opt/bin/kubelet"])
@@ -342,7 +352,10 @@ async fn a_kubelet_binary_artifact_is_swapped_in_place_and_a_broken_one_rolls_ba
     cluster
         .apply("rollout", &rollout_manifest("kubelet-binary-exits", "None"))
         .unwrap();
-    cluster.wait_plans("RolledBack", PATIENCE).await.unwrap();
+    cluster
+        .wait_plans(Phase::RolledBack, PATIENCE)
+        .await
+        .unwrap();
     assert_eq!(
         node.exec_ok(&["readlink", "-f", "/opt/bin/kubelet"])
             .await

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use inplace_proto::Phase;
 use inplace_tests::install::workspace_binaries;
 use inplace_tests::kube_node::cluster::rollout_manifest;
 use inplace_tests::kube_node::workload::{
@@ -126,7 +127,7 @@ pub async fn run(o: &Opts) -> Result<Vec<Row>> {
     };
     let swap = sample_until(&cluster, 0, ready_on_new).await?;
     let active_to_ready = active_at.elapsed();
-    cluster.wait_plans("Succeeded", PATIENCE).await?;
+    cluster.wait_plans(Phase::Succeeded, PATIENCE).await?;
     let swap_disrupted = disrupted(&before, &running_containers(&cluster, "app=web").await?);
 
     // Rebooted: `systemctl reboot` in the node until the kubelet answers and the Pod runs again.

@@ -3,6 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use inplace_proto::{NodeRollout, condition};
+use kube::api::Api;
+
 use super::KubeCluster;
 use crate::sysext::SysextImage;
 use crate::{Error, Result};
@@ -80,16 +83,22 @@ impl KubeCluster {
     /// `kubectl describe noderollout` shows then. The error holds that, the plans and the
     /// agents' journals.
     pub async fn wait_halted(&self, rollout: &str, timeout: Duration) -> Result<String> {
+        // Polled through the API, as the plans are (KubeCluster::wait_plans), and described
+        // with kubectl once, at the end.
+        let rollouts: Api<NodeRollout> = Api::all(self.client().await?);
         let deadline = Instant::now() + timeout;
-        let jsonpath = r#"jsonpath={.status.conditions[?(@.type=="Halted")].status}"#;
         loop {
-            let halted = self
-                .kubectl(&["get", "noderollout", rollout, "-o", jsonpath])
-                .unwrap_or_default();
-            // Described once, at the end: a `kubectl describe` every second doubled what the
-            // wait cost (about 0.1 CPU-second each, in kubectl and the server).
+            let halted = rollouts
+                .get_opt(rollout)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| {
+                    r.status
+                        .is_some_and(|status| condition::is_true(&status.conditions, "Halted"))
+                });
             let describe = || self.kubectl(&["describe", "noderollout", rollout]);
-            if halted == "True" {
+            if halted {
                 return describe();
             }
             if Instant::now() > deadline {
