@@ -236,22 +236,14 @@ fetch:
 # (.cargo/config.toml), in a target directory of their own, so that they never wait for
 # the lock of the one the tests build in (nor make it wait).
 ARM64_TARGET_DIR = $(TARGET)/arm64
-# The packages whose programs ship for arm64 (inplace_tests::workspace_build::ARM64_PACKAGES).
-# Both builds below select them all with their dev-dependencies (`cargo test`; `--examples` for
-# `cargo build`), so that cargo resolves one set of features and the second build reuses every
-# crate of the first. `arm64-unit` of the agent alone resolved tokio with its `test-util` and
-# serde_json without `raw_value`, and compiled tokio, hyper, kube and k8s-openapi a second time:
-# 174 CPU-s (docs/development/testing.md § Where the time goes, session 45).
-ARM64_PACKAGES := -p inplace-agent -p inplace-controller -p kubectl-inplace
-## The unit tests of the agent, the controller and the kubectl plugin built for aarch64 and
-## run under qemu-user.
+## The agent's unit tests built for aarch64 and run under qemu-user.
 arm64-unit:
-	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" $(ARM64_PACKAGES) --lib
+	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent --lib
 
 ## The debug builds for aarch64 of every program that ships for arm64 nodes, in one build (the
-## same build as inplace_tests::workspace_build::arm64_bin, so the tests find it current).
+## same package set as inplace_tests::workspace_build::arm64_bin, so the tests find it current).
 arm64-bins:
-	$(TIMED) $(CARGO) build --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" $(ARM64_PACKAGES) --bins --examples
+	$(TIMED) $(CARGO) build --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent -p inplace-controller -p kubectl-inplace --bins
 
 ## The agent's and the kubectl plugin's arm64 packages (ARCH=arm64 scripts/package.sh; after
 ## `make packages` the krew manifest names both archives) and the controller image of both

@@ -86,8 +86,7 @@ fn built_once(cell: &'static Built, build: fn() -> Result<PathBuf>) -> Result<&'
 pub const ARM64_TARGET: &str = "aarch64-unknown-linux-gnu";
 
 /// The packages whose programs ship for arm64: the agent, the controller, the kubectl plugin.
-/// `make arm64-bins` builds the same set (features resolve over it: one build serves all),
-/// and `make arm64-unit` tests it.
+/// `make arm64-bins` builds the same set (features resolve over it: one build serves all).
 pub const ARM64_PACKAGES: [&str; 3] = ["inplace-agent", "inplace-controller", "kubectl-inplace"];
 
 /// The debug build for aarch64 of the binary `name` (of [`ARM64_PACKAGES`]), built first
@@ -111,9 +110,6 @@ fn build_arm64() -> Result<PathBuf> {
         "--target",
         ARM64_TARGET,
         "--bins",
-        // The examples need the dev-dependencies, so cargo resolves the features `make
-        // arm64-unit`'s `cargo test` resolves, and the two builds share every crate.
-        "--examples",
     ]);
     for package in ARM64_PACKAGES {
         cargo.args(["-p", package]);

@@ -1,7 +1,7 @@
 //! The agent for arm64 nodes (issue 39): cross-built for aarch64 with Debian's cross linker
 //! (.cargo/config.toml), packed by the same builders as the x86-64 packages with
-//! `ARCH=arm64`, and run under qemu-user. `make arm64-unit` runs the unit tests of the agent,
-//! the controller and the kubectl plugin the same way, beside the tests.
+//! `ARCH=arm64`, and run under qemu-user. `make arm64-unit` runs the agent's unit tests the
+//! same way, beside the tests.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
