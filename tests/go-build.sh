@@ -41,9 +41,9 @@ key=$(printf '%s\n' "${PWD#"$root"}" "${GOFLAGS:-}" "${CGO_ENABLED:-}" "$(go env
 # Each build's directory holds its programs only: `-o DIR/` writes one per main package.
 entry=$cache/$key
 mkdir -p "$entry"
+# Opening the lock also marks the build as used (its mtime), for the clean-up below.
 exec 9>"$entry.lock"
 flock 9
-touch "$entry.lock"
 # A program is replaced by a rename, never rewritten in place: tests may be running it.
 install_program() {
     cmp -s "$1" "$2" && return
