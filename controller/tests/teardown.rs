@@ -182,11 +182,20 @@ async fn a_deleted_rollout_keeps_a_swapping_node_cordoned_until_its_agent_finish
         json!({"release": "rel", "maxUnavailable": 1, "disruption": "Cordon"}),
     )
     .await;
-    eventually("worker-1 swapping, cordoned", || async {
+    // The simulated agent counts an activation only after its status write lands, so the
+    // count is awaited too: a snapshot taken in between missed worker-1 (CI, session 45).
+    eventually("worker-1 swapping, cordoned, counted", || async {
         let node = bed.nodes().get("worker-1").await.ok()?;
         let plan = bed.plans().get("worker-1").await.ok()?;
-        (cordoned(&node) && matches!(phase(&plan), Some(Phase::Activating | Phase::Verifying)))
-            .then_some(())
+        (cordoned(&node)
+            && matches!(phase(&plan), Some(Phase::Activating | Phase::Verifying))
+            && fleet
+                .stats
+                .activation_order
+                .lock()
+                .unwrap()
+                .contains(&"worker-1".to_owned()))
+        .then_some(())
     })
     .await;
     // Slots go to nodes in name order as they finish staging: worker-2 may have gone first.
