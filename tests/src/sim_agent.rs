@@ -240,10 +240,10 @@ async fn drive(
             }
             step.map(|(step, seen)| {
                 let staged = step.1.phase == Some(Phase::Staged) && local.phase != step.1.phase;
-                (step, seen, staged)
+                (step, seen, staged, local.phase)
             })
         };
-        let Some(((delay, next), seen, staged)) = step else {
+        let Some(((delay, next), seen, staged, was)) = step else {
             return;
         };
         match &config.download_from {
@@ -263,6 +263,11 @@ async fn drive(
             // that node must not find this one still activating beside it (a loaded run
             // saw three nodes "together" where the controller had granted two).
             stats.leave_activating(&node);
+        }
+        // Off the staging nodes before the next phase is written, for the same reason.
+        let leaves_staging = was == Some(Phase::Downloading) && phase != Phase::Downloading;
+        if leaves_staging {
+            stats.staging_now.fetch_sub(1, Ordering::SeqCst);
         }
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let status = status_patch(&next, &seen, &config, &node, &now);
@@ -295,11 +300,11 @@ async fn drive(
             // The plan is gone (its node was deleted): this agent stops.
             let mut s = lock(&shared);
             s.running.remove(&node);
-            let was = s.local.remove(&node).and_then(|l| l.phase);
+            s.local.remove(&node);
             if matches!(was, Some(Phase::Activating | Phase::Verifying)) && !phase.is_final() {
                 stats.leave_activating(&node);
             }
-            if was == Some(Phase::Downloading) {
+            if was == Some(Phase::Downloading) && !leaves_staging {
                 stats.staging_now.fetch_sub(1, Ordering::SeqCst);
             }
             return;
@@ -311,8 +316,6 @@ async fn drive(
         if phase == Phase::Downloading && before != Some(Phase::Downloading) {
             let now = stats.staging_now.fetch_add(1, Ordering::SeqCst) + 1;
             stats.max_staging.fetch_max(now, Ordering::SeqCst);
-        } else if phase != Phase::Downloading && before == Some(Phase::Downloading) {
-            stats.staging_now.fetch_sub(1, Ordering::SeqCst);
         }
         if phase == Phase::Activating && before != Some(Phase::Activating) {
             let now = stats.activating_now.fetch_add(1, Ordering::SeqCst) + 1;
