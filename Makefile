@@ -199,7 +199,7 @@ testbed: build-tests
 SIDE_CHECKS := lint-sources fuzz-short
 SIDE_LOG = $(TARGET)/side-checks.log
 side-checks:
-	@$(MAKE) --no-print-directory -j2 --output-sync=target $(SIDE_CHECKS)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target FUZZ_JOBS=$(words $(FUZZ_TARGETS)) $(SIDE_CHECKS)
 # From the first test on, BESIDE_THE_NODE_TESTS are built at the tests' own priority (in a
 # session of their own: an autogroup with a node's weight), and BESIDE_THE_TESTS niced below
 # the tests and above the side checks. A test that asks for one of them first waits for its
@@ -264,14 +264,18 @@ FUZZ_SECONDS ?= 20
 # (docs/development/fuzzing.md). A long run: FUZZ_BUILD="--release --sanitizer address".
 FUZZ_BUILD ?= --dev --sanitizer none
 FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix kubeconfig
-## Run every fuzz target for FUZZ_SECONDS (nightly toolchain, cargo-fuzz; FUZZ_BUILD: its
-## build options).
-# All targets are built in one cargo run, then fuzzed two at a time: a fuzzer is one process
-# on one core, and under `make test` the fuzzing is what is left once the tests are done
-# (session 34: 7 x 21 s one after the other, the other core idle).
+## Run every fuzz target for FUZZ_SECONDS, FUZZ_JOBS at a time (nightly toolchain, cargo-fuzz;
+## FUZZ_BUILD: its build options).
+# All targets are built in one cargo run, then fuzzed FUZZ_JOBS at a time: a fuzzer is one
+# process on one core (session 34: 7 x 21 s one after the other, the other core idle).
+# Under `make test` (side-checks) all at once: each runs for FUZZ_SECONDS of wall time in the
+# background class, on what CPU the tests leave, and when the tests end first the build's
+# last minutes and two-at-a-time rounds were the run's tail (a warm run of session 46: the
+# fuzzing ended 100 s after the tests).
+FUZZ_JOBS ?= 2
 fuzz-short: fuzz-deps
 	@cd tests/fuzz && set -o pipefail && ../../scripts/timed.sh fuzz-short cargo +nightly fuzz build $(FUZZ_BUILD) 2>&1 | tail -n 3
-	@$(MAKE) --no-print-directory -j2 --output-sync=target $(FUZZ_TARGETS:%=fuzz-run-%)
+	@$(MAKE) --no-print-directory -j$(FUZZ_JOBS) --output-sync=target $(FUZZ_TARGETS:%=fuzz-run-%)
 fuzz-run-%:
 	@echo "fuzz: $* for $(FUZZ_SECONDS)s"
 	@cd tests/fuzz && set -o pipefail && ../../scripts/timed.sh fuzz-short cargo +nightly fuzz run $(FUZZ_BUILD) $* -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | tail -n 3
