@@ -97,6 +97,26 @@ impl FleetStats {
         self.activating_now.fetch_sub(1, Ordering::SeqCst);
         lock(&self.activating).remove(node);
     }
+
+    /// `node`'s status moved from `before` to `phase` (written): counts a node that began
+    /// staging or activating, or succeeded. (Leaving is counted before the write.)
+    fn written(&self, node: &str, before: Option<Phase>, phase: Phase) {
+        if phase == Phase::Downloading && before != Some(Phase::Downloading) {
+            let now = self.staging_now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_staging.fetch_max(now, Ordering::SeqCst);
+        }
+        if phase == Phase::Activating && before != Some(Phase::Activating) {
+            let now = self.activating_now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_activating.fetch_max(now, Ordering::SeqCst);
+            lock(&self.activation_order).push(node.to_owned());
+            let mut activating = lock(&self.activating);
+            activating.insert(node.to_owned());
+            lock(&self.activating_together).push(activating.clone());
+        }
+        if phase == Phase::Succeeded {
+            self.succeeded.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// One node's download ([`SimConfig::download_from`]).
@@ -313,21 +333,7 @@ async fn drive(
             .local
             .insert(node.clone(), next)
             .and_then(|l| l.phase);
-        if phase == Phase::Downloading && before != Some(Phase::Downloading) {
-            let now = stats.staging_now.fetch_add(1, Ordering::SeqCst) + 1;
-            stats.max_staging.fetch_max(now, Ordering::SeqCst);
-        }
-        if phase == Phase::Activating && before != Some(Phase::Activating) {
-            let now = stats.activating_now.fetch_add(1, Ordering::SeqCst) + 1;
-            stats.max_activating.fetch_max(now, Ordering::SeqCst);
-            lock(&stats.activation_order).push(node.clone());
-            let mut activating = lock(&stats.activating);
-            activating.insert(node.clone());
-            lock(&stats.activating_together).push(activating.clone());
-        }
-        if phase == Phase::Succeeded {
-            stats.succeeded.fetch_add(1, Ordering::SeqCst);
-        }
+        stats.written(&node, before, phase);
     }
 }
 
