@@ -98,8 +98,33 @@ impl FleetStats {
         lock(&self.activating).remove(node);
     }
 
+    /// `node` is about to write `phase`, coming from `was`: it leaves the activating and the
+    /// staging nodes before the write, since the controller may see the write and grant the
+    /// next node before this task runs again, and that node must not find this one still
+    /// counted beside it (a loaded run saw three nodes "together" where the controller had
+    /// granted two). Final phases come only after `Activating`.
+    fn leaving(&self, node: &str, was: Option<Phase>, phase: Phase) {
+        if phase.is_final() {
+            self.leave_activating(node);
+        }
+        if was == Some(Phase::Downloading) && phase != Phase::Downloading {
+            self.staging_now.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// `node`'s plan was deleted before `phase` could be written: it leaves whatever
+    /// [`Self::leaving`] kept it in.
+    fn gone(&self, node: &str, was: Option<Phase>, phase: Phase) {
+        if matches!(was, Some(Phase::Activating | Phase::Verifying)) && !phase.is_final() {
+            self.leave_activating(node);
+        }
+        if was == Some(Phase::Downloading) && phase == Phase::Downloading {
+            self.staging_now.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     /// `node`'s status moved from `before` to `phase` (written): counts a node that began
-    /// staging or activating, or succeeded. (Leaving is counted before the write.)
+    /// staging or activating, or succeeded.
     fn written(&self, node: &str, before: Option<Phase>, phase: Phase) {
         if phase == Phase::Downloading && before != Some(Phase::Downloading) {
             let now = self.staging_now.fetch_add(1, Ordering::SeqCst) + 1;
@@ -277,18 +302,7 @@ async fn drive(
             _ => {}
         }
         let phase = next.phase.unwrap_or(Phase::Pending);
-        if phase.is_final() {
-            // Off the activating nodes before the final phase is written: the controller
-            // may see the write and grant the next node before this task runs again, and
-            // that node must not find this one still activating beside it (a loaded run
-            // saw three nodes "together" where the controller had granted two).
-            stats.leave_activating(&node);
-        }
-        // Off the staging nodes before the next phase is written, for the same reason.
-        let leaves_staging = was == Some(Phase::Downloading) && phase != Phase::Downloading;
-        if leaves_staging {
-            stats.staging_now.fetch_sub(1, Ordering::SeqCst);
-        }
+        stats.leaving(&node, was, phase);
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let status = status_patch(&next, &seen, &config, &node, &now);
         let mut written = false;
@@ -321,19 +335,12 @@ async fn drive(
             let mut s = lock(&shared);
             s.running.remove(&node);
             s.local.remove(&node);
-            if matches!(was, Some(Phase::Activating | Phase::Verifying)) && !phase.is_final() {
-                stats.leave_activating(&node);
-            }
-            if was == Some(Phase::Downloading) && !leaves_staging {
-                stats.staging_now.fetch_sub(1, Ordering::SeqCst);
-            }
+            stats.gone(&node, was, phase);
             return;
         }
-        let before = lock(&shared)
-            .local
-            .insert(node.clone(), next)
-            .and_then(|l| l.phase);
-        stats.written(&node, before, phase);
+        // Only this task writes the node's local state: it was `was` until now.
+        lock(&shared).local.insert(node.clone(), next);
+        stats.written(&node, was, phase);
     }
 }
 
