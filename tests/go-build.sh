@@ -56,6 +56,8 @@ if [[ $out == */ ]]; then
     for program in "$entry"/*; do install_program "$program" "$out${program##*/}"; done
 else
     build -o "$entry/program" "${args[@]}"
+    # As `go build -o` would: a test may build before anything made the directory.
+    mkdir -p "$(dirname "$out")"
     install_program "$entry/program" "$out"
 fi
 # The builds nobody has made for a month (the pins moved on) are dropped.

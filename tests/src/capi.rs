@@ -106,3 +106,31 @@ fn build_hookcheck() -> anyhow::Result<PathBuf> {
     }
     Ok(binary)
 }
+
+#[cfg(test)]
+mod tests {
+    /// `tests/go-build.sh -o FILE` writes a program into a directory nobody made yet, as `go
+    /// build -o` does: a cold `make test` ran the `hookcheck` harness's test before Cluster
+    /// API's manager had made `<target>/capi/bin`, and the copy out of the linked programs'
+    /// cache failed there (session 47's cold run).
+    #[test]
+    fn a_go_program_is_built_into_a_directory_not_made_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let module = dir.path().join("witness");
+        std::fs::create_dir(&module).unwrap();
+        std::fs::write(module.join("go.mod"), "module witness\n\ngo 1.22\n").unwrap();
+        std::fs::write(module.join("main.go"), "package main\n\nfunc main() {}\n").unwrap();
+        let program = dir.path().join("not/made/yet/witness");
+        let output =
+            std::process::Command::new(crate::apiserver::repo_root().join("tests/go-build.sh"))
+                .arg("-o")
+                .arg(&program)
+                .arg(".")
+                .current_dir(&module)
+                .env("GO_BIN_CACHE", dir.path().join("cache"))
+                .output()
+                .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        assert!(program.is_file());
+    }
+}
