@@ -6,6 +6,7 @@ CARGO ?= cargo
 
 ## Every check CI runs: formatting, lints, and every test; then where the time went (printed
 ## last, failed or not: CI shows a run's last lines).
+test: export CARGO_SEED_DIR ?= $(HOME)/.cache/inplace-cargo-seed
 test: test-start deps fetch
 	@$(MAKE) --no-print-directory -o deps -o fetch suites-and-side-checks; status=$$?; \
 	./scripts/timed.sh --report; exit $$status
@@ -15,6 +16,11 @@ TARGET := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
 # Each step of `make test` runs under TIMED, which logs its wall and CPU time for the report.
 TIMED = ./scripts/timed.sh $@
+# The compiled dependencies of each cargo build, carried from one run of `make test` to the
+# next in CARGO_SEED_DIR (as Go's build cache carries its packages): restored into a target
+# directory before its build, saved from it after. Without CARGO_SEED_DIR (outside `make
+# test`, or `make test CARGO_SEED_DIR=`) nothing is kept (scripts/cargo-seed.py).
+CARGO_SEED = ./scripts/timed.sh cargo-seed ./scripts/cargo-seed.py
 test-start:
 	@./scripts/timed.sh --start
 
@@ -178,6 +184,7 @@ TESTBED := $(TARGET)/debug/inplace-testbed
 # (LINTED_BUILDS). Its crate-by-crate times: <target>/cargo-timings.
 build-tests:
 	@test -x "$(CLIPPY_DRIVER)" || { echo "clippy-driver is missing: make deps (rustup component add clippy)" >&2; exit 1; }
+	@$(CARGO_SEED) restore tests "$(TARGET)"
 	$(TIMED) $(CARGO) test --workspace --all-targets --no-run --timings
 
 ## Build (once) the cached Debian root filesystems the systemd-nspawn nodes boot from (bookworm
@@ -208,7 +215,9 @@ side-checks:
 # the arm64 packaging, krew and image tests run (which start among the last, so they find
 # them built: the first of them built them itself, 196 s at the tests' priority in a lane of
 # its own), then the agent's unit tests, which share their crates. Output to NODE_BESIDE_LOG
-# and BESIDE_LOG, printed at the end; a failed build fails the step.
+# and BESIDE_LOG, printed at the end; a failed build fails the step. The test build's
+# dependencies are saved for the next run (CARGO_SEED) beside the tests, in the background
+# class: a copy of about 1 GB that nothing waits for until the end.
 ARM64_BESIDE := arm64-bins arm64-unit
 NODE_BESIDE_LOG = $(TARGET)/beside-the-node-tests.log
 BESIDE_LOG = $(TARGET)/beside-the-tests.log
@@ -219,8 +228,9 @@ suites-and-side-checks: deps fetch
 	if [ $$first -eq 0 ]; then \
 		./scripts/background.sh --nice 0 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_NODE_TESTS) >"$(NODE_BESIDE_LOG)" 2>&1 & node_beside=$$!; \
 		./scripts/background.sh --nice 10 $(MAKE) --no-print-directory -o kube $(BESIDE_THE_TESTS) $(ARM64_BESIDE) >"$(BESIDE_LOG)" 2>&1 & beside=$$!; \
+		./scripts/background.sh $(CARGO_SEED) save tests "$(TARGET)" & seed=$$!; \
 		$(MAKE) --no-print-directory suites; unit=$$?; \
-		wait $$node_beside; node_beside=$$?; wait $$beside; beside=$$?; \
+		wait $$node_beside; node_beside=$$?; wait $$beside; beside=$$?; wait $$seed; \
 		echo "== make $(BESIDE_THE_NODE_TESTS), run beside the first node tests ($(NODE_BESIDE_LOG)):"; cat "$(NODE_BESIDE_LOG)"; \
 		echo "== make $(BESIDE_THE_TESTS) $(ARM64_BESIDE), run beside the tests ($(BESIDE_LOG)):"; cat "$(BESIDE_LOG)"; \
 	fi; \
@@ -239,10 +249,12 @@ ARM64_TARGET_DIR = $(TARGET)/arm64
 ## The agent's unit tests built for aarch64 and run under qemu-user.
 arm64-unit:
 	$(TIMED) $(CARGO) test --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent --lib
+	@$(CARGO_SEED) save arm64 "$(ARM64_TARGET_DIR)"
 
 ## The debug builds for aarch64 of every program that ships for arm64 nodes, in one build (the
 ## same package set as inplace_tests::workspace_build::arm64_bin, so the tests find it current).
 arm64-bins:
+	@$(CARGO_SEED) restore arm64 "$(ARM64_TARGET_DIR)"
 	$(TIMED) $(CARGO) build --locked -q --target aarch64-unknown-linux-gnu --target-dir "$(ARM64_TARGET_DIR)" -p inplace-agent -p inplace-controller -p kubectl-inplace --bins
 
 ## The agent's and the kubectl plugin's arm64 packages (ARCH=arm64 scripts/package.sh; after
@@ -274,7 +286,9 @@ FUZZ_TARGETS := plan agent_config archive capi_hooks signature url_prefix kubeco
 # fuzzing ended 100 s after the tests).
 FUZZ_JOBS ?= 2
 fuzz-short: fuzz-deps
+	@$(CARGO_SEED) restore fuzz tests/fuzz/target
 	@cd tests/fuzz && set -o pipefail && ../../scripts/timed.sh fuzz-short cargo +nightly fuzz build $(FUZZ_BUILD) 2>&1 | tail -n 3
+	@$(CARGO_SEED) save fuzz tests/fuzz/target
 	@$(MAKE) --no-print-directory -j$(FUZZ_JOBS) --output-sync=target $(FUZZ_TARGETS:%=fuzz-run-%)
 fuzz-run-%:
 	@echo "fuzz: $* for $(FUZZ_SECONDS)s"

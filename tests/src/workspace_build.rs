@@ -209,6 +209,16 @@ mod tests {
         let build = "cargo build --offline --quiet --target-dir target\n";
         crate::docs::run_as_a_person(build, root, &[]).unwrap();
 
+        let built = build_units(root);
+        assert!(!built.is_empty());
+        for message in &built {
+            assert_ne!(message["fresh"], false, "built again: {message}");
+        }
+    }
+
+    /// What [`cargo`] says it built (or found fresh) in a `cargo build` of the crate at `root`
+    /// into `root/target`: its compiled units and its build scripts' runs.
+    fn build_units(root: &Path) -> Vec<serde_json::Value> {
         let output = cargo()
             .args([
                 "build",
@@ -221,17 +231,61 @@ mod tests {
             .output()
             .unwrap();
         assert!(output.status.success(), "{output:?}");
-        let messages = String::from_utf8(output.stdout).unwrap();
-        let built: Vec<serde_json::Value> = messages
+        String::from_utf8(output.stdout)
+            .unwrap()
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|m| {
                 m["reason"] == "compiler-artifact" || m["reason"] == "build-script-executed"
             })
+            .collect()
+    }
+
+    /// `make test` carries the compiled dependencies from one clone's target directory to
+    /// the next one's (scripts/cargo-seed.py, CARGO_SEED in the Makefile): a crate built in
+    /// one clone (psm: a build script whose output names its `OUT_DIR`, as ring's does) is
+    /// fresh in a clone at another path, the first one's target directory gone; the clone's
+    /// own crate is compiled.
+    #[test]
+    fn a_clone_elsewhere_finds_the_dependencies_a_run_kept_fresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("first");
+        std::fs::create_dir_all(first.join("src")).unwrap();
+        std::fs::write(
+            first.join("Cargo.toml"),
+            "[package]\nname = \"witness\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+             [dependencies]\npsm = \"=0.1.32\"\n[workspace]\n",
+        )
+        .unwrap();
+        std::fs::write(first.join("src/lib.rs"), "pub use psm::on_stack;\n").unwrap();
+        std::fs::copy(repo_root().join("Cargo.lock"), first.join("Cargo.lock")).unwrap();
+        // The second clone is made after the first one's build, as a fresh clone is.
+        let keep_and_move = "cd first\ncargo build --offline --quiet --target-dir target\ncd ..\n\
+            mkdir second\ncp -r first/Cargo.toml first/Cargo.lock first/src second/\n\
+            \"$INPLACE/scripts/cargo-seed.py\" save deps first/target\nrm -r first/target\n\
+            \"$INPLACE/scripts/cargo-seed.py\" restore deps second/target\n";
+        let seeds = dir.path().join("seeds");
+        crate::docs::run_as_a_person(
+            keep_and_move,
+            dir.path(),
+            &[("CARGO_SEED_DIR", seeds.as_os_str())],
+        )
+        .unwrap();
+
+        let messages = build_units(&dir.path().join("second"));
+        let units: Vec<(&str, bool)> = messages
+            .iter()
+            .filter(|m| m["reason"] == "compiler-artifact")
+            .map(|m| {
+                (
+                    m["target"]["name"].as_str().unwrap_or_default(),
+                    m["fresh"] == true,
+                )
+            })
             .collect();
-        assert!(!built.is_empty(), "{messages}");
-        for message in &built {
-            assert_ne!(message["fresh"], false, "built again: {message}");
+        assert!(units.iter().any(|(unit, _)| *unit == "psm"), "{units:?}");
+        for (unit, fresh) in &units {
+            assert_eq!(*fresh, *unit != "witness", "{unit} fresh: {units:?}");
         }
     }
 
