@@ -17,6 +17,7 @@ this does nothing. docs/development/testing.md § Where the time goes.
 """
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -50,20 +51,38 @@ def profile_dirs(target):
             yield relative
 
 
-def dependency_entries(profile, own):
-    """The entries of `profile`'s `.fingerprint/`, `build/` and `deps/` that belong to no
-    package of `own`: a unit's fingerprint directory is `<package>-<hash>`, and each other
-    entry of the unit carries the same hash."""
-    own_units = set()
-    for entry in os.listdir(os.path.join(profile, ".fingerprint")):
+def compiler(fingerprint):
+    """The hash of the compiler a unit was built with, from its fingerprint directory's record
+    (None when it has none yet)."""
+    for entry in os.listdir(fingerprint):
+        if entry.endswith(".json"):
+            with open(os.path.join(fingerprint, entry)) as record:
+                return json.load(record).get("rustc")
+    return None
+
+
+def units(profile):
+    """Each unit of `profile` by its hash: its package and the compiler that built it (a unit's
+    fingerprint directory is `<package>-<hash>`; its other entries carry the same hash)."""
+    fingerprints = os.path.join(profile, ".fingerprint")
+    for entry in os.listdir(fingerprints):
         package, _, unit = entry.rpartition("-")
-        if package in own:
-            own_units.add(unit)
+        yield unit, package, compiler(os.path.join(fingerprints, entry))
+
+
+def dependency_entries(profile, own, compilers):
+    """The entries of `profile`'s `.fingerprint/`, `build/` and `deps/` of the units that
+    belong to no package of `own` and were built by one of `compilers` (all, when empty)."""
+    kept = {
+        unit
+        for unit, package, built_by in units(profile)
+        if package not in own and (not compilers or built_by in compilers)
+    }
     for kind in CARRIED:
         directory = os.path.join(profile, kind)
         for entry in os.listdir(directory) if os.path.isdir(directory) else []:
             unit = UNIT_HASH.search(entry)
-            if unit and unit.group(1) not in own_units:
+            if unit and unit.group(1) in kept:
                 yield os.path.join(kind, entry)
 
 
@@ -84,12 +103,17 @@ def save(target, seed):
     if not os.path.isdir(target):
         return f"nothing built in {target}"
     own = own_packages()
+    profiles = [os.path.join(target, profile) for profile in profile_dirs(target)]
+    # What a run restored is kept again only while its compiler is the one that built the
+    # repository's packages: an earlier toolchain's units (3 GB a set) are not carried forever.
+    compilers = {c for p in profiles for _, package, c in units(p) if package in own and c}
     fresh, old = seed + ".new", seed + ".old"
     shutil.rmtree(fresh, ignore_errors=True)
     count = 0
-    for profile in profile_dirs(target):
-        for entry in dependency_entries(os.path.join(target, profile), own):
-            copy(os.path.join(target, profile, entry), os.path.join(fresh, profile, entry))
+    for profile in profiles:
+        for entry in dependency_entries(profile, own, compilers):
+            relative = os.path.join(os.path.relpath(profile, target), entry)
+            copy(os.path.join(target, relative), os.path.join(fresh, relative))
             count += 1
     shutil.rmtree(old, ignore_errors=True)
     if os.path.isdir(seed):

@@ -289,6 +289,44 @@ mod tests {
         }
     }
 
+    /// A seed keeps the dependencies' units of the compiler that built the repository's own
+    /// packages in that target directory, and none of an earlier compiler's: a restored seed
+    /// is saved again whole, and each toolchain's 3 GB would otherwise be carried for good.
+    #[test]
+    fn a_seed_drops_the_units_of_an_earlier_compiler() {
+        let dir = tempfile::tempdir().unwrap();
+        let profile = dir.path().join("target/debug");
+        let units = [
+            ("inplace-proto", "0000000000000001", 7),
+            ("serde", "000000000000000a", 7),
+            ("serde", "000000000000000b", 6),
+        ];
+        for (package, unit, compiler) in units {
+            let fingerprint = profile.join(format!(".fingerprint/{package}-{unit}"));
+            std::fs::create_dir_all(&fingerprint).unwrap();
+            std::fs::write(
+                fingerprint.join("lib.json"),
+                format!("{{\"rustc\":{compiler}}}"),
+            )
+            .unwrap();
+            std::fs::create_dir_all(profile.join("deps")).unwrap();
+            std::fs::write(profile.join(format!("deps/lib{package}-{unit}.rlib")), "").unwrap();
+        }
+        let seeds = dir.path().join("seeds");
+        crate::docs::run_as_a_person(
+            "\"$INPLACE/scripts/cargo-seed.py\" save deps target\n",
+            dir.path(),
+            &[("CARGO_SEED_DIR", seeds.as_os_str())],
+        )
+        .unwrap();
+        let mut kept: Vec<_> = std::fs::read_dir(seeds.join("deps/debug/deps"))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        kept.sort();
+        assert_eq!(kept, ["libserde-000000000000000a.rlib"]);
+    }
+
     /// `make suites` (what `make test` runs) runs on the build clippy linted: the test
     /// binaries were compiled by clippy-driver with `-D warnings`, so `make test` needs no
     /// clippy check of its own (the Makefile's LINTED_BUILDS). Outside `make`, nothing to see.
