@@ -70,19 +70,27 @@ def units(profile):
         yield unit, package, compiler(os.path.join(fingerprints, entry))
 
 
-def dependency_entries(profile, own, compilers):
-    """The entries of `profile`'s `.fingerprint/`, `build/` and `deps/` of the units that
-    belong to no package of `own` and were built by one of `compilers` (all, when empty)."""
-    kept = {
+def carried_units(found, own):
+    """The hashes of the units in `found` (each profile's [`units`]) that belong to no package
+    of `own` and were built by the compiler that built `own`'s: what a run restored is kept
+    again only while its compiler builds the repository, so an earlier toolchain's units (3 GB
+    a set) are not carried forever."""
+    listed = [unit for profile in found.values() for unit in profile]
+    compilers = {built_by for _, package, built_by in listed if package in own and built_by}
+    return {
         unit
-        for unit, package, built_by in units(profile)
+        for unit, package, built_by in listed
         if package not in own and (not compilers or built_by in compilers)
     }
+
+
+def entries(profile, carried):
+    """The entries of `profile`'s `.fingerprint/`, `build/` and `deps/` of the `carried` units."""
     for kind in CARRIED:
         directory = os.path.join(profile, kind)
         for entry in os.listdir(directory) if os.path.isdir(directory) else []:
             unit = UNIT_HASH.search(entry)
-            if unit and unit.group(1) in kept:
+            if unit and unit.group(1) in carried:
                 yield os.path.join(kind, entry)
 
 
@@ -102,17 +110,14 @@ def save(target, seed):
     """Replaces `seed` with the dependencies' units of `target`."""
     if not os.path.isdir(target):
         return f"nothing built in {target}"
-    own = own_packages()
-    profiles = [os.path.join(target, profile) for profile in profile_dirs(target)]
-    # What a run restored is kept again only while its compiler is the one that built the
-    # repository's packages: an earlier toolchain's units (3 GB a set) are not carried forever.
-    compilers = {c for p in profiles for _, package, c in units(p) if package in own and c}
+    found = {profile: list(units(os.path.join(target, profile))) for profile in profile_dirs(target)}
+    carried = carried_units(found, own_packages())
     fresh, old = seed + ".new", seed + ".old"
     shutil.rmtree(fresh, ignore_errors=True)
     count = 0
-    for profile in profiles:
-        for entry in dependency_entries(profile, own, compilers):
-            relative = os.path.join(os.path.relpath(profile, target), entry)
+    for profile in found:
+        for entry in entries(os.path.join(target, profile), carried):
+            relative = os.path.join(profile, entry)
             copy(os.path.join(target, relative), os.path.join(fresh, relative))
             count += 1
     shutil.rmtree(old, ignore_errors=True)
