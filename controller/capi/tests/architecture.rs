@@ -1,5 +1,5 @@
-//! A Machine whose node has no build in the release (issue 39), over HTTPS against real
-//! management and workload kube-apiservers: `CanUpdateMachine` does not claim it (the stored
+//! A Machine whose node has no build in the release (issue 39), over HTTPS against a real
+//! self-hosted management cluster: `CanUpdateMachine` does not claim it (the stored
 //! Machine names its node's architecture, as Cluster API copies it from the Node), so Cluster
 //! API replaces it; `UpdateMachine`, asked all the same, fails naming the architecture and
 //! writes no plan (the workload Node's `kubernetes.io/arch` says it).

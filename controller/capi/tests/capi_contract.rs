@@ -117,7 +117,7 @@ async fn cluster_api_s_own_client_and_types_accept_every_answer() {
         Duration::from_secs(60),
         inplace_proto::OnDrainTimeout::Halt,
     ));
-    let bed = Bed::start_with(true, drainer, 30).await;
+    let bed = Bed::start_with(Topology::Separate, true, drainer, 30).await;
     let recorded = tempfile::tempdir().unwrap();
     put_pod(&bed, "node-1").await;
     bed.store_machine(&machine_from_harness(&harness).await)

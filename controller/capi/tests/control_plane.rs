@@ -1,4 +1,4 @@
-//! Control-plane Machines over HTTPS, against real management and workload kube-apiservers:
+//! Control-plane Machines over HTTPS, against a real self-hosted management cluster:
 //! a Machine labelled `cluster.x-k8s.io/control-plane` (as KubeadmControlPlane labels every
 //! Machine it owns) is not claimed, and not updated, with a release that does not say it
 //! updates control-plane nodes; with one that does, it is claimed and updated like a worker.

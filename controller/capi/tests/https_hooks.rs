@@ -5,7 +5,9 @@ use crate::common;
 
 use base64::Engine as _;
 use common::*;
+use inplace_capi::NoDrain;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 fn decode_patch(patch: &Value) -> Value {
     assert_eq!(patch["patchType"], "JSONPatch", "{patch}");
@@ -188,7 +190,7 @@ async fn a_version_without_a_release_is_not_claimed() {
 
 #[tokio::test]
 async fn a_version_bump_for_a_cluster_that_cannot_take_plans_is_not_claimed() {
-    let bed = Bed::start().await;
+    let bed = Bed::start_with(Topology::Separate, false, Arc::new(NoDrain), 30).await;
     // c6's kubeconfig points at a cluster without the NodeUpdatePlan CRD (the management
     // cluster); c9 has no kubeconfig Secret at all.
     put_kubeconfig_secret(

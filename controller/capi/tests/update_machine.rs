@@ -1,6 +1,7 @@
 //! UpdateMachine end to end: Cluster API-shaped requests over HTTPS, a management and a
-//! workload cluster (real kube-apiservers), the kubeconfig Secret, and a simulated agent
-//! writing plan status.
+//! workload cluster (a real kube-apiserver holding both, [`Topology::SelfHosted`]; the
+//! emulator as the workload where a case injects faults), the kubeconfig Secret, and a
+//! simulated agent writing plan status.
 
 use crate::common;
 
@@ -447,7 +448,7 @@ async fn with_drain_the_plan_stays_staged_until_the_node_is_drained() {
         uncordons: AtomicUsize::new(0),
         seen_active_while_draining: AtomicUsize::new(0),
     });
-    let bed = Bed::start_with(true, drainer.clone(), 30).await;
+    let bed = Bed::start_with(Topology::SelfHosted, true, drainer.clone(), 30).await;
     let agent = sim_agents(&bed).await;
     let desired = machine("v1.31.2", Some("node-1"));
 
@@ -504,7 +505,7 @@ async fn with_drain_a_rolled_back_node_is_uncordoned_and_fails() {
         uncordons: AtomicUsize::new(0),
         seen_active_while_draining: AtomicUsize::new(0),
     });
-    let bed = Bed::start_with(true, drainer.clone(), 30).await;
+    let bed = Bed::start_with(Topology::SelfHosted, true, drainer.clone(), 30).await;
     let agent = sim_agents(&bed).await;
     let desired = machine("v1.31.2", Some("fail-node"));
     let mut last = Value::Null;
