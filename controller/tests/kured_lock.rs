@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use inplace_controller::rollout::kured_lock::KuredSettings;
 use inplace_proto::Phase;
+use inplace_tests::test_api::TestApi;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::jiff::SignedDuration;
 use kube::api::Api;
@@ -34,6 +35,12 @@ fn settings() -> inplace_controller::runtime::run::Settings {
         recheck: Duration::from_secs(1),
     });
     settings
+}
+
+/// A server of its own: kured's DaemonSet is in `kube-system`, which a reset of the run's
+/// shared server leaves as it is (tests/kube/reset.go).
+async fn own_bed() -> Bed {
+    Bed::start_on_with(TestApi::start().await.unwrap(), settings()).await
 }
 
 /// The nodes whose agent is activating or verifying, as the API says.
@@ -67,7 +74,7 @@ async fn reboot_holding_the_lock(bed: &Bed, ds: &Api<DaemonSet>, node: &str, dow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kured_and_a_rollout_share_one_budget_through_kureds_lock() {
-    let bed = Arc::new(Bed::start_with(settings()).await);
+    let bed = Arc::new(own_bed().await);
     let ds = support::kured::create_daemonset(&bed.client).await;
     let fleet = bed.fleet(SimConfig {
         activate: Duration::from_secs(2),
@@ -147,7 +154,7 @@ async fn kured_and_a_rollout_share_one_budget_through_kureds_lock() {
 /// when the rollout is done it leaves, and the daemon's place is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kureds_multi_holder_lock_gives_the_rollout_one_place() {
-    let bed = Arc::new(Bed::start_with(settings()).await);
+    let bed = Arc::new(own_bed().await);
     let ds = support::kured::create_daemonset(&bed.client).await;
     let fleet = bed.fleet(SimConfig {
         activate: Duration::from_secs(2),

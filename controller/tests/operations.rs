@@ -229,7 +229,8 @@ async fn a_rollout_survives_conflicts_cut_watches_and_an_outage() {
 /// (`.config/nextest.toml`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_survives_kube_apiserver_killed_and_restarted() {
-    let bed = Bed::start().await;
+    // A server of its own: it kills it.
+    let bed = Bed::start_on(TestApi::start().await.unwrap()).await;
     let fleet = four_nodes_one_at_a_time(&bed).await;
     rollout_when(&bed.client, "ro", "one node updated", |r| {
         r.status.as_ref().is_some_and(|s| s.nodes.succeeded >= 1)

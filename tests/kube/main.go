@@ -21,7 +21,7 @@ import (
 )
 
 const usage = `usage:
-  kube-testbed serve --dir DIR [--node NAME]... [--workloads]
+  kube-testbed serve --dir DIR [--node NAME]... [--workloads] [--resettable] [--exit-with-pid PID]
                                                      etcd + kube-apiserver + kube-controller-manager
                                                      (+ kube-scheduler with --workloads)
   kube-testbed kubeconfig --dir DIR --user NAME [--group G]... --out FILE

@@ -32,6 +32,9 @@ type serveOptions struct {
 	restartDelay  time.Duration
 	exitOnEOF     bool
 	workloads     bool
+	resettable    bool
+	// exitWithPid: stop when this process is gone (a shared server ends with its test run).
+	exitWithPid int
 	// firstPort is the port kube-apiserver tries first (0: a free one). Tests set it to a
 	// port they hold, to make the race below happen on purpose.
 	firstPort int
@@ -51,6 +54,8 @@ func serve(args []string) int {
 	flags.DurationVar(&o.restartDelay, "restart-delay", time.Second, "wait before restarting a killed kube-apiserver")
 	flags.BoolVar(&o.exitOnEOF, "exit-on-stdin-eof", false, "stop when standard input closes")
 	flags.IntVar(&o.firstPort, "first-apiserver-port", 0, "port kube-apiserver tries first; if it is taken, another free port is used")
+	flags.BoolVar(&o.resettable, "resettable", false, "take resets to the objects of the ready server on DIR/reset.sock (tests/kube/reset.go)")
+	flags.IntVar(&o.exitWithPid, "exit-with-pid", 0, "stop when the process PID is gone")
 	flags.BoolVar(&o.workloads, "workloads", false, "also run kube-scheduler and the controllers of Deployments, ReplicaSets, DaemonSets and node lifecycle (for real kubelets)")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -66,6 +71,14 @@ func serve(args []string) int {
 	defer stop()
 	if o.exitOnEOF {
 		go func() { io.Copy(io.Discard, os.Stdin); stop() }()
+	}
+	if o.exitWithPid != 0 {
+		go func() {
+			for syscall.Kill(o.exitWithPid, 0) == nil {
+				time.Sleep(time.Second)
+			}
+			stop()
+		}()
 	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintf(os.Stderr, "kube-testbed serve: %v\n", err)
@@ -122,6 +135,11 @@ func run(ctx context.Context, o serveOptions) error {
 	for _, node := range o.nodes {
 		out := filepath.Join(o.dir, node+".kubeconfig")
 		if err := p.writeKubeconfig(out, server, "system:node:"+node, []string{"system:nodes"}); err != nil {
+			return err
+		}
+	}
+	if o.resettable {
+		if err := serveResets(ctx, o.dir, etcd); err != nil {
 			return err
 		}
 	}

@@ -5,8 +5,9 @@
 //! The server runs with `--authorization-mode=Node,RBAC`, `NodeRestriction` and
 //! ValidatingAdmissionPolicy, anonymous access off. Identities are x509 client certificates
 //! signed by the server's CA: the admin (`system:masters`) and, per node, `system:node:NAME`
-//! in `system:nodes`, as a kubelet's are. One [`ApiServer`] per test process; startup on a
-//! loaded 2-core machine can take half a minute, so nothing here asserts a duration.
+//! in `system:nodes`, as a kubelet's are. One [`ApiServer`] per test process, its own or its
+//! turn on the one its nextest run shares (`shared.rs`); startup on a loaded 2-core machine
+//! can take half a minute, so nothing here asserts a duration.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,8 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, bail};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::wait::{await_condition, conditions::is_crd_established};
+
+mod shared;
 
 /// How long a (cold, loaded) server may take to answer `/readyz`.
 const STARTUP_LIMIT: Duration = Duration::from_secs(300);
@@ -124,14 +127,26 @@ pub fn run_kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// A running control plane; dropping it stops every process it started.
+/// A running control plane: a test's own, which dropping it stops, or its turn on the one its
+/// nextest run shares ([`ApiServer::start_shared`]).
 pub struct ApiServer {
     dir: PathBuf,
     _tempdir: Option<tempfile::TempDir>,
-    child: Child,
-    // Held open: `serve --exit-on-stdin-eof` stops when this test process ends, however it ends.
-    _stdin: ChildStdin,
+    owner: Owner,
     url: String,
+}
+
+enum Owner {
+    /// Started for this test: its processes end with it.
+    Test {
+        child: Child,
+        // Held open: `serve --exit-on-stdin-eof` stops when this test process ends, however
+        // it ends.
+        _stdin: ChildStdin,
+    },
+    /// The run's shared server; the lock on its turn file is this test's turn, released when
+    /// this test process ends, however it ends.
+    Run { _turn: std::fs::File },
 }
 
 impl ApiServer {
@@ -191,8 +206,7 @@ impl ApiServer {
     async fn spawn(dir: &Path, serve_args: Vec<String>) -> anyhow::Result<ApiServer> {
         let binary = tokio::task::spawn_blocking(binary).await??;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ready = dir.join("ready");
-        let _ = std::fs::remove_file(&ready);
+        let _ = std::fs::remove_file(dir.join("ready"));
         let log = std::fs::File::create(dir.join("serve.log"))?;
         let mut command = Command::new(&binary);
         command
@@ -207,28 +221,19 @@ impl ApiServer {
             .with_context(|| format!("starting {}", binary.display()))?;
         let stdin = child.stdin.take().context("no stdin pipe")?;
         let started = Instant::now();
-        while !ready.exists() {
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "kube-testbed serve exited ({status}) before the API server was ready:\n{}",
-                    log_tails(dir)
-                );
-            }
-            if started.elapsed() > STARTUP_LIMIT {
-                let _ = child.kill();
-                bail!(
-                    "the API server was not ready after {STARTUP_LIMIT:?}:\n{}",
-                    log_tails(dir)
-                );
+        let url = loop {
+            if let Some(url) = started_url(dir, &mut child, started)? {
+                break url;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let url = std::fs::read_to_string(dir.join("server-url"))?;
+        };
         Ok(ApiServer {
             dir: dir.to_path_buf(),
             _tempdir: None,
-            child,
-            _stdin: stdin,
+            owner: Owner::Test {
+                child,
+                _stdin: stdin,
+            },
             url,
         })
     }
@@ -399,7 +404,10 @@ impl ApiServer {
     /// The processes of the control plane, by name: `etcd` (embedded in the `kube-testbed
     /// serve` process), `kube-apiserver`, `kube-controller-manager`.
     pub fn processes(&self) -> anyhow::Result<Vec<(&'static str, u32)>> {
-        let mut processes = vec![("etcd", self.child.id())];
+        let Owner::Test { child, .. } = &self.owner else {
+            bail!("the processes of the run's shared server are not this test's");
+        };
+        let mut processes = vec![("etcd", child.id())];
         for name in ["kube-apiserver", "kube-controller-manager"] {
             let pid = std::fs::read_to_string(self.dir.join(format!("{name}.pid")))?;
             processes.push((
@@ -413,6 +421,9 @@ impl ApiServer {
     /// Kills kube-apiserver (SIGKILL, as a crash) and keeps it down until [`Self::resume`];
     /// etcd keeps the data.
     pub fn kill_apiserver(&self) -> anyhow::Result<()> {
+        if let Owner::Run { .. } = self.owner {
+            bail!("the run's shared server is not this test's to kill: start a server of its own");
+        }
         std::fs::File::create(self.dir.join("apiserver.hold"))?;
         let pid = std::fs::read_to_string(self.dir.join("kube-apiserver.pid"))?;
         let pid: i32 = pid.trim().parse().context("kube-apiserver.pid")?;
@@ -433,8 +444,10 @@ impl ApiServer {
 impl Drop for ApiServer {
     fn drop(&mut self) {
         // The children die with it (parent-death signal); etcd runs inside it.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Owner::Test { child, .. } = &mut self.owner {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -451,6 +464,28 @@ fn openssl(args: &[&str]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The URL of the `serve` in `dir` (`child`, started at `started`) once it says it is ready;
+/// None while it starts; an error once it has exited or [`STARTUP_LIMIT`] has passed.
+fn started_url(dir: &Path, child: &mut Child, started: Instant) -> anyhow::Result<Option<String>> {
+    if dir.join("ready").exists() {
+        return Ok(Some(std::fs::read_to_string(dir.join("server-url"))?));
+    }
+    if let Some(status) = child.try_wait()? {
+        bail!(
+            "kube-testbed serve exited ({status}) before the API server was ready:\n{}",
+            log_tails(dir)
+        );
+    }
+    if started.elapsed() > STARTUP_LIMIT {
+        let _ = child.kill();
+        bail!(
+            "the API server was not ready after {STARTUP_LIMIT:?}:\n{}",
+            log_tails(dir)
+        );
+    }
+    Ok(None)
 }
 
 /// The last lines of each component's log, for a failure message.

@@ -31,6 +31,15 @@ impl TestApi {
         Ok(TestApi::Real(ApiServer::start().await?))
     }
 
+    /// The default backend, on the real side this test's turn on the server its nextest run
+    /// shares ([`ApiServer::start_shared`], which says for which tests).
+    pub async fn start_shared() -> anyhow::Result<TestApi> {
+        if std::env::var("INPLACE_TEST_API").is_ok_and(|v| v == "emulator") {
+            return Self::start().await;
+        }
+        Ok(TestApi::Real(ApiServer::start_shared().await?))
+    }
+
     /// The emulator with `config`, for a case only it can produce.
     pub async fn start_emulator(config: EmulatorConfig) -> anyhow::Result<TestApi> {
         Ok(TestApi::Emulator(Emulator::start(config).await?))

@@ -44,10 +44,10 @@ pub struct Bed {
     pub kubelets: kubelet::PodDeletions,
 }
 
-/// Starts the default API (the real server) with the CRDs and the agent's RBAC and
-/// admission policy; no controller.
+/// Starts the default API (on the real side, this test's turn on the server its run shares)
+/// with the CRDs and the agent's RBAC and admission policy; no controller.
 pub async fn cluster() -> (Arc<TestApi>, kube::Client) {
-    prepare(TestApi::start().await.unwrap()).await
+    prepare(TestApi::start_shared().await.unwrap()).await
 }
 
 /// Puts the CRDs and the agent's objects (RBAC, admission policy) into `api`.
@@ -131,22 +131,26 @@ fn init_tracing() {
 }
 
 impl Bed {
-    /// The default API (the real server) + CRDs + the agent's objects + the controller as
-    /// the admin.
+    /// The default API (on the real side, this test's turn on the server its run shares:
+    /// `ApiServer::start_shared`) + CRDs + the agent's objects + the controller as the admin.
     pub async fn start() -> Bed {
-        Bed::start_on(TestApi::start().await.unwrap()).await
+        Bed::start_with(test_settings()).await
     }
 
-    /// The same on `api` (the emulator, for a case that needs its faults).
+    /// The same on `api` (the emulator, for a case that needs its faults; a real server of
+    /// the test's own, for a case that stops it).
     pub async fn start_on(api: TestApi) -> Bed {
-        let (api, client) = prepare(api).await;
-        let config = api.admin_config().await.unwrap();
-        Bed::with_controller(api, client, config, test_settings())
+        Bed::start_on_with(api, test_settings()).await
     }
 
     /// The default API with the controller run with `settings`.
     pub async fn start_with(settings: Settings) -> Bed {
-        let (api, client) = prepare(TestApi::start().await.unwrap()).await;
+        Bed::start_on_with(TestApi::start_shared().await.unwrap(), settings).await
+    }
+
+    /// `api` with the controller run with `settings`.
+    pub async fn start_on_with(api: TestApi, settings: Settings) -> Bed {
+        let (api, client) = prepare(api).await;
         let config = api.admin_config().await.unwrap();
         Bed::with_controller(api, client, config, settings)
     }
