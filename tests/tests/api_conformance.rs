@@ -80,7 +80,7 @@ async fn emulator_started() -> (Handle, Client) {
 /// A server of `backend`, without the CRDs.
 async fn server(backend: Backend) -> TestApi {
     match backend {
-        Backend::Real => TestApi::Real(ApiServer::start().await.unwrap()),
+        Backend::Real => TestApi::Real(ApiServer::start_shared().await.unwrap()),
         Backend::Emulator => TestApi::start_emulator(EmulatorConfig::default())
             .await
             .unwrap(),

@@ -89,7 +89,7 @@ fn has(node: &Node, key: &str) -> bool {
 
 #[tokio::test]
 async fn cordons_evicts_until_empty_then_uncordons() {
-    let workload = TestApi::start().await.unwrap();
+    let workload = TestApi::start_shared().await.unwrap();
     let client = workload.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     node(&nodes, "n1", false).await;
@@ -130,7 +130,7 @@ async fn cordons_evicts_until_empty_then_uncordons() {
 
 #[tokio::test]
 async fn a_node_cordoned_by_someone_else_stays_cordoned() {
-    let workload = TestApi::start().await.unwrap();
+    let workload = TestApi::start_shared().await.unwrap();
     let client = workload.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     node(&nodes, "n2", true).await;
@@ -145,7 +145,7 @@ async fn a_node_cordoned_by_someone_else_stays_cordoned() {
 
 #[tokio::test]
 async fn a_drain_past_its_timeout_fails_with_what_blocks_it() {
-    let workload = TestApi::start().await.unwrap();
+    let workload = TestApi::start_shared().await.unwrap();
     let client = workload.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     node(&nodes, "n3", false).await;
@@ -184,7 +184,7 @@ async fn node_draining_since(api: &Api<Node>, name: &str, seconds_ago: i64) {
 
 #[tokio::test]
 async fn force_deletes_what_is_left_after_the_timeout_and_fails_one_timeout_later() {
-    let workload = TestApi::start().await.unwrap();
+    let workload = TestApi::start_shared().await.unwrap();
     let client = workload.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     let timeout = Duration::from_secs(60);
@@ -233,7 +233,7 @@ async fn force_deletes_what_is_left_after_the_timeout_and_fails_one_timeout_late
 #[tokio::test]
 async fn a_node_cordoned_by_an_older_extension_is_still_uncordoned() {
     // Before the one drain, the extension recorded its cordon as inplace.dev/capi-cordoned.
-    let workload = TestApi::start().await.unwrap();
+    let workload = TestApi::start_shared().await.unwrap();
     let client = workload.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     nodes

@@ -17,6 +17,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
 use super::{ApiServer, Owner, binary, started_url, target_dir};
 
@@ -33,7 +35,13 @@ impl ApiServer {
         let Ok(run) = std::env::var("NEXTEST_RUN_ID") else {
             return Self::start().await;
         };
-        tokio::task::spawn_blocking(move || take_turn(&run)).await?
+        let server = tokio::task::spawn_blocking(move || take_turn(&run)).await??;
+        let client = server.client().await?;
+        let crds = served_crds(&client).await?;
+        let dir = server.dir.clone();
+        tokio::task::spawn_blocking(move || reset(&dir)).await??;
+        wait_until_unserved(&client, &crds).await?;
+        Ok(server)
     }
 }
 
@@ -51,13 +59,55 @@ fn take_turn(run: &str) -> anyhow::Result<ApiServer> {
     };
     drop(starting);
     let turn = lock(&dir.join("turn"))?;
-    reset(&dir)?;
     Ok(ApiServer {
         dir,
         _tempdir: None,
         owner: Owner::Run { _turn: turn },
         url,
     })
+}
+
+/// What the CRDs of the server serve, each at its first served version.
+async fn served_crds(client: &kube::Client) -> anyhow::Result<Vec<ApiResource>> {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing the shared server's CRDs")?;
+    Ok(crds
+        .items
+        .iter()
+        .filter_map(|crd| {
+            let version = crd.spec.versions.iter().find(|v| v.served)?;
+            let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
+            Some(ApiResource::from_gvk_with_plural(
+                &gvk,
+                &crd.spec.names.plural,
+            ))
+        })
+        .collect())
+}
+
+/// Waits until kube-apiserver serves none of `resources`: it stops serving a CRD deleted in
+/// etcd when its informer sees the deletion, a moment after the reset.
+async fn wait_until_unserved(
+    client: &kube::Client,
+    resources: &[ApiResource],
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    for resource in resources {
+        let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+        loop {
+            match api.list(&ListParams::default().limit(1)).await {
+                Err(kube::Error::Api(status)) if status.code == 404 => break,
+                _ if started.elapsed() > RESET_LIMIT => bail!(
+                    "the shared server still serves {} {RESET_LIMIT:?} after a reset deleted its CRD",
+                    resource.plural
+                ),
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Waits for an exclusive lock on `path` (created if missing).

@@ -123,10 +123,10 @@ pub const NODES: [&str; 3] = ["node-1", "node-2", "fail-node"];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Topology {
     /// In the workload cluster itself, as Cluster API runs after `clusterctl move` into the
-    /// cluster it manages: one kube-apiserver for both (the extension still reaches the
-    /// workload cluster through the Cluster's kubeconfig Secret). One control plane a test:
-    /// this crate's tests took 150 machine CPU-s where they took 229 with two
-    /// (docs/development/testing.md § Where the time goes).
+    /// cluster it manages: one kube-apiserver for both, the test's turn on the one its run
+    /// shares (the extension still reaches the workload cluster through the Cluster's
+    /// kubeconfig Secret). With a server of its own for both, this crate's tests took 150
+    /// machine CPU-s where they took 229 with two (docs/development/testing.md).
     SelfHosted,
     /// A management cluster of its own, without the plans' CRD: a plan the extension wrote
     /// through the wrong client would fail there. For the cases about the two clusters.
@@ -161,7 +161,7 @@ impl Bed {
     ) -> Bed {
         let (workload, management) = match topology {
             Topology::SelfHosted => {
-                let cluster = Arc::new(TestApi::start().await.unwrap());
+                let cluster = Arc::new(TestApi::start_shared().await.unwrap());
                 (cluster.clone(), cluster)
             }
             Topology::Separate => {
