@@ -67,7 +67,8 @@ fn take_turn(run: &str) -> anyhow::Result<ApiServer> {
     })
 }
 
-/// What the CRDs of the server serve, each at its first served version.
+/// What the CRDs of the server serve, each at its first served version: all made since it
+/// became ready (it had none then), so the reset deletes every one.
 async fn served_crds(client: &kube::Client) -> anyhow::Result<Vec<ApiResource>> {
     let crds = Api::<CustomResourceDefinition>::all(client.clone())
         .list(&ListParams::default())
