@@ -146,7 +146,9 @@ enum Owner {
     },
     /// The run's shared server; the lock on its turn file is this test's turn, released when
     /// this test process ends, however it ends.
-    Run { _turn: std::fs::File },
+    Run {
+        _turn: crate::nspawn::host::FileLock,
+    },
 }
 
 impl ApiServer {

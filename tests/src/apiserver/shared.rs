@@ -4,9 +4,9 @@
 //! (`tests/kube/reset.go`: every object created since is deleted, through etcd). A test's own
 //! server costs a start of kube-apiserver, about 3.4 CPU-seconds; a turn, a reset.
 //!
-//! Its state is in `<target>/kube-shared/<NEXTEST_RUN_ID>/`; `<run>.start` (a lock) lets one
-//! test start it while the others wait, and `turn` (a lock held for a test's life) gives it to
-//! one test at a time.
+//! Its state is in `<target>/kube-shared/<NEXTEST_RUN_ID>/`; `<run>.start` (a [`FileLock`])
+//! lets one test start it while the others wait, and `turn` (one held for a test's life) gives
+//! it to one test at a time.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -21,6 +21,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
 use super::{ApiServer, Owner, binary, started_url, target_dir};
+use crate::nspawn::host::FileLock;
 
 /// How long a reset may take on a loaded machine (it deletes a few hundred keys).
 const RESET_LIMIT: Duration = Duration::from_secs(60);
@@ -35,7 +36,7 @@ impl ApiServer {
         let Ok(run) = std::env::var("NEXTEST_RUN_ID") else {
             return Self::start().await;
         };
-        let server = tokio::task::spawn_blocking(move || take_turn(&run)).await??;
+        let server = take_turn(&run).await?;
         let client = server.client().await?;
         let crds = served_crds(&client).await?;
         let dir = server.dir.clone();
@@ -45,20 +46,24 @@ impl ApiServer {
     }
 }
 
-fn take_turn(run: &str) -> anyhow::Result<ApiServer> {
+async fn take_turn(run: &str) -> anyhow::Result<ApiServer> {
     let base = target_dir().join("kube-shared");
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
     let dir = base.join(run);
-    let starting = lock(&base.join(format!("{run}.start")))?;
-    let url = match running_url(&dir) {
-        Some(url) => url,
-        None => {
-            remove_finished_runs(&base, run);
-            start_detached(&dir)?
-        }
+    let starting = FileLock::acquire(base.join(format!("{run}.start"))).await?;
+    let url = {
+        let (base, dir, run) = (base.clone(), dir.clone(), run.to_owned());
+        tokio::task::spawn_blocking(move || match running_url(&dir) {
+            Some(url) => Ok(url),
+            None => {
+                remove_finished_runs(&base, &run);
+                start_detached(&dir)
+            }
+        })
+        .await??
     };
     drop(starting);
-    let turn = lock(&dir.join("turn"))?;
+    let turn = FileLock::acquire(dir.join("turn")).await?;
     Ok(ApiServer {
         dir,
         _tempdir: None,
@@ -109,19 +114,6 @@ async fn wait_until_unserved(
         }
     }
     Ok(())
-}
-
-/// Waits for an exclusive lock on `path` (created if missing).
-fn lock(path: &Path) -> anyhow::Result<File> {
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    file.lock()
-        .with_context(|| format!("locking {}", path.display()))?;
-    Ok(file)
 }
 
 /// The URL of the server in `dir`, if it is ready and its kube-apiserver runs.
