@@ -16,7 +16,7 @@ import (
 )
 
 // A server that the tests of one nextest run use one after another (`serve --resettable`;
-// tests/src/apiserver.rs starts it for the first test that asks): before each test it is put
+// tests/src/apiserver/shared.rs starts it for the first test that asks): before each test it is put
 // back as it was when it became ready, through etcd, whose changes kube-apiserver's caches
 // and every controller's informers follow as they follow any other write. A start of the
 // control plane costs about 3.4 CPU-seconds (docs/development/testing.md § The real API

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"golang.org/x/sys/unix"
 )
 
 // serveOptions are `kube-testbed serve`'s flags.
@@ -73,12 +74,7 @@ func serve(args []string) int {
 		go func() { io.Copy(io.Discard, os.Stdin); stop() }()
 	}
 	if o.exitWithPid != 0 {
-		go func() {
-			for syscall.Kill(o.exitWithPid, 0) == nil {
-				time.Sleep(time.Second)
-			}
-			stop()
-		}()
+		go func() { waitForExit(o.exitWithPid); stop() }()
 	}
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintf(os.Stderr, "kube-testbed serve: %v\n", err)
@@ -474,4 +470,20 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitForExit returns once process pid has exited (or is gone already): a pidfd becomes
+// readable then, and names that process, not another that reuses its number.
+func waitForExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			return
+		}
+	}
 }
