@@ -25,21 +25,9 @@ fn with_config(bed: &Bed, image: &str, path: &Path, bytes: &str) -> NodeUpdatePl
         .unwrap()
         .insert(url.clone(), bytes.as_bytes().to_vec());
     plan.spec.content.artifacts.push(Artifact {
-        name: "kubelet-config".into(),
-        kind: ArtifactType::Config,
-        url,
-        sha256,
-        signature_url: None,
         size: Some(bytes.len() as u64),
         path: Some(path.display().to_string()),
-        members: vec![],
-        directory: false,
-        mode: None,
-        owner: None,
-        max_extracted_size: None,
-        activation: None,
-        architecture: None,
-        other_architectures: Vec::new(),
+        ..Artifact::new("kubelet-config", ArtifactType::Config, url, sha256)
     });
     plan
 }

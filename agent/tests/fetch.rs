@@ -170,21 +170,13 @@ fn fetcher_policy(base: &str, max_artifact_size: u64) -> Policy {
 
 fn artifact(base: &str, body: &[u8], size: Option<u64>) -> Artifact {
     Artifact {
-        name: "kubernetes".into(),
-        kind: ArtifactType::Sysext,
-        url: format!("{base}/ok/kubernetes.raw"),
-        sha256: hex::encode(Sha256::digest(body)),
-        signature_url: None,
         size,
-        path: None,
-        members: vec![],
-        directory: false,
-        mode: None,
-        owner: None,
-        max_extracted_size: None,
-        activation: None,
-        architecture: None,
-        other_architectures: Vec::new(),
+        ..Artifact::new(
+            "kubernetes",
+            ArtifactType::Sysext,
+            format!("{base}/ok/kubernetes.raw"),
+            hex::encode(Sha256::digest(body)),
+        )
     }
 }
 

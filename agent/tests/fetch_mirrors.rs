@@ -58,23 +58,12 @@ fn fetcher_with_documented_mirrors(
 }
 
 fn artifact(url: String, bytes: &[u8]) -> Artifact {
-    Artifact {
-        name: "kubernetes".into(),
-        kind: ArtifactType::Sysext,
+    Artifact::new(
+        "kubernetes",
+        ArtifactType::Sysext,
         url,
-        sha256: hex::encode(Sha256::digest(bytes)),
-        signature_url: None,
-        size: None,
-        path: None,
-        members: vec![],
-        directory: false,
-        mode: None,
-        owner: None,
-        max_extracted_size: None,
-        activation: None,
-        architecture: None,
-        other_architectures: Vec::new(),
-    }
+        hex::encode(Sha256::digest(bytes)),
+    )
 }
 
 /// Fetches `a` into a fresh directory; checks that a success leaves only its file and a

@@ -50,27 +50,16 @@ fn fetcher(registry: &Registry) -> HttpFetcher {
 }
 
 fn artifact(registry: &Registry, pushed: &Pushed) -> Artifact {
-    Artifact {
-        name: "kubernetes".into(),
-        kind: ArtifactType::Sysext,
-        url: format!(
+    Artifact::new(
+        "kubernetes",
+        ArtifactType::Sysext,
+        format!(
             "oci://{}/sysext/kubernetes@sha256:{}",
             registry.host(),
             pushed.manifest_digest
         ),
-        sha256: pushed.sha256.clone(),
-        signature_url: None,
-        size: None,
-        path: None,
-        members: vec![],
-        directory: false,
-        mode: None,
-        owner: None,
-        max_extracted_size: None,
-        activation: None,
-        architecture: None,
-        other_architectures: Vec::new(),
-    }
+        pushed.sha256.clone(),
+    )
 }
 
 async fn pushed(len: usize) -> (Registry, Pushed, Vec<u8>) {

@@ -94,21 +94,13 @@ fn policy(base: &str) -> Policy {
 
 fn artifact(base: &str) -> Artifact {
     Artifact {
-        name: "kubernetes".into(),
-        kind: ArtifactType::Sysext,
-        url: format!("{base}/ok/kubernetes.raw"),
-        sha256: hex::encode(Sha256::digest(BODY)),
-        signature_url: None,
         size: Some(BODY.len() as u64),
-        path: None,
-        members: vec![],
-        directory: false,
-        mode: None,
-        owner: None,
-        max_extracted_size: None,
-        activation: None,
-        architecture: None,
-        other_architectures: Vec::new(),
+        ..Artifact::new(
+            "kubernetes",
+            ArtifactType::Sysext,
+            format!("{base}/ok/kubernetes.raw"),
+            hex::encode(Sha256::digest(BODY)),
+        )
     }
 }
 

@@ -247,6 +247,34 @@ pub struct ArchitectureBuild {
 }
 
 impl Artifact {
+    /// An artifact of `kind` named `name`, downloaded from `url` and checked against
+    /// `sha256`, every optional field absent: set what its type needs with struct update
+    /// syntax (`Artifact { path: Some(..), ..Artifact::new(..) }`).
+    pub fn new(
+        name: impl Into<String>,
+        kind: ArtifactType,
+        url: impl Into<String>,
+        sha256: impl Into<String>,
+    ) -> Self {
+        Artifact {
+            name: name.into(),
+            kind,
+            url: url.into(),
+            sha256: sha256.into(),
+            signature_url: None,
+            size: None,
+            path: None,
+            directory: false,
+            mode: None,
+            owner: None,
+            members: Vec::new(),
+            max_extracted_size: None,
+            activation: None,
+            architecture: None,
+            other_architectures: Vec::new(),
+        }
+    }
+
     /// For a Config artifact linked as `/var/lib/confexts/<name>.raw`: `<name>`, the
     /// configuration extension image it is (`systemd-confext` merges it into `/etc`).
     pub fn confext_name(&self) -> Option<&str> {

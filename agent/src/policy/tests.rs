@@ -18,11 +18,6 @@ fn policy() -> Policy {
 
 fn artifact(kind: ArtifactType) -> Artifact {
     Artifact {
-        name: "a".into(),
-        kind,
-        url: "https://dl.example/a.raw".into(),
-        sha256: "0".repeat(64),
-        signature_url: None,
         size: Some(10),
         path: match kind {
             ArtifactType::Binary => Some("/opt/bin/a".into()),
@@ -37,13 +32,7 @@ fn artifact(kind: ArtifactType) -> Artifact {
         } else {
             vec![]
         },
-        directory: false,
-        mode: None,
-        owner: None,
-        max_extracted_size: None,
-        activation: None,
-        architecture: None,
-        other_architectures: Vec::new(),
+        ..Artifact::new("a", kind, "https://dl.example/a.raw", "0".repeat(64))
     }
 }
 

@@ -19,21 +19,14 @@ use crate::signature::{self, CheckedSignature, PrepareError, SignatureError, Vou
 /// The agent image as the sysext artifact staging stores and links.
 pub fn as_artifact(agent: &AgentImage) -> Artifact {
     Artifact {
-        name: OWN_EXTENSION.to_owned(),
-        kind: ArtifactType::Sysext,
-        url: agent.url.clone(),
-        sha256: agent.sha256.clone(),
         signature_url: agent.signature_url.clone(),
         size: agent.size,
-        path: None,
-        members: Vec::new(),
-        directory: false,
-        mode: None,
-        owner: None,
-        max_extracted_size: None,
-        activation: None,
-        architecture: None,
-        other_architectures: Vec::new(),
+        ..Artifact::new(
+            OWN_EXTENSION,
+            ArtifactType::Sysext,
+            &agent.url,
+            &agent.sha256,
+        )
     }
 }
 

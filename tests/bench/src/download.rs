@@ -55,21 +55,8 @@ pub async fn fetch_one(url: &str, sha256: &str, size: u64, dir: &Path) -> Result
     };
     let fetcher = HttpFetcher::new(&settings, &policy)?;
     let artifact = Artifact {
-        name: "bench".into(),
-        kind: ArtifactType::Sysext,
-        url: url.into(),
-        sha256: sha256.into(),
-        signature_url: None,
         size: Some(size),
-        path: None,
-        members: vec![],
-        directory: false,
-        mode: None,
-        owner: None,
-        max_extracted_size: None,
-        activation: None,
-        architecture: None,
-        other_architectures: Vec::new(),
+        ..Artifact::new("bench", ArtifactType::Sysext, url, sha256)
     };
     let started = Instant::now();
     let path = fetcher.fetch(&artifact, dir, &|_| {}).await?.path;
