@@ -3,9 +3,6 @@
 
 use super::*;
 
-// A whole rollout, simulated: agents follow the status protocol, the decision runs after
-// every step, and the invariants are checked at every step.
-
 #[derive(Clone, Debug)]
 struct SimNode {
     view: NodeView,
@@ -71,82 +68,21 @@ fn simulate(
     policy: &SimPolicy,
     step_time: u32,
 ) -> NodeCounts {
-    let mut s = spec(max_unavailable.clone(), max_failures);
-    s.disruption = policy.disruption;
-    s.min_ready_seconds = policy.min_ready_seconds;
-    s.progress_deadline = policy.deadline.map(Duration::from_secs);
-    if policy.deadline.is_some() {
-        // Shorter than every deadline simulated (20 s and more), as a valid rollout's is.
-        s.drain_timeout = Duration::from_secs(10);
-    }
-    s.max_unavailable_per_topology = policy.spread.map(|(_, max)| TopologySpread {
-        key: "zone".into(),
-        max,
-    });
-    let zone_of = |i: usize| match policy.spread {
-        Some((zones, _)) if i % (zones + 1) < zones => format!("z{}", i % (zones + 1)),
-        _ => String::new(),
+    let s = sim_spec(&max_unavailable, max_failures, policy);
+    let mut nodes = sim_fleet(n_workers, n_cp, failing, policy);
+    let slots = activation_slots(&max_unavailable, nodes.len());
+    let release = ReleaseState::Valid {
+        revision: REV.into(),
     };
-    let mut nodes: Vec<SimNode> = (0..n_workers + n_cp)
-        .map(|i| SimNode {
-            view: NodeView {
-                topology: zone_of(i),
-                ..if i < n_cp {
-                    cp(&format!("cp{i:03}"))
-                } else {
-                    node(&format!("w{i:03}"))
-                }
-            },
-            timer: 0,
-            fails: failing.contains(&i),
-            stalls: policy.stalled.contains(&i),
-        })
-        .collect();
-    let total = nodes.len();
-    let slots = activation_slots(&max_unavailable, total);
     let mut previous: Option<NodeRolloutStatus> = None;
     let mut cp_done_before_worker_start = true;
     let mut memo = DecisionMemo::default();
     let mut numbered = memo::Numbered::default();
     for round in 0..10_000i64 {
-        // Agents move one step.
         for n in &mut nodes {
-            let Some(plan) = n.view.plan.as_mut() else {
-                continue;
-            };
-            if n.timer > 0 {
-                n.timer -= 1;
-                continue;
-            }
-            let r = &mut plan.report;
-            if n.stalls && r.phase == Some(Phase::Activating) {
-                continue;
-            }
-            let next = match (r.phase, plan.intent.desired_state) {
-                (None, _) => Some(Phase::Downloading),
-                (Some(Phase::Downloading), _) => Some(Phase::Staged),
-                (Some(Phase::Staged), DesiredState::Active) => Some(Phase::Activating),
-                (Some(Phase::Activating), _) => Some(Phase::Verifying),
-                (Some(Phase::Verifying), _) if n.fails => Some(Phase::RolledBack),
-                (Some(Phase::Verifying), _) => Some(Phase::Succeeded),
-                _ => None,
-            };
-            if let Some(phase) = next {
-                r.phase = Some(phase);
-                r.target_revision = Some(plan.intent.revision.clone());
-                if phase == Phase::Succeeded {
-                    r.current_revision = Some(plan.intent.revision.clone());
-                }
-                if phase == Phase::RolledBack {
-                    r.reason = Some("HealthCheckFailed".into());
-                }
-                n.timer = step_time;
-            }
+            n.agent_step(step_time);
         }
         // Drain passes finish at once (no pods).
-        let release = ReleaseState::Valid {
-            revision: REV.into(),
-        };
         for n in &mut nodes {
             n.view.drain = needs_drain_pass(&s, &release, &n.view).then(DrainProgress::default);
         }
@@ -166,68 +102,11 @@ fn simulate(
             let n = nodes.iter_mut().find(|n| n.view.name == name).unwrap();
             carry_out(&mut n.view, action);
         }
-        // Invariants after the round's writes: the slot holders (activating within their
-        // deadline, or soaking) never outnumber the slots.
-        let holders: Vec<&SimNode> = nodes
-            .iter()
-            .filter(|n| {
-                n.view
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| policy.holds_slot(p, t(round)))
-            })
-            .collect();
-        assert!(
-            holders.len() <= slots,
-            "round {round}: {} > {slots}",
-            holders.len()
-        );
-        if let Some((_, max)) = policy.spread {
-            let mut per_zone = BTreeMap::<&str, i32>::new();
-            for n in &holders {
-                *per_zone.entry(n.view.topology.as_str()).or_default() += 1;
-            }
-            assert!(
-                per_zone.values().all(|&held| held <= max),
-                "round {round}: holders per zone {per_zone:?} past {max}"
-            );
-        }
-        let activating: Vec<&&SimNode> = holders
-            .iter()
-            .filter(|n| {
-                n.view
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| p.report.phase != Some(Phase::Succeeded))
-            })
-            .collect();
-        let cp_active = activating.iter().filter(|n| n.view.control_plane).count();
-        assert!(cp_active <= 1);
-        if cp_active == 1 {
-            assert_eq!(activating.len(), 1, "a control-plane node activates alone");
-        }
-        let workers_started = nodes.iter().any(|n| {
-            !n.view.control_plane
-                && n.view
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| p.intent.granted_at.is_some())
-        });
-        let past_deadline = failed_past_deadline(Some(&d.status));
-        let cp_unfinished = nodes.iter().any(|n| {
-            n.view.control_plane
-                && !past_deadline.contains(n.view.name.as_str())
-                && !n
-                    .view
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| p.report.phase.is_some_and(Phase::is_final))
-        });
-        if workers_started && cp_unfinished {
+        check_slot_holders(&nodes, policy, slots, round);
+        if workers_started(&nodes) && control_plane_unfinished(&nodes, &d.status) {
             cp_done_before_worker_start = false;
         }
-        let failed = d.status.nodes.failed;
-        if failed > max_failures {
+        if d.status.nodes.failed > max_failures {
             assert!(granted_at(&d, t(round)).is_empty(), "no grants once halted");
         }
         let c = d.status.nodes.clone();
@@ -241,26 +120,190 @@ fn simulate(
         previous = Some(d.status);
         if done {
             assert!(cp_done_before_worker_start);
-            if (failing.len() + policy.stalled.len()) as i32 <= max_failures {
+            let broken = failing.len() + policy.stalled.len();
+            if broken as i32 <= max_failures {
                 assert_eq!(c.succeeded + c.failed, c.total, "all nodes final");
             }
-            let past_deadline: BTreeSet<&str> = failed_past_deadline(previous.as_ref());
-            for n in &nodes {
-                assert!(
-                    !n.view.unschedulable || past_deadline.contains(n.view.name.as_str()),
-                    "{} left cordoned",
-                    n.view.name
-                );
-                assert!(
-                    !n.view.scale_down.ours,
-                    "{} left with scale-down disabled",
-                    n.view.name
-                );
-            }
+            check_left_clean(&nodes, previous.as_ref());
             return c;
         }
     }
     panic!("rollout did not finish");
+}
+
+/// The rollout's spec as `policy` times and disrupts it.
+fn sim_spec(
+    max_unavailable: &IntOrString,
+    max_failures: i32,
+    policy: &SimPolicy,
+) -> NodeRolloutSpec {
+    let mut s = spec(max_unavailable.clone(), max_failures);
+    s.disruption = policy.disruption;
+    s.min_ready_seconds = policy.min_ready_seconds;
+    s.progress_deadline = policy.deadline.map(Duration::from_secs);
+    if policy.deadline.is_some() {
+        // Shorter than every deadline simulated (20 s and more), as a valid rollout's is.
+        s.drain_timeout = Duration::from_secs(10);
+    }
+    s.max_unavailable_per_topology = policy.spread.map(|(_, max)| TopologySpread {
+        key: "zone".into(),
+        max,
+    });
+    s
+}
+
+/// The fleet: `n_cp` control-plane nodes, then `n_workers` workers, in zones as `policy`
+/// spreads them; the nodes in `failing` fail their health checks.
+fn sim_fleet(
+    n_workers: usize,
+    n_cp: usize,
+    failing: &BTreeSet<usize>,
+    policy: &SimPolicy,
+) -> Vec<SimNode> {
+    let zone_of = |i: usize| match policy.spread {
+        Some((zones, _)) if i % (zones + 1) < zones => format!("z{}", i % (zones + 1)),
+        _ => String::new(),
+    };
+    (0..n_workers + n_cp)
+        .map(|i| SimNode {
+            view: NodeView {
+                topology: zone_of(i),
+                ..if i < n_cp {
+                    cp(&format!("cp{i:03}"))
+                } else {
+                    node(&format!("w{i:03}"))
+                }
+            },
+            timer: 0,
+            fails: failing.contains(&i),
+            stalls: policy.stalled.contains(&i),
+        })
+        .collect()
+}
+
+impl SimNode {
+    /// The agent moves its plan one phase on, `step_time` rounds after its last move.
+    fn agent_step(&mut self, step_time: u32) {
+        let Some(plan) = self.view.plan.as_mut() else {
+            return;
+        };
+        if self.timer > 0 {
+            self.timer -= 1;
+            return;
+        }
+        let r = &mut plan.report;
+        if self.stalls && r.phase == Some(Phase::Activating) {
+            return;
+        }
+        let next = match (r.phase, plan.intent.desired_state) {
+            (None, _) => Some(Phase::Downloading),
+            (Some(Phase::Downloading), _) => Some(Phase::Staged),
+            (Some(Phase::Staged), DesiredState::Active) => Some(Phase::Activating),
+            (Some(Phase::Activating), _) => Some(Phase::Verifying),
+            (Some(Phase::Verifying), _) if self.fails => Some(Phase::RolledBack),
+            (Some(Phase::Verifying), _) => Some(Phase::Succeeded),
+            _ => None,
+        };
+        let Some(phase) = next else {
+            return;
+        };
+        r.phase = Some(phase);
+        r.target_revision = Some(plan.intent.revision.clone());
+        if phase == Phase::Succeeded {
+            r.current_revision = Some(plan.intent.revision.clone());
+        }
+        if phase == Phase::RolledBack {
+            r.reason = Some("HealthCheckFailed".into());
+        }
+        self.timer = step_time;
+    }
+}
+
+/// The invariants after a round's writes: the slot holders (activating within their
+/// deadline, or soaking) never outnumber the slots, nor a zone's share; a control-plane
+/// node activates alone.
+fn check_slot_holders(nodes: &[SimNode], policy: &SimPolicy, slots: usize, round: i64) {
+    let holders: Vec<&SimNode> = nodes
+        .iter()
+        .filter(|n| {
+            n.view
+                .plan
+                .as_ref()
+                .is_some_and(|p| policy.holds_slot(p, t(round)))
+        })
+        .collect();
+    assert!(
+        holders.len() <= slots,
+        "round {round}: {} > {slots}",
+        holders.len()
+    );
+    if let Some((_, max)) = policy.spread {
+        let mut per_zone = BTreeMap::<&str, i32>::new();
+        for n in &holders {
+            *per_zone.entry(n.view.topology.as_str()).or_default() += 1;
+        }
+        assert!(
+            per_zone.values().all(|&held| held <= max),
+            "round {round}: holders per zone {per_zone:?} past {max}"
+        );
+    }
+    let activating: Vec<&&SimNode> = holders
+        .iter()
+        .filter(|n| {
+            n.view
+                .plan
+                .as_ref()
+                .is_some_and(|p| p.report.phase != Some(Phase::Succeeded))
+        })
+        .collect();
+    let cp_active = activating.iter().filter(|n| n.view.control_plane).count();
+    assert!(cp_active <= 1);
+    if cp_active == 1 {
+        assert_eq!(activating.len(), 1, "a control-plane node activates alone");
+    }
+}
+
+/// Whether a worker has been granted its slot.
+fn workers_started(nodes: &[SimNode]) -> bool {
+    nodes.iter().any(|n| {
+        !n.view.control_plane
+            && n.view
+                .plan
+                .as_ref()
+                .is_some_and(|p| p.intent.granted_at.is_some())
+    })
+}
+
+/// Whether a control-plane node is neither final nor failed past its deadline.
+fn control_plane_unfinished(nodes: &[SimNode], status: &NodeRolloutStatus) -> bool {
+    let past_deadline = failed_past_deadline(Some(status));
+    nodes.iter().any(|n| {
+        n.view.control_plane
+            && !past_deadline.contains(n.view.name.as_str())
+            && !n
+                .view
+                .plan
+                .as_ref()
+                .is_some_and(|p| p.report.phase.is_some_and(Phase::is_final))
+    })
+}
+
+/// A finished rollout leaves no node cordoned (but those failed past their deadline) and
+/// none with the autoscaler's scale-down disabled.
+fn check_left_clean(nodes: &[SimNode], status: Option<&NodeRolloutStatus>) {
+    let past_deadline = failed_past_deadline(status);
+    for n in nodes {
+        assert!(
+            !n.view.unschedulable || past_deadline.contains(n.view.name.as_str()),
+            "{} left cordoned",
+            n.view.name
+        );
+        assert!(
+            !n.view.scale_down.ours,
+            "{} left with scale-down disabled",
+            n.view.name
+        );
+    }
 }
 
 /// The nodes a status reports failed past their progress deadline (they stay cordoned).
