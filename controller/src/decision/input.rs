@@ -158,6 +158,30 @@ pub struct NodeView {
     pub version: u64,
 }
 
+#[cfg(test)]
+impl NodeView {
+    /// A Ready worker named `name` whose plan is ours to write and not written yet: what
+    /// the decision's and the rollout view's tests start a node from.
+    pub(crate) fn ready_worker(name: &str) -> NodeView {
+        NodeView {
+            name: name.into(),
+            control_plane: false,
+            topology: String::new(),
+            unschedulable: false,
+            readiness: Readiness::Ready,
+            ownership: Ownership::Ours,
+            plan: None,
+            drain: None,
+            steering: Steering::default(),
+            scale_down: ScaleDownMark::default(),
+            architecture: None,
+            kubelet_version: None,
+            rebooted_by: None,
+            version: 0,
+        }
+    }
+}
+
 /// Everything the decision looks at.
 #[derive(Debug, Clone)]
 pub struct RolloutInput<'a> {

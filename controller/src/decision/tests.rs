@@ -6,7 +6,7 @@ use super::*;
 use std::collections::BTreeMap;
 
 use inplace_proto::{
-    Disruption, Duration, NodeCounts, NodeRolloutSpec, Phase, Steering, TopologySpread,
+    Disruption, Duration, NodeCounts, NodeRolloutSpec, Phase, TopologySpread,
     rollout_slots::activation_slots,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -44,22 +44,7 @@ fn spec(max_unavailable: IntOrString, max_failures: i32) -> NodeRolloutSpec {
 }
 
 pub(super) fn node(name: &str) -> NodeView {
-    NodeView {
-        name: name.into(),
-        control_plane: false,
-        topology: String::new(),
-        unschedulable: false,
-        readiness: Readiness::Ready,
-        ownership: Ownership::Ours,
-        plan: None,
-        drain: None,
-        steering: Steering::default(),
-        scale_down: Default::default(),
-        architecture: None,
-        kubelet_version: None,
-        rebooted_by: None,
-        version: 0,
-    }
+    NodeView::ready_worker(name)
 }
 
 pub(super) fn cp(name: &str) -> NodeView {

@@ -69,17 +69,10 @@ impl Revisions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::{NodeView, Ownership, PlanIntent, PlanReport, PlanView, Readiness};
-    use inplace_proto::Steering;
+    use crate::decision::{NodeView, PlanIntent, PlanReport, PlanView};
 
     fn node(revision: &str, current: &str) -> NodeView {
         NodeView {
-            name: "n".into(),
-            control_plane: false,
-            topology: String::new(),
-            unschedulable: false,
-            readiness: Readiness::Ready,
-            ownership: Ownership::Ours,
             plan: Some(PlanView {
                 intent: PlanIntent {
                     revision: revision.into(),
@@ -92,13 +85,7 @@ mod tests {
                 },
                 ..PlanView::default()
             }),
-            drain: None,
-            steering: Steering::default(),
-            scale_down: Default::default(),
-            architecture: None,
-            kubelet_version: None,
-            rebooted_by: None,
-            version: 0,
+            ..NodeView::ready_worker("n")
         }
     }
 

@@ -2,20 +2,8 @@ use super::*;
 
 fn view_of(name: usize, control_plane: bool) -> (NodeView, String) {
     let view = NodeView {
-        name: format!("n{name:02}"),
         control_plane,
-        topology: String::new(),
-        unschedulable: false,
-        readiness: crate::decision::Readiness::Ready,
-        ownership: crate::decision::Ownership::Ours,
-        plan: None,
-        drain: None,
-        steering: Steering::default(),
-        scale_down: Default::default(),
-        architecture: None,
-        kubelet_version: None,
-        rebooted_by: None,
-        version: 0,
+        ..NodeView::ready_worker(&format!("n{name:02}"))
     };
     (view, format!("uid-{name}"))
 }
