@@ -9,26 +9,14 @@
 //! feature is switched on only for this package's own tests through a self
 //! dev-dependency).
 //!
-//! Points (update): `stage.begin`, `stage.artifact`, `stage.done`, `activate.begin`,
-//! `activate.swap`, `activate.remove`, `activate.sysext_refreshed`, `activate.unit_restarted`,
-//! `verify.begin`, `verify.progress`, `commit.before`, `commit.saved`.
-//! Points (rollback): `rollback.begin`, `rollback.restore`, `rollback.sysext_refreshed`,
-//! `rollback.unit_restarted`, `rollback.verify`, `rollback.saved`.
-//! Points (reboot activation, `update/reboot.rs`): `reboot.journaled`, `reboot.booted`,
-//! `rollback.reboot_journaled`, `rollback.booted`.
-//! Points (agent switch, docs/design/agent-self-update.md): `switch.begin` (journaled, not
-//! armed), `switch.armed` (armed, not swapped), `switch.relinked` (the link at the new
-//! image, not refreshed nor restarted), `switch.proved` (the new agent's status written,
-//! guard still armed), `switch.disarmed` (disarmed, journal not committed),
-//! `switch.committed` (journal committed, Succeeded not reported).
-//! The guard (no configuration, no lock file, and `/run` read-only under its unit) reads its
-//! points from `<state>/self-update/failpoints` instead: `guard.relinked` (the restore
-//! claimed and recorded, the link back at the previous image, not refreshed nor restarted).
+//! The points, in the order they are passed: [`UPDATE_POINTS`], [`ROLLBACK_POINTS`],
+//! [`REBOOT_POINTS`] and [`SWITCH_POINTS`].
 
 use std::path::Path;
 
-/// Every named point, in the order an update (then a rollback) passes them.
-pub const POINTS: &[&str] = &[
+/// The points an update to a healthy revision passes, in order (the crash matrix kills
+/// the agent at each).
+pub const UPDATE_POINTS: &[&str] = &[
     "stage.begin",
     "stage.artifact",
     "stage.done",
@@ -41,16 +29,36 @@ pub const POINTS: &[&str] = &[
     "verify.progress",
     "commit.before",
     "commit.saved",
+];
+
+/// The points a rollback after a failed verification passes, in order.
+pub const ROLLBACK_POINTS: &[&str] = &[
     "rollback.begin",
     "rollback.restore",
     "rollback.sysext_refreshed",
     "rollback.unit_restarted",
     "rollback.verify",
     "rollback.saved",
+];
+
+/// The points of a reboot activation and its rollback (`update/reboot.rs`).
+pub const REBOOT_POINTS: &[&str] = &[
     "reboot.journaled",
     "reboot.booted",
     "rollback.reboot_journaled",
     "rollback.booted",
+];
+
+/// The points of the agent's switch to a new image (docs/design/agent-self-update.md):
+/// `switch.begin` (journaled, not armed), `switch.armed` (armed, not swapped),
+/// `switch.relinked` (the link at the new image, not refreshed nor restarted),
+/// `switch.proved` (the new agent's status written, guard still armed), `switch.disarmed`
+/// (disarmed, journal not committed), `switch.committed` (journal committed, Succeeded not
+/// reported). Then the guard's, which (no configuration, no lock file, and `/run` read-only
+/// under its unit) reads its points from `<state>/self-update/failpoints` instead:
+/// `guard.relinked` (the restore claimed and recorded, the link back at the previous image,
+/// not refreshed nor restarted).
+pub const SWITCH_POINTS: &[&str] = &[
     "switch.begin",
     "switch.armed",
     "switch.relinked",

@@ -43,38 +43,13 @@
 use std::time::{Duration, Instant};
 
 use crash_bed::{Bed, Cut, Kill, Kubelet, boot};
+use inplace_agent::failpoints::{ROLLBACK_POINTS, UPDATE_POINTS};
 use inplace_api_emulator::{AuthzMode, EmulatorConfig};
 use inplace_proto::{NodeUpdatePlan, Phase};
 use inplace_tests::test_api::TestApi;
 
 use crate::crash_bed;
 use crate::real_node;
-
-/// Points an update to a healthy revision passes.
-const UPDATE_POINTS: &[&str] = &[
-    "stage.begin",
-    "stage.artifact",
-    "stage.done",
-    "activate.begin",
-    "activate.swap",
-    "activate.remove",
-    "activate.sysext_refreshed",
-    "activate.unit_restarted",
-    "verify.begin",
-    "verify.progress",
-    "commit.before",
-    "commit.saved",
-];
-
-/// Points a rollback passes (the new revision's kubelet dies).
-const ROLLBACK_POINTS: &[&str] = &[
-    "rollback.begin",
-    "rollback.restore",
-    "rollback.sysext_refreshed",
-    "rollback.unit_restarted",
-    "rollback.verify",
-    "rollback.saved",
-];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_killed_at_every_step_boundary_keeps_the_node_safe() {
