@@ -37,10 +37,16 @@ impl Drop for Running {
     }
 }
 
-/// Starts the real API server and an agent (watch + status writer + coordinator) for
-/// `NODE`, connected as the node's kubelet would be.
+/// The run's shared real API server (this test's turn on it) and an agent (watch + status
+/// writer + coordinator) for `NODE`, connected as the node's kubelet would be.
 async fn start(bed: &Bed) -> Running {
-    start_on(bed, TestApi::start().await.expect("the API server starts")).await
+    start_on(
+        bed,
+        TestApi::start_shared()
+            .await
+            .expect("the API server starts"),
+    )
+    .await
 }
 
 /// [`start`] against `test_api`: the CRDs and the agent's shipped RBAC and admission policy
@@ -247,7 +253,7 @@ async fn works_with_the_shipped_rbac_and_admission_policy_only() {
 
 #[tokio::test]
 async fn real_probes_read_the_nodes_kubelet_version_and_ready() {
-    let test_api = TestApi::start().await.unwrap();
+    let test_api = TestApi::start_shared().await.unwrap();
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
         kube::Api::all(test_api.client().await.unwrap());
     for name in [NODE, "worker-2"] {
@@ -309,7 +315,9 @@ async fn real_probes_read_the_nodes_kubelet_version_and_ready() {
 /// to the shipped `inplace-agent` ClusterRole, so it reads plans like a node does.
 #[tokio::test]
 async fn a_token_file_and_a_ca_file_reach_the_real_server() {
-    let server = inplace_tests::apiserver::ApiServer::start().await.unwrap();
+    let server = inplace_tests::apiserver::ApiServer::start_shared()
+        .await
+        .unwrap();
     server.apply_crd_dir(&packaging("crds")).await.unwrap();
     let agent = packaging("agent");
     server

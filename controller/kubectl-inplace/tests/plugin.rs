@@ -19,7 +19,7 @@ use support::plugin;
 const REV: &str = "abcdef0123456789abcdef0123456789";
 
 async fn cluster() -> (TestApi, kube::Client) {
-    let api = TestApi::start().await.unwrap();
+    let api = TestApi::start_shared().await.unwrap();
     api.apply_crd_dir(&packaging("crds")).await.unwrap();
     let client = api.client().await.unwrap();
     (api, client)

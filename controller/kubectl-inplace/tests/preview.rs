@@ -180,7 +180,7 @@ async fn fleet(client: &kube::Client, artifact_url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preview_shows_order_waves_slots_and_verdicts_and_writes_nothing() {
-    let api = TestApi::start().await.unwrap();
+    let api = TestApi::start_shared().await.unwrap();
     api.apply_crd_dir(&packaging("crds")).await.unwrap();
     let client = api.client().await.unwrap();
     // The artifacts' server: nothing may connect to it.
