@@ -9,8 +9,19 @@
 //! feature is switched on only for this package's own tests through a self
 //! dev-dependency).
 //!
-//! The points, in the order they are passed: [`UPDATE_POINTS`], [`ROLLBACK_POINTS`],
-//! [`REBOOT_POINTS`] and [`SWITCH_POINTS`].
+//! Points: an update's and a restart rollback's in [`UPDATE_POINTS`] and [`ROLLBACK_POINTS`],
+//! in the order they are passed (the crash matrix kills at each). A reboot activation's
+//! (`update/reboot.rs`): `reboot.journaled`, `reboot.booted`, `rollback.reboot_journaled`,
+//! `rollback.booted`. The agent switch's (docs/design/agent-self-update.md): `switch.begin`
+//! (journaled, not armed), `switch.armed` (armed, not swapped), `switch.relinked` (the link
+//! at the new image, not refreshed nor restarted), `switch.proved` (the new agent's status
+//! written, guard still armed), `switch.disarmed` (disarmed, journal not committed),
+//! `switch.committed` (journal committed, Succeeded not reported). The guard (no
+//! configuration, no lock file, and `/run` read-only under its unit) reads its points from
+//! `<state>/self-update/failpoints` instead: `guard.relinked` (the restore claimed and
+//! recorded, the link back at the previous image, not refreshed nor restarted). The crash
+//! matrix's reboot table and the agent switch's power-loss table
+//! (`tests/tests/agent_switch_crash.rs`) list which of these they cut at, and how.
 
 use std::path::Path;
 
@@ -39,33 +50,6 @@ pub const ROLLBACK_POINTS: &[&str] = &[
     "rollback.unit_restarted",
     "rollback.verify",
     "rollback.saved",
-];
-
-/// The points of a reboot activation and its rollback (`update/reboot.rs`).
-pub const REBOOT_POINTS: &[&str] = &[
-    "reboot.journaled",
-    "reboot.booted",
-    "rollback.reboot_journaled",
-    "rollback.booted",
-];
-
-/// The points of the agent's switch to a new image (docs/design/agent-self-update.md):
-/// `switch.begin` (journaled, not armed), `switch.armed` (armed, not swapped),
-/// `switch.relinked` (the link at the new image, not refreshed nor restarted),
-/// `switch.proved` (the new agent's status written, guard still armed), `switch.disarmed`
-/// (disarmed, journal not committed), `switch.committed` (journal committed, Succeeded not
-/// reported). Then the guard's, which (no configuration, no lock file, and `/run` read-only
-/// under its unit) reads its points from `<state>/self-update/failpoints` instead:
-/// `guard.relinked` (the restore claimed and recorded, the link back at the previous image,
-/// not refreshed nor restarted).
-pub const SWITCH_POINTS: &[&str] = &[
-    "switch.begin",
-    "switch.armed",
-    "switch.relinked",
-    "switch.proved",
-    "switch.disarmed",
-    "switch.committed",
-    "guard.relinked",
 ];
 
 /// Passes the point `name`; kills the process when it is armed (feature `failpoints`).
